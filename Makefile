@@ -1,0 +1,95 @@
+# ratelimit-fcgi -- see README.md.  GNU make.
+
+PREFIX ?= /usr/local
+DESTDIR ?=
+BUILD ?= build
+CC ?= cc
+
+PKGS = fcgi hiredis libpq json-c libcrypto
+WARNINGS = -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+	-Wwrite-strings -Wpointer-arith
+OPT ?= -O2 -g
+CFLAGS ?= $(OPT)
+ALL_CFLAGS = -std=gnu11 $(WARNINGS) $(CFLAGS) -Isrc -I$(BUILD) \
+	$(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm
+
+# Pure modules (no network), shared by the service, the admin tool and the
+# unit tests.
+CORE = config log util request rules cache limiter response
+SERVICE = main master worker api auth store_redis store_pg listen
+CTL = ratelimitctl
+
+LUA = lua/token_bucket.lua lua/sliding_window.lua lua/check.lua
+MIGRATIONS = $(sort $(wildcard schema/[0-9]*.sql))
+
+CORE_OBJ = $(CORE:%=$(BUILD)/%.o) $(BUILD)/embedded.o
+SERVICE_OBJ = $(SERVICE:%=$(BUILD)/%.o)
+CTL_OBJ = $(CTL:%=$(BUILD)/%.o)
+HEADERS = $(wildcard src/*.h)
+
+UNIT_SRC = $(wildcard t/check_*.c)
+
+.PHONY: all deps test unit lua-test integration run stop bench install \
+	asan clean
+
+all: $(BUILD)/ratelimit-fcgi $(BUILD)/ratelimitctl
+
+$(BUILD):
+	@mkdir -p $(BUILD)
+
+$(BUILD)/embedded.c: $(LUA) $(MIGRATIONS) scripts/embed.sh | $(BUILD)
+	sh scripts/embed.sh "$(LUA)" "$(MIGRATIONS)" > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/%.o: src/%.c $(HEADERS) | $(BUILD)
+	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+$(BUILD)/embedded.o: $(BUILD)/embedded.c src/ratelimit.h
+	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+$(BUILD)/ratelimit-fcgi: $(SERVICE_OBJ) $(CORE_OBJ)
+	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LIBS)
+
+$(BUILD)/ratelimitctl: $(CTL_OBJ) $(CORE_OBJ)
+	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LIBS)
+
+# One Check binary: t/check_main.c registers the suites of t/check_*.c.
+$(BUILD)/check_all: $(UNIT_SRC) t/check.h $(CORE_OBJ) $(HEADERS)
+	$(CC) $(ALL_CFLAGS) -It $(shell pkg-config --cflags check) -o $@ \
+		$(UNIT_SRC) $(CORE_OBJ) $(LIBS) $(shell pkg-config --libs check)
+
+deps:
+	@sh scripts/install-deps.sh
+
+# The README's test command: unit tests, Lua tests against a real Redis,
+# and the integration tests against a private stack.
+test: deps
+	$(MAKE) all $(BUILD)/check_all
+	$(BUILD)/check_all
+	sh t/lua_test.sh
+	sh t/integration/run.sh
+
+unit: $(BUILD)/check_all
+	$(BUILD)/check_all
+
+run: deps
+	$(MAKE) all
+	sh scripts/dev-stack.sh start
+
+stop:
+	sh scripts/dev-stack.sh stop
+
+bench: deps
+	$(MAKE) all
+	sh scripts/bench.sh
+
+asan:
+	$(MAKE) BUILD=build-asan OPT="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" all
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/ratelimit-fcgi
+	install -m 755 $(BUILD)/ratelimit-fcgi $(BUILD)/ratelimitctl $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 conf/ratelimit.conf $(DESTDIR)$(PREFIX)/share/ratelimit-fcgi/
+
+clean:
+	rm -rf build build-asan

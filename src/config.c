@@ -1,0 +1,482 @@
+/*
+ * config.c -- the configuration file.
+ *
+ * The file is a list of "key = value" lines; '#' starts a comment, blank
+ * lines are ignored and a value may be wrapped in double quotes.  Every key
+ * is declared once in the table below with its type, default and bounds, so
+ * the loader, the defaults, "--help" and the config dump all read the same
+ * source.  Errors name the file and line, and an unknown key gets the
+ * closest known key as a hint.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ratelimit.h"
+
+enum config_type { CT_LONG, CT_STRING, CT_MODE, CT_LEVEL, CT_ENUM };
+
+struct config_key {
+    const char *name;
+    enum config_type type;
+    size_t offset;
+    size_t size;                /* strings: buffer size */
+    long min, max;              /* longs: bounds; strings: min length */
+    const char *def;            /* default, as text */
+    const char *choices;        /* CT_ENUM: "a|b" */
+    const char *help;
+};
+
+#define OFF(f) offsetof(struct rl_config, f)
+#define SZ(f) sizeof(((struct rl_config *)0)->f)
+
+static const struct config_key config_keys[] = {
+    { "listen", CT_STRING, OFF(listen), SZ(listen), 0, 0, "", NULL,
+      "where to accept FastCGI connections: empty = the listening socket "
+      "on fd 0 (lighttpd bin-path, spawn-fcgi, systemd, mod_fcgid), "
+      "\"unix:/path\", \"127.0.0.1:9000\" or \"[::1]:9000\"" },
+    { "listen_mode", CT_MODE, OFF(listen_mode), 0, 0, 0777, "0660", NULL,
+      "permissions of a Unix listen socket (octal)" },
+    { "listen_owner", CT_STRING, OFF(listen_owner), SZ(listen_owner), 0, 0,
+      "", NULL, "owner of a Unix listen socket (user name; empty = ours)" },
+    { "listen_group", CT_STRING, OFF(listen_group), SZ(listen_group), 0, 0,
+      "", NULL, "group of a Unix listen socket (empty = ours)" },
+    { "listen_backlog", CT_LONG, OFF(listen_backlog), 0, 1, 65535, "1024",
+      NULL, "listen(2) backlog of a socket we bind" },
+    { "workers", CT_LONG, OFF(workers), 0, 0, 256, "4", NULL,
+      "worker processes; 0 = serve in one process without forking "
+      "(Apache mod_fcgid)" },
+    { "max_requests", CT_LONG, OFF(max_requests), 0, 0, 100000000, "10000",
+      NULL, "requests a worker serves before it is replaced; 0 = never" },
+    { "request_timeout", CT_LONG, OFF(request_timeout), 0, 0, 3600, "30",
+      NULL, "seconds after which the master kills a worker stuck on one "
+      "request; 0 = never" },
+    { "pg_conninfo", CT_STRING, OFF(pg_conninfo), SZ(pg_conninfo), 1, 0,
+      "dbname=ratelimit", NULL,
+      "libpq connection string of the key and rule database" },
+    { "pg_connect_timeout_ms", CT_LONG, OFF(pg_connect_timeout_ms), 0, 10,
+      60000, "2000", NULL, "PostgreSQL connect timeout (milliseconds)" },
+    { "redis", CT_STRING, OFF(redis), SZ(redis), 1, 0, "127.0.0.1:6379",
+      NULL, "Redis address: \"host:port\" or \"unix:/path\"" },
+    { "redis_connect_timeout_ms", CT_LONG, OFF(redis_connect_timeout_ms), 0,
+      1, 10000, "50", NULL, "Redis connect timeout (milliseconds)" },
+    { "redis_command_timeout_ms", CT_LONG, OFF(redis_command_timeout_ms), 0,
+      1, 10000, "50", NULL, "Redis command timeout (milliseconds)" },
+    { "redis_backoff_ms", CT_LONG, OFF(redis_backoff_ms), 0, 0, 60000,
+      "250", NULL, "after a Redis failure, how long a worker answers 503 "
+      "at once before it tries to reconnect (milliseconds)" },
+    { "key_cache_ttl", CT_LONG, OFF(key_cache_ttl), 0, 0, 86400, "60", NULL,
+      "seconds a known API key is trusted without asking PostgreSQL" },
+    { "key_cache_negative_ttl", CT_LONG, OFF(key_cache_negative_ttl), 0, 0,
+      3600, "5", NULL, "seconds an unknown API key is remembered as unknown" },
+    { "key_cache_size", CT_LONG, OFF(key_cache_size), 0, 1, 10000000,
+      "10000", NULL, "API keys held per worker (least recently used go)" },
+    { "rule_cache_ttl", CT_LONG, OFF(rule_cache_ttl), 0, 0, 86400, "30",
+      NULL, "seconds a tenant's rules are used without asking PostgreSQL" },
+    { "max_body_size", CT_LONG, OFF(max_body_size), 0, 64, 1048576, "8192",
+      NULL, "largest accepted request body (bytes); larger gets 413" },
+    { "retry_after_unavailable", CT_LONG, OFF(retry_after_unavailable), 0,
+      1, 3600, "1", NULL, "Retry-After seconds sent with a 503" },
+    { "log_level", CT_LEVEL, OFF(log_level), 0, 0, 0, "info", NULL,
+      "error, warn, info or debug" },
+    { "log", CT_ENUM, OFF(log_target), SZ(log_target), 0, 0, "stderr",
+      "stderr|syslog", "where log lines go: stderr (the web server's error "
+      "log) or syslog (facility daemon)" },
+};
+
+#define NKEYS (sizeof(config_keys) / sizeof(config_keys[0]))
+
+static const char *const level_names[] = { "error", "warn", "info", "debug" };
+
+static void
+errf(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* Levenshtein distance, small and bounded: used only for the hint. */
+static size_t
+edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b), i, j;
+    size_t row[64], prev, tmp;
+
+    if (la >= 63 || lb >= 63)
+        return SIZE_MAX;
+    for (j = 0; j <= lb; j++)
+        row[j] = j;
+    for (i = 1; i <= la; i++) {
+        prev = row[0];
+        row[0] = i;
+        for (j = 1; j <= lb; j++) {
+            tmp = row[j];
+            row[j] = prev + (a[i - 1] != b[j - 1]);
+            if (row[j - 1] + 1 < row[j])
+                row[j] = row[j - 1] + 1;
+            if (tmp + 1 < row[j])
+                row[j] = tmp + 1;
+            prev = tmp;
+        }
+    }
+    return row[lb];
+}
+
+static const struct config_key *
+config_find(const char *name)
+{
+    size_t i;
+
+    for (i = 0; i < NKEYS; i++)
+        if (strcmp(config_keys[i].name, name) == 0)
+            return &config_keys[i];
+    return NULL;
+}
+
+static int
+parse_long(const char *s, long *out)
+{
+    char *end;
+    long v;
+
+    if (*s == '\0')
+        return -1;
+    errno = 0;
+    v = strtol(s, &end, 10);
+    if (errno != 0 || *end != '\0')
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int
+config_apply(struct rl_config *cfg, const struct config_key *k,
+    const char *value, char *err, size_t errlen)
+{
+    char *field = (char *)cfg + k->offset;
+    char *end;
+    long v;
+    size_t i;
+
+    switch (k->type) {
+    case CT_LONG:
+        if (parse_long(value, &v) == -1) {
+            errf(err, errlen, "%s: \"%s\" is not a whole number", k->name,
+                value);
+            return -1;
+        }
+        if (v < k->min || v > k->max) {
+            errf(err, errlen, "%s: %ld is out of range (%ld to %ld)",
+                k->name, v, k->min, k->max);
+            return -1;
+        }
+        *(long *)field = v;
+        return 0;
+    case CT_MODE:
+        errno = 0;
+        v = strtol(value, &end, 8);
+        if (*value == '\0' || errno != 0 || *end != '\0' || v < k->min ||
+            v > k->max) {
+            errf(err, errlen, "%s: \"%s\" is not an octal mode (0000 to "
+                "0777)", k->name, value);
+            return -1;
+        }
+        *(unsigned *)field = (unsigned)v;
+        return 0;
+    case CT_LEVEL:
+        for (i = 0; i < sizeof(level_names) / sizeof(level_names[0]); i++)
+            if (strcmp(value, level_names[i]) == 0) {
+                *(int *)field = (int)i;
+                return 0;
+            }
+        errf(err, errlen, "%s: \"%s\" is not one of error, warn, info, debug",
+            k->name, value);
+        return -1;
+    case CT_ENUM: {
+        const char *p = k->choices;
+        size_t n = strlen(value);
+
+        while (p != NULL && *p != '\0') {
+            const char *bar = strchr(p, '|');
+            size_t len = bar ? (size_t)(bar - p) : strlen(p);
+
+            if (len == n && strncmp(p, value, n) == 0) {
+                memcpy(field, value, n + 1);
+                return 0;
+            }
+            p = bar ? bar + 1 : NULL;
+        }
+        errf(err, errlen, "%s: \"%s\" is not one of %s", k->name, value,
+            k->choices);
+        return -1;
+    }
+    case CT_STRING:
+        if (strlen(value) >= k->size) {
+            errf(err, errlen, "%s: value is longer than %zu bytes", k->name,
+                k->size - 1);
+            return -1;
+        }
+        if ((long)strlen(value) < k->min) {
+            errf(err, errlen, "%s: value must not be empty", k->name);
+            return -1;
+        }
+        memcpy(field, value, strlen(value) + 1);
+        return 0;
+    }
+    return -1;
+}
+
+void
+config_defaults(struct rl_config *cfg)
+{
+    char err[256];
+    size_t i;
+
+    memset(cfg, 0, sizeof(*cfg));
+    for (i = 0; i < NKEYS; i++)
+        (void)config_apply(cfg, &config_keys[i], config_keys[i].def, err,
+            sizeof(err));
+}
+
+/*
+ * Cross-key checks that a single key cannot make, such as the shape of an
+ * address.  Returns 0 or -1 with a message.
+ */
+static int
+config_check_address(const char *key, const char *v, int allow_empty,
+    char *err, size_t errlen)
+{
+    const char *colon;
+    long port;
+
+    if (*v == '\0') {
+        if (allow_empty)
+            return 0;
+        errf(err, errlen, "%s: an address is required", key);
+        return -1;
+    }
+    if (strncmp(v, "unix:", 5) == 0) {
+        if (v[5] != '/') {
+            errf(err, errlen, "%s: \"%s\": a Unix socket path must be "
+                "absolute", key, v);
+            return -1;
+        }
+        if (strlen(v + 5) >= 108) {
+            errf(err, errlen, "%s: Unix socket path is longer than 107 bytes",
+                key);
+            return -1;
+        }
+        return 0;
+    }
+    colon = strrchr(v, ':');
+    if (colon == NULL || colon == v || parse_long(colon + 1, &port) == -1 ||
+        port < 1 || port > 65535) {
+        errf(err, errlen, "%s: \"%s\" is not \"host:port\" (port 1-65535) or "
+            "\"unix:/path\"", key, v);
+        return -1;
+    }
+    if (v[0] == '[' && colon[-1] != ']') {
+        errf(err, errlen, "%s: \"%s\": an IPv6 address is written "
+            "\"[::1]:port\"", key, v);
+        return -1;
+    }
+    return 0;
+}
+
+int
+config_set(struct rl_config *cfg, const char *key, const char *value,
+    char *err, size_t errlen)
+{
+    const struct config_key *k = config_find(key);
+    size_t i, best = SIZE_MAX, d;
+    const char *hint = NULL;
+
+    if (k == NULL) {
+        for (i = 0; i < NKEYS; i++) {
+            d = edit_distance(key, config_keys[i].name);
+            if (d < best) {
+                best = d;
+                hint = config_keys[i].name;
+            }
+        }
+        if (hint != NULL && best <= 3)
+            errf(err, errlen, "unknown key \"%s\" (did you mean \"%s\"?)",
+                key, hint);
+        else
+            errf(err, errlen, "unknown key \"%s\"", key);
+        return -1;
+    }
+    if (config_apply(cfg, k, value, err, errlen) == -1)
+        return -1;
+    if (strcmp(key, "listen") == 0)
+        return config_check_address(key, value, 1, err, errlen);
+    if (strcmp(key, "redis") == 0)
+        return config_check_address(key, value, 0, err, errlen);
+    return 0;
+}
+
+static char *
+trim(char *s)
+{
+    char *e;
+
+    while (isspace((unsigned char)*s))
+        s++;
+    e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1]))
+        *--e = '\0';
+    return s;
+}
+
+int
+config_load(struct rl_config *cfg, const char *path, char *err, size_t errlen)
+{
+    FILE *fp;
+    char line[2048], msg[512];
+    char *p, *eq, *key, *value;
+    unsigned seen[NKEYS];
+    int lineno = 0, rc = -1;
+    size_t i, len;
+
+    memset(seen, 0, sizeof(seen));
+    if ((fp = fopen(path, "r")) == NULL) {
+        errf(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    while (fgets(line, sizeof(line), fp) != NULL) {
+        lineno++;
+        len = strlen(line);
+        if (len == sizeof(line) - 1 && line[len - 1] != '\n' && !feof(fp)) {
+            errf(err, errlen, "%s:%d: line is longer than %zu bytes", path,
+                lineno, sizeof(line) - 2);
+            goto out;
+        }
+        p = trim(line);
+        if (*p == '\0' || *p == '#')
+            continue;
+        if ((eq = strchr(p, '=')) == NULL) {
+            errf(err, errlen, "%s:%d: expected \"key = value\"", path, lineno);
+            goto out;
+        }
+        *eq = '\0';
+        key = trim(p);
+        value = trim(eq + 1);
+        len = strlen(value);
+        if (len > 0 && value[0] == '"') {
+            if (len < 2 || value[len - 1] != '"') {
+                errf(err, errlen, "%s:%d: unbalanced quotes", path, lineno);
+                goto out;
+            }
+            value[len - 1] = '\0';
+            value++;
+        }
+        if (config_set(cfg, key, value, msg, sizeof(msg)) == -1) {
+            errf(err, errlen, "%s:%d: %s", path, lineno, msg);
+            goto out;
+        }
+        for (i = 0; i < NKEYS; i++)
+            if (strcmp(config_keys[i].name, key) == 0) {
+                if (seen[i]) {
+                    errf(err, errlen, "%s:%d: \"%s\" is already set on line "
+                        "%u", path, lineno, key, seen[i]);
+                    goto out;
+                }
+                seen[i] = (unsigned)lineno;
+            }
+    }
+    if (ferror(fp)) {
+        errf(err, errlen, "%s: %s", path, strerror(errno));
+        goto out;
+    }
+    len = strlen(path);
+    if (len >= sizeof(cfg->path))
+        len = sizeof(cfg->path) - 1;
+    memcpy(cfg->path, path, len);
+    cfg->path[len] = '\0';
+    rc = 0;
+out:
+    fclose(fp);
+    return rc;
+}
+
+static void
+config_value(const struct rl_config *cfg, const struct config_key *k,
+    char *out, size_t outlen)
+{
+    const char *field = (const char *)cfg + k->offset;
+
+    switch (k->type) {
+    case CT_LONG:
+        snprintf(out, outlen, "%ld", *(const long *)field);
+        break;
+    case CT_MODE:
+        snprintf(out, outlen, "%04o", *(const unsigned *)field);
+        break;
+    case CT_LEVEL:
+        snprintf(out, outlen, "%s", level_names[*(const int *)field]);
+        break;
+    case CT_ENUM:
+    case CT_STRING:
+        snprintf(out, outlen, "\"%s\"", field);
+        break;
+    }
+}
+
+void
+config_dump(const struct rl_config *cfg, FILE *fp)
+{
+    char v[1100];
+    size_t i;
+
+    for (i = 0; i < NKEYS; i++) {
+        config_value(cfg, &config_keys[i], v, sizeof(v));
+        fprintf(fp, "%s = %s\n", config_keys[i].name, v);
+    }
+}
+
+/* Writes text word-wrapped at width, each line indented. */
+static void
+config_wrap(FILE *fp, const char *text, int indent, int width)
+{
+    const char *p = text, *space, *end;
+    int col = 0, n;
+
+    while (*p != '\0') {
+        space = strchr(p, ' ');
+        end = space ? space : p + strlen(p);
+        n = (int)(end - p);
+        if (col > 0 && col + 1 + n > width) {
+            fputc('\n', fp);
+            col = 0;
+        }
+        if (col == 0)
+            col = fprintf(fp, "%*s%.*s", indent, "", n, p);
+        else
+            col += fprintf(fp, " %.*s", n, p);
+        p = space ? space + 1 : end;
+    }
+    fputc('\n', fp);
+}
+
+void
+config_help(FILE *fp)
+{
+    const struct config_key *k;
+    size_t i;
+
+    for (i = 0; i < NKEYS; i++) {
+        k = &config_keys[i];
+        fprintf(fp, "  %-26s default \"%s\"", k->name, k->def);
+        if (k->type == CT_LONG)
+            fprintf(fp, ", %ld to %ld", k->min, k->max);
+        fputc('\n', fp);
+        config_wrap(fp, k->help, 6, 72);
+    }
+}

@@ -1,0 +1,170 @@
+/*
+ * limiter.c -- the two ends of the one Redis round trip of a check.
+ *
+ * limiter_build() turns a rule and a request into the EVALSHA arguments of
+ * lua/check.lua; limiter_decode() turns the script's flat integer reply
+ * back into a decision.  Caller-supplied strings (route, subject) enter
+ * Redis keys only as fixed-length SHA-256 prefixes, so a key's size is
+ * bounded whatever the caller sends, and the {tenant} hash tag keeps every
+ * key of one check in one Redis Cluster slot.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ratelimit.h"
+
+/* Hex characters of SHA-256 used in keys: 128 bits. */
+#define LIMITER_HASH_HEX 32
+
+/* Appends s (n bytes) as the next argument.  Returns 0 or -1 (no room). */
+static int
+limiter_arg(struct limiter_call *call, size_t *used, const char *s, size_t n)
+{
+    char *dst;
+
+    if (call->argc >= LIMITER_MAX_ARGS || *used + n + 1 > sizeof(call->store))
+        return -1;
+    dst = call->store + *used;
+    memcpy(dst, s, n);
+    dst[n] = '\0';
+    call->argv[call->argc] = dst;
+    call->argvlen[call->argc] = n;
+    call->argc++;
+    *used += n + 1;
+    return 0;
+}
+
+static int
+limiter_argf(struct limiter_call *call, size_t *used, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int
+limiter_argf(struct limiter_call *call, size_t *used, const char *fmt, ...)
+{
+    char tmp[640];
+    va_list ap;
+    int n;
+
+    va_start(ap, fmt);
+    n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof(tmp))
+        return -1;
+    return limiter_arg(call, used, tmp, (size_t)n);
+}
+
+int
+limiter_build(const char *sha, const char *tenant_id,
+    const struct rl_rule *rule, const struct check_request *req,
+    struct limiter_call *call)
+{
+    char route_hash[65], subject_hash[65], suffix[2 * LIMITER_HASH_HEX + 8];
+    const struct rl_limit *l;
+    size_t used = 0;
+    int i, n = rule->nlimits;
+
+    call->argc = 0;
+    if (n < 1 || n > RL_MAX_LIMITS)
+        return -1;
+    suffix[0] = '\0';
+    if (rule->per_route) {
+        util_sha256_hex(req->route, strlen(req->route), route_hash);
+        snprintf(suffix, sizeof(suffix), ":r%.*s", LIMITER_HASH_HEX,
+            route_hash);
+    }
+    if (req->has_subject) {
+        util_sha256_hex(req->subject, strlen(req->subject), subject_hash);
+        snprintf(suffix + strlen(suffix), sizeof(suffix) - strlen(suffix),
+            ":s%.*s", LIMITER_HASH_HEX, subject_hash);
+    }
+    if (limiter_arg(call, &used, "EVALSHA", 7) == -1 ||
+        limiter_arg(call, &used, sha, strlen(sha)) == -1 ||
+        limiter_argf(call, &used, "%d", n) == -1)
+        return -1;
+    for (i = 0; i < n; i++)
+        if (limiter_argf(call, &used, "rl:{%s}:%lld:%lld%s", tenant_id,
+            rule->id, rule->limits[i].id, suffix) == -1)
+            return -1;
+    if (limiter_argf(call, &used, "%lld", req->cost) == -1 ||
+        limiter_arg(call, &used, req->peek ? "1" : "0", 1) == -1 ||
+        limiter_argf(call, &used, "%d", n) == -1)
+        return -1;
+    for (i = 0; i < n; i++) {
+        l = &rule->limits[i];
+        switch (l->algorithm) {
+        case RL_ALGO_TOKEN_BUCKET:
+            if (limiter_argf(call, &used, "token_bucket") == -1 ||
+                limiter_argf(call, &used, "%lld", l->bucket_capacity) == -1 ||
+                limiter_argf(call, &used, "%.17g", l->refill_rate) == -1)
+                return -1;
+            break;
+        case RL_ALGO_SLIDING_WINDOW:
+            if (limiter_argf(call, &used, "sliding_window") == -1 ||
+                limiter_argf(call, &used, "%lld", l->limit_count) == -1 ||
+                limiter_argf(call, &used, "%lld", l->window_seconds) == -1)
+                return -1;
+            break;
+        default:
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int
+limiter_decode(const long long *v, size_t n, int nlimits,
+    struct rl_decision *d)
+{
+    const long long *p;
+    int i, all = 1;
+
+    memset(d, 0, sizeof(*d));
+    if (nlimits < 1 || nlimits > RL_MAX_LIMITS ||
+        n != 2 + 5 * (size_t)nlimits)
+        return -1;
+    if (v[0] != 0 && v[0] != 1)
+        return -1;
+    d->allowed = (int)v[0];
+    d->now_ms = v[1];
+    d->nlimits = nlimits;
+    for (i = 0; i < nlimits; i++) {
+        p = v + 2 + 5 * i;
+        if ((p[0] != 0 && p[0] != 1) || p[1] < 0 || p[2] < 0 || p[3] < 0 ||
+            p[4] < -1)
+            return -1;
+        d->st[i].allowed = (int)p[0];
+        d->st[i].limit = p[1];
+        d->st[i].remaining = p[2];
+        d->st[i].reset_ms = p[3];
+        d->st[i].retry_after_ms = p[4];
+        all = all && p[0];
+    }
+    /* The verdict must agree with its parts, or the script is not ours. */
+    if (all != d->allowed)
+        return -1;
+    return 0;
+}
+
+int
+limiter_primary(const struct rl_decision *d)
+{
+    int i, best = 0;
+
+    for (i = 1; i < d->nlimits; i++) {
+        const struct rl_limit_state *a = &d->st[i], *b = &d->st[best];
+
+        if (a->allowed != b->allowed) {
+            if (!a->allowed)
+                best = i;
+            continue;
+        }
+        if (!a->allowed) {
+            if (a->retry_after_ms == -1 || (b->retry_after_ms != -1 &&
+                a->retry_after_ms > b->retry_after_ms))
+                best = i;
+        } else if (a->remaining < b->remaining)
+            best = i;
+    }
+    return best;
+}

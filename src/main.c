@@ -1,0 +1,123 @@
+/*
+ * main.c -- ratelimit-fcgi: command line, configuration, socket, pool.
+ *
+ * Read as a checklist: parse flags, load and (with -t) test the
+ * configuration, open or inherit the listening socket, start the pool.
+ */
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "service.h"
+
+#define DEFAULT_CONFIG "/etc/ratelimit-fcgi/ratelimit.conf"
+
+static void
+usage(FILE *fp)
+{
+    fprintf(fp,
+"Usage: ratelimit-fcgi [-c FILE] [-t | -T]\n"
+"       ratelimit-fcgi -h | -v\n"
+"\n"
+"A FastCGI rate limiter.  API keys live in PostgreSQL, counters in Redis;\n"
+"each check is decided by one Lua script call, so concurrent requests can\n"
+"never spend the same slot twice.  When Redis is unreachable it answers\n"
+"503 at once (fails closed).\n"
+"\n"
+"It is started by a web server (lighttpd bin-path, Apache mod_fcgid),\n"
+"spawn-fcgi or systemd with the listening socket on fd 0, or on its own\n"
+"with \"listen\" set in the configuration (nginx, Apache mod_proxy_fcgi).\n"
+"\n"
+"Options:\n"
+"  -c, --config FILE  configuration file (default " DEFAULT_CONFIG ")\n"
+"  -t, --test         test the configuration file and exit: 0 if it is\n"
+"                     valid, 1 if not, with FILE:LINE and the reason\n"
+"  -T, --test-dump    like -t, then print every key with its value\n"
+"  -h, --help         show this help and exit\n"
+"  -v, --version      show the version and exit\n"
+"\n"
+"Signals: SIGTERM, SIGINT, SIGQUIT stop gracefully (requests in hand\n"
+"complete); SIGHUP re-reads the configuration and replaces the workers.\n"
+"\n"
+"Configuration keys (\"key = value\", '#' comments):\n");
+    config_help(fp);
+    fprintf(fp,
+"\n"
+"Files: " DEFAULT_CONFIG "\n"
+"See also: ratelimitctl(1), README.md\n");
+}
+
+int
+main(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        { "config", required_argument, NULL, 'c' },
+        { "test", no_argument, NULL, 't' },
+        { "test-dump", no_argument, NULL, 'T' },
+        { "help", no_argument, NULL, 'h' },
+        { "version", no_argument, NULL, 'v' },
+        { NULL, 0, NULL, 0 },
+    };
+    static struct rl_config cfg;
+    const char *path = DEFAULT_CONFIG;
+    char err[600];
+    int ch, test = 0, fd, rc;
+
+    while ((ch = getopt_long(argc, argv, "c:tThv", longopts, NULL)) != -1) {
+        switch (ch) {
+        case 'c':
+            path = optarg;
+            break;
+        case 't':
+            test = 1;
+            break;
+        case 'T':
+            test = 2;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        case 'v':
+            printf("ratelimit-fcgi %s\n", RL_VERSION);
+            return 0;
+        default:
+            fprintf(stderr, "Try 'ratelimit-fcgi --help'.\n");
+            return 2;
+        }
+    }
+    if (optind != argc) {
+        fprintf(stderr, "ratelimit-fcgi: unexpected argument \"%s\"\n"
+            "Try 'ratelimit-fcgi --help'.\n", argv[optind]);
+        return 2;
+    }
+
+    config_defaults(&cfg);
+    if (config_load(&cfg, path, err, sizeof(err)) == -1) {
+        fprintf(stderr, "ratelimit-fcgi: %s\n", err);
+        if (test)
+            fprintf(stderr, "ratelimit-fcgi: configuration file %s test "
+                "failed\n", path);
+        return 1;
+    }
+    if (test) {
+        if (test == 2)
+            config_dump(&cfg, stdout);
+        fprintf(stderr, "ratelimit-fcgi: configuration file %s test is "
+            "successful\n", path);
+        return 0;
+    }
+
+    log_init("ratelimit-fcgi", cfg.log_target, cfg.log_level);
+    if ((fd = listen_open(&cfg, err, sizeof(err))) == -1) {
+        log_error("%s", err);
+        return 1;
+    }
+    log_info("ratelimit-fcgi %s: listening on %s, %ld workers, redis %s",
+        RL_VERSION, cfg.listen[0] ? cfg.listen : "fd 0", cfg.workers,
+        cfg.redis);
+    rc = master_run(&cfg, fd);
+    if (fd != 0)
+        listen_cleanup(&cfg);
+    return rc;
+}

@@ -1,0 +1,306 @@
+/*
+ * ratelimit.h -- the structures and functions that cross file boundaries.
+ *
+ * ratelimit-fcgi is a FastCGI rate limiter: a master process binds (or
+ * inherits) a listening socket and pre-forks workers; each worker accepts
+ * FastCGI requests, authenticates the caller's API key against PostgreSQL
+ * through a per-process cache, picks the tenant's matching rule and asks
+ * Redis, in one EVALSHA, whether every limit of that rule allows the
+ * request.  The pure parts (configuration, request parsing, rule matching,
+ * caches, reply decoding, response formatting) take plain structs and
+ * strings so that they are unit tested without a network.
+ *
+ * Conventions: functions return 0 on success and -1 (or a negative errno
+ * for system-facing helpers) on failure; error text goes into a caller
+ * supplied buffer or the log.  Names are prefixed by the file they live in.
+ */
+#ifndef RATELIMIT_H
+#define RATELIMIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define RL_VERSION "0.1.0"
+
+/* Bounds of the check API (compatible with the original Go service). */
+#define RL_ROUTE_MAX 512
+#define RL_SUBJECT_MAX 256
+#define RL_COST_MAX 1000000
+#define RL_KEY_MAX 256          /* longest API key we will even hash */
+#define RL_MAX_LIMITS 8         /* limits per rule */
+#define RL_MAX_RULES 256        /* rules per tenant held in the cache */
+#define RL_NAME_MAX 64
+#define RL_UUID_LEN 36
+
+/* ------------------------------------------------------------------ */
+/* config.c */
+
+enum rl_log_level { RL_LOG_ERROR = 0, RL_LOG_WARN, RL_LOG_INFO, RL_LOG_DEBUG };
+
+struct rl_config {
+    char path[512];             /* the file it was read from, or "" */
+    char listen[256];           /* "" = fd 0, "unix:/path", "host:port" */
+    unsigned listen_mode;       /* Unix socket mode */
+    char listen_owner[64];
+    char listen_group[64];
+    long listen_backlog;
+    long workers;               /* 0 = serve in the master's process */
+    long max_requests;          /* 0 = never recycle */
+    long request_timeout;       /* seconds; 0 = off */
+    char pg_conninfo[1024];
+    long pg_connect_timeout_ms;
+    char redis[256];            /* "host:port" or "unix:/path" */
+    long redis_connect_timeout_ms;
+    long redis_command_timeout_ms;
+    long redis_backoff_ms;
+    long key_cache_ttl;         /* seconds */
+    long key_cache_negative_ttl;
+    long key_cache_size;
+    long rule_cache_ttl;
+    long max_body_size;         /* bytes */
+    long retry_after_unavailable; /* seconds, Retry-After on 503 */
+    int log_level;              /* enum rl_log_level */
+    char log_target[16];        /* "stderr" or "syslog" */
+};
+
+/* Fills cfg with the default of every key. */
+void config_defaults(struct rl_config *cfg);
+
+/* Reads a "key = value" file over the defaults.  Returns 0, or -1 with a
+ * message of the form "FILE:LINE: ..." in err. */
+int config_load(struct rl_config *cfg, const char *path, char *err,
+    size_t errlen);
+
+/* Sets one key from its text value.  Returns 0, or -1 with a message
+ * (without file:line) in err. */
+int config_set(struct rl_config *cfg, const char *key, const char *value,
+    char *err, size_t errlen);
+
+/* Writes every key with its current value, as a loadable file. */
+void config_dump(const struct rl_config *cfg, FILE *fp);
+
+/* Writes the key table (name, default, bounds, meaning) for --help. */
+void config_help(FILE *fp);
+
+/* ------------------------------------------------------------------ */
+/* log.c */
+
+void log_init(const char *ident, const char *target, int level);
+void log_set_level(int level);
+void log_emit(int level, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+#define log_error(...) log_emit(RL_LOG_ERROR, __FILE__, __LINE__, __VA_ARGS__)
+#define log_warn(...) log_emit(RL_LOG_WARN, __FILE__, __LINE__, __VA_ARGS__)
+#define log_info(...) log_emit(RL_LOG_INFO, __FILE__, __LINE__, __VA_ARGS__)
+#define log_debug(...) log_emit(RL_LOG_DEBUG, __FILE__, __LINE__, __VA_ARGS__)
+
+/* ------------------------------------------------------------------ */
+/* util.c */
+
+/* A growable byte buffer; data is always NUL terminated. */
+struct rl_buf {
+    char *data;
+    size_t len;
+    size_t cap;
+};
+
+void buf_init(struct rl_buf *b);
+void buf_free(struct rl_buf *b);
+void buf_reset(struct rl_buf *b);
+int buf_append(struct rl_buf *b, const char *s, size_t n);
+int buf_puts(struct rl_buf *b, const char *s);
+int buf_printf(struct rl_buf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Lowercase hex SHA-256 of data into out[65]. */
+void util_sha256_hex(const void *data, size_t len, char out[65]);
+
+/* Monotonic milliseconds and wall-clock seconds. */
+int64_t util_now_ms(void);
+int64_t util_wall_s(void);
+
+/* Reads /dev/urandom (getrandom); returns 0 or -1. */
+int util_random(void *out, size_t n);
+
+/* ------------------------------------------------------------------ */
+/* request.c: the check API's input */
+
+struct check_request {
+    char route[RL_ROUTE_MAX + 1];
+    char subject[RL_SUBJECT_MAX + 1];
+    int has_subject;
+    long long cost;
+    int peek;
+};
+
+/* Parses a JSON check body.  Returns 0, or -1 with a short reason for the
+ * client in err (the body is never echoed). */
+int request_parse_check(const char *body, size_t len,
+    struct check_request *out, char *err, size_t errlen);
+
+/* Picks the API key from X-API-Key or "Authorization: Bearer".  Either
+ * header may be NULL.  Returns the key's length, 0 when there is none and
+ * -1 when it is longer than RL_KEY_MAX. */
+int request_api_key(const char *x_api_key, const char *authorization,
+    const char **key);
+
+/* ------------------------------------------------------------------ */
+/* rules.c: tenants' rules and limits */
+
+enum rl_algorithm {
+    RL_ALGO_TOKEN_BUCKET = 1,
+    RL_ALGO_SLIDING_WINDOW = 2,
+};
+
+struct rl_limit {
+    long long id;
+    char name[RL_NAME_MAX];
+    int algorithm;              /* enum rl_algorithm */
+    long long limit_count;      /* sliding window */
+    long long window_seconds;   /* sliding window */
+    long long bucket_capacity;  /* token bucket */
+    double refill_rate;         /* token bucket, tokens per second */
+};
+
+struct rl_rule {
+    long long id;
+    char pattern[RL_ROUTE_MAX + 1];
+    int priority;
+    int shadow;
+    int fail_open;
+    int per_route;
+    int nlimits;
+    struct rl_limit limits[RL_MAX_LIMITS];
+};
+
+const char *rules_algorithm_name(int algorithm);
+int rules_algorithm_parse(const char *name);
+
+/* Returns the index of the rule that applies to route, or -1 when none
+ * does.  Exact beats the longest prefix ("/a*"), which beats "*"; ties go
+ * to the higher priority, then to the lower id. */
+int rules_match(const struct rl_rule *rules, int n, const char *route);
+
+/* ------------------------------------------------------------------ */
+/* cache.c: bounded string-keyed cache with per-entry expiry */
+
+struct cache;
+
+/* Creates a cache of at most capacity entries.  free_value is called on
+ * values that are evicted, replaced or cleared (may be NULL). */
+struct cache *cache_create(size_t capacity, void (*free_value)(void *));
+void cache_free(struct cache *c);
+
+/* Stores value under key until now_ms + ttl_ms; the cache owns value.  When
+ * full, the least recently used entry is evicted.  Returns 0 or -1 (out of
+ * memory; value is then freed). */
+int cache_put(struct cache *c, const char *key, void *value,
+    int64_t now_ms, int64_t ttl_ms);
+
+/* Returns the value for key or NULL.  With *stale set to NULL, an expired
+ * entry is not returned; otherwise it is returned and *stale is set to 1
+ * (used to keep serving when PostgreSQL is down). */
+void *cache_get(struct cache *c, const char *key, int64_t now_ms, int *stale);
+void cache_remove(struct cache *c, const char *key);
+void cache_clear(struct cache *c);
+size_t cache_count(const struct cache *c);
+
+/* ------------------------------------------------------------------ */
+/* limiter.c: the decision, as Redis reported it */
+
+struct rl_limit_state {
+    int allowed;
+    long long limit;
+    long long remaining;
+    long long reset_ms;         /* until the limit is fully reset */
+    long long retry_after_ms;   /* 0 when allowed, -1 = never at this cost */
+};
+
+struct rl_decision {
+    int allowed;
+    long long now_ms;           /* Redis time */
+    int nlimits;
+    struct rl_limit_state st[RL_MAX_LIMITS];
+};
+
+/* Decodes the script's flat integer reply.  Returns 0, or -1 when it does
+ * not have the expected shape for nlimits limits. */
+int limiter_decode(const long long *v, size_t n, int nlimits,
+    struct rl_decision *d);
+
+/*
+ * The arguments of one EVALSHA: "EVALSHA sha n key... cost peek n
+ * (algorithm p1 p2)...".  See lua/check.lua for the contract.  Pointers in
+ * argv point into store.
+ */
+#define LIMITER_MAX_ARGS (3 + RL_MAX_LIMITS + 3 + 3 * RL_MAX_LIMITS)
+struct limiter_call {
+    int argc;
+    const char *argv[LIMITER_MAX_ARGS];
+    size_t argvlen[LIMITER_MAX_ARGS];
+    char store[RL_MAX_LIMITS * 256 + 1024];
+};
+
+/* Builds the call for one check of rule on behalf of tenant_id.  Keys are
+ * rl:{tenant}:rule:limit, then :r<hash of route> when the rule counts per
+ * route and :s<hash of subject> when a subject is given.  Returns 0, or -1
+ * when the rule has no limits or a limit has an unknown algorithm. */
+int limiter_build(const char *sha, const char *tenant_id,
+    const struct rl_rule *rule, const struct check_request *req,
+    struct limiter_call *call);
+
+/* Index of the most restrictive limit (the one the X-RateLimit-* headers
+ * describe): a denying one first, else the one with the least remaining. */
+int limiter_primary(const struct rl_decision *d);
+
+/* ------------------------------------------------------------------ */
+/* response.c: what goes back to the web server */
+
+struct rl_response {
+    int status;
+    struct rl_buf headers;      /* "Name: value\r\n" lines */
+    struct rl_buf body;
+    const char *content_type;
+};
+
+void response_init(struct rl_response *r);
+void response_free(struct rl_response *r);
+void response_reset(struct rl_response *r);
+const char *response_reason(int status);
+
+/* Adds one header line; name and the formatted value must not contain CR
+ * or LF (they are replaced by spaces). */
+void response_header(struct rl_response *r, const char *name,
+    const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* A JSON error: {"error": code, "message": message}. */
+void response_error(struct rl_response *r, int status, const char *code,
+    const char *message);
+
+/* 200 or 429 for a decision on rule, with the X-RateLimit-*, RateLimit,
+ * RateLimit-Policy and (on 429) Retry-After headers and the JSON body. */
+void response_decision(struct rl_response *r, const struct rl_rule *rule,
+    const struct rl_decision *d);
+
+/* Seconds a client is told to wait for limit state st (at least 1). */
+long long response_retry_after_s(const struct rl_limit_state *st);
+
+/* ------------------------------------------------------------------ */
+/* embedded.c (generated by scripts/embed.sh from lua/ and schema/) */
+
+/* lua/token_bucket.lua, lua/sliding_window.lua and lua/check.lua, in that
+ * order: the one script every check runs. */
+extern const char embedded_check_lua[];
+
+struct embedded_migration {
+    int version;                /* from the file name: 001_init.sql -> 1 */
+    const char *name;           /* file name without .sql */
+    const char *sql;
+};
+
+/* Ordered by version; the last entry has name == NULL. */
+extern const struct embedded_migration embedded_migrations[];
+
+#endif /* RATELIMIT_H */

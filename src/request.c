@@ -1,0 +1,184 @@
+/*
+ * request.c -- the check API's input: the JSON body and the API key.
+ *
+ * Bounds are those of the original Go service: the route is 1 to 512 bytes
+ * after trimming white space, the subject at most 256 bytes, a cost that is
+ * absent or not positive counts as 1 and a cost above 1,000,000 is refused.
+ * Nothing here touches the network; the worker hands in the raw bytes it
+ * read, already bounded by max_body_size.
+ */
+#include <ctype.h>
+#include <math.h>
+#include <stdarg.h>
+#include <string.h>
+#include <strings.h>
+
+#include <json-c/json.h>
+
+#include "ratelimit.h"
+
+/* JSON nesting deeper than this is refused by the tokenizer itself. */
+#define REQUEST_JSON_DEPTH 8
+
+static int
+fail(char *err, size_t errlen, const char *msg)
+{
+    snprintf(err, errlen, "%s", msg);
+    return -1;
+}
+
+int
+request_parse_check(const char *body, size_t len, struct check_request *out,
+    char *err, size_t errlen)
+{
+    struct json_tokener *tok;
+    struct json_object *root = NULL, *v;
+    const char *s, *e;
+    size_t n;
+    int rc = -1;
+
+    memset(out, 0, sizeof(*out));
+    out->cost = 1;
+    if (len == 0)
+        return fail(err, errlen, "request body is empty");
+    if (memchr(body, '\0', len) != NULL)
+        return fail(err, errlen, "request body contains a NUL byte");
+    if ((tok = json_tokener_new_ex(REQUEST_JSON_DEPTH)) == NULL)
+        return fail(err, errlen, "out of memory");
+    root = json_tokener_parse_ex(tok, body, (int)len);
+    if (root == NULL || json_tokener_get_error(tok) != json_tokener_success ||
+        tok->char_offset != (int)len) {
+        /* Trailing white space after the value is fine. */
+        if (root != NULL) {
+            size_t off = (size_t)tok->char_offset;
+
+            while (off < len && isspace((unsigned char)body[off]))
+                off++;
+            if (off == len && json_tokener_get_error(tok) ==
+                json_tokener_success)
+                goto parsed;
+        }
+        fail(err, errlen, "request body is not valid JSON");
+        goto out;
+    }
+parsed:
+    if (!json_object_is_type(root, json_type_object)) {
+        fail(err, errlen, "request body must be a JSON object");
+        goto out;
+    }
+    if (!json_object_object_get_ex(root, "route", &v) ||
+        !json_object_is_type(v, json_type_string)) {
+        fail(err, errlen, "\"route\" is required and must be a string");
+        goto out;
+    }
+    s = json_object_get_string(v);
+    n = (size_t)json_object_get_string_len(v);
+    e = s + n;
+    while (s < e && isspace((unsigned char)*s))
+        s++;
+    while (e > s && isspace((unsigned char)e[-1]))
+        e--;
+    if (e == s) {
+        fail(err, errlen, "\"route\" must not be empty");
+        goto out;
+    }
+    if ((size_t)(e - s) > RL_ROUTE_MAX) {
+        fail(err, errlen, "\"route\" is longer than 512 bytes");
+        goto out;
+    }
+    if (memchr(s, '\0', (size_t)(e - s)) != NULL) {
+        fail(err, errlen, "\"route\" contains a NUL byte");
+        goto out;
+    }
+    memcpy(out->route, s, (size_t)(e - s));
+    out->route[e - s] = '\0';
+
+    if (json_object_object_get_ex(root, "subject", &v) &&
+        !json_object_is_type(v, json_type_null)) {
+        if (!json_object_is_type(v, json_type_string)) {
+            fail(err, errlen, "\"subject\" must be a string");
+            goto out;
+        }
+        n = (size_t)json_object_get_string_len(v);
+        if (n > RL_SUBJECT_MAX) {
+            fail(err, errlen, "\"subject\" is longer than 256 bytes");
+            goto out;
+        }
+        memcpy(out->subject, json_object_get_string(v), n);
+        out->subject[n] = '\0';
+        if (strlen(out->subject) != n) {
+            fail(err, errlen, "\"subject\" contains a NUL byte");
+            goto out;
+        }
+        out->has_subject = n > 0;
+    }
+
+    if (json_object_object_get_ex(root, "cost", &v) &&
+        !json_object_is_type(v, json_type_null)) {
+        double d;
+
+        if (json_object_is_type(v, json_type_int)) {
+            int64_t c = json_object_get_int64(v);
+
+            if (c > RL_COST_MAX) {
+                fail(err, errlen, "\"cost\" is larger than 1000000");
+                goto out;
+            }
+            out->cost = c <= 0 ? 1 : c;
+        } else if (json_object_is_type(v, json_type_double)) {
+            d = json_object_get_double(v);
+            if (!isfinite(d) || d != floor(d)) {
+                fail(err, errlen, "\"cost\" must be a whole number");
+                goto out;
+            }
+            if (d > RL_COST_MAX) {
+                fail(err, errlen, "\"cost\" is larger than 1000000");
+                goto out;
+            }
+            out->cost = d <= 0 ? 1 : (long long)d;
+        } else {
+            fail(err, errlen, "\"cost\" must be a number");
+            goto out;
+        }
+    }
+
+    if (json_object_object_get_ex(root, "peek", &v) &&
+        !json_object_is_type(v, json_type_null)) {
+        if (!json_object_is_type(v, json_type_boolean)) {
+            fail(err, errlen, "\"peek\" must be true or false");
+            goto out;
+        }
+        out->peek = json_object_get_boolean(v);
+    }
+    rc = 0;
+out:
+    json_object_put(root);
+    json_tokener_free(tok);
+    return rc;
+}
+
+int
+request_api_key(const char *x_api_key, const char *authorization,
+    const char **key)
+{
+    const char *k = NULL;
+    size_t n;
+
+    if (x_api_key != NULL && *x_api_key != '\0')
+        k = x_api_key;
+    else if (authorization != NULL &&
+        strncasecmp(authorization, "Bearer ", 7) == 0) {
+        k = authorization + 7;
+        while (*k == ' ')
+            k++;
+    }
+    if (k == NULL || *k == '\0')
+        return 0;
+    n = strlen(k);
+    while (n > 0 && isspace((unsigned char)k[n - 1]))
+        n--;
+    if (n > RL_KEY_MAX)
+        return -1;
+    *key = k;
+    return (int)n;
+}

@@ -1,0 +1,219 @@
+/*
+ * response.c -- status, headers and JSON body of an answer.
+ *
+ * The worker writes whatever ends up here through FCGX_PutStr in one go;
+ * formatting is done with snprintf-style helpers (libfcgi's own printf
+ * cannot format size_t or intmax_t).  Bodies are built with json-c so that
+ * strings are always escaped correctly and zeros are never dropped.
+ *
+ * Header semantics: X-RateLimit-* describe the most restrictive limit of
+ * the rule (X-RateLimit-Reset in unix seconds, from Redis time); the IETF
+ * fields of draft-ietf-httpapi-ratelimit-headers-11 list every limit:
+ *   RateLimit-Policy: "name";q=<quota>;w=<window seconds>, ...
+ *   RateLimit: "name";r=<available>;t=<seconds>, ...
+ */
+#include <stdarg.h>
+#include <string.h>
+
+#include <json-c/json.h>
+
+#include "ratelimit.h"
+
+void
+response_init(struct rl_response *r)
+{
+    r->status = 200;
+    r->content_type = "application/json";
+    buf_init(&r->headers);
+    buf_init(&r->body);
+}
+
+void
+response_free(struct rl_response *r)
+{
+    buf_free(&r->headers);
+    buf_free(&r->body);
+}
+
+void
+response_reset(struct rl_response *r)
+{
+    r->status = 200;
+    r->content_type = "application/json";
+    buf_reset(&r->headers);
+    buf_reset(&r->body);
+}
+
+const char *
+response_reason(int status)
+{
+    switch (status) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 411: return "Length Required";
+    case 413: return "Content Too Large";
+    case 429: return "Too Many Requests";
+    case 500: return "Internal Server Error";
+    case 503: return "Service Unavailable";
+    default: return "Unknown";
+    }
+}
+
+void
+response_header(struct rl_response *r, const char *name, const char *fmt, ...)
+{
+    char value[1024];
+    va_list ap;
+    size_t i;
+
+    va_start(ap, fmt);
+    vsnprintf(value, sizeof(value), fmt, ap);
+    va_end(ap);
+    for (i = 0; value[i] != '\0'; i++)
+        if (value[i] == '\r' || value[i] == '\n')
+            value[i] = ' ';
+    buf_puts(&r->headers, name);
+    buf_append(&r->headers, ": ", 2);
+    buf_puts(&r->headers, value);
+    buf_append(&r->headers, "\r\n", 2);
+}
+
+static void
+response_json(struct rl_response *r, struct json_object *obj)
+{
+    size_t len;
+    const char *s = json_object_to_json_string_length(obj,
+        JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &len);
+
+    buf_reset(&r->body);
+    buf_append(&r->body, s, len);
+    buf_append(&r->body, "\n", 1);
+    json_object_put(obj);
+}
+
+void
+response_error(struct rl_response *r, int status, const char *code,
+    const char *message)
+{
+    struct json_object *o = json_object_new_object();
+
+    r->status = status;
+    json_object_object_add(o, "error", json_object_new_string(code));
+    if (message != NULL)
+        json_object_object_add(o, "message", json_object_new_string(message));
+    response_json(r, o);
+}
+
+static long long
+ceil_div_ms(long long ms)
+{
+    return ms <= 0 ? 0 : (ms + 999) / 1000;
+}
+
+long long
+response_retry_after_s(const struct rl_limit_state *st)
+{
+    long long s;
+
+    /* -1: this cost can never pass; point at the full reset instead. */
+    s = ceil_div_ms(st->retry_after_ms == -1 ? st->reset_ms :
+        st->retry_after_ms);
+    return s < 1 ? 1 : s;
+}
+
+/* The window a limit announces in RateLimit-Policy (w, whole seconds). */
+static long long
+response_window_s(const struct rl_limit *l)
+{
+    double w;
+
+    if (l->algorithm == RL_ALGO_SLIDING_WINDOW)
+        return l->window_seconds;
+    w = (double)l->bucket_capacity / l->refill_rate;
+    return w < 1 ? 1 : (long long)(w + 0.999999);
+}
+
+/* Seconds within which "remaining" applies (the t of RateLimit). */
+static long long
+response_effective_s(const struct rl_limit_state *st)
+{
+    if (!st->allowed)
+        return response_retry_after_s(st);
+    return ceil_div_ms(st->reset_ms);
+}
+
+static struct json_object *
+response_state_json(const struct rl_limit *l, const struct rl_limit_state *st,
+    long long now_s)
+{
+    struct json_object *o = json_object_new_object();
+
+    json_object_object_add(o, "allowed", json_object_new_boolean(st->allowed));
+    json_object_object_add(o, "limit", json_object_new_int64(st->limit));
+    json_object_object_add(o, "remaining",
+        json_object_new_int64(st->remaining));
+    json_object_object_add(o, "reset_at",
+        json_object_new_int64(now_s + ceil_div_ms(st->reset_ms)));
+    json_object_object_add(o, "retry_after",
+        json_object_new_int64(st->allowed ? 0 : response_retry_after_s(st)));
+    json_object_object_add(o, "algorithm",
+        json_object_new_string(rules_algorithm_name(l->algorithm)));
+    return o;
+}
+
+void
+response_decision(struct rl_response *r, const struct rl_rule *rule,
+    const struct rl_decision *d)
+{
+    struct json_object *o, *p, *arr;
+    const struct rl_limit_state *st;
+    struct rl_buf policy, state;
+    long long now_s = d->now_ms / 1000;
+    int i, primary = limiter_primary(d);
+
+    st = &d->st[primary];
+    r->status = d->allowed ? 200 : 429;
+    o = response_state_json(&rule->limits[primary], st, now_s);
+    json_object_object_add(o, "allowed", json_object_new_boolean(d->allowed));
+    if (d->nlimits > 1) {
+        arr = json_object_new_array();
+        for (i = 0; i < d->nlimits; i++) {
+            p = response_state_json(&rule->limits[i], &d->st[i], now_s);
+            json_object_object_add(p, "name",
+                json_object_new_string(rule->limits[i].name));
+            json_object_array_add(arr, p);
+        }
+        json_object_object_add(o, "policies", arr);
+    }
+    response_json(r, o);
+
+    response_header(r, "X-RateLimit-Limit", "%lld", st->limit);
+    response_header(r, "X-RateLimit-Remaining", "%lld", st->remaining);
+    response_header(r, "X-RateLimit-Reset", "%lld",
+        now_s + ceil_div_ms(st->reset_ms));
+    if (!d->allowed)
+        response_header(r, "Retry-After", "%lld", response_retry_after_s(st));
+
+    buf_init(&policy);
+    buf_init(&state);
+    for (i = 0; i < d->nlimits; i++) {
+        const char *sep = i > 0 ? ", " : "";
+
+        /* Limit names are [A-Za-z0-9_.-] (checked when stored), so they
+         * need no escaping inside an sf-string. */
+        buf_printf(&policy, "%s\"%s\";q=%lld;w=%lld", sep,
+            rule->limits[i].name, d->st[i].limit,
+            response_window_s(&rule->limits[i]));
+        buf_printf(&state, "%s\"%s\";r=%lld;t=%lld", sep,
+            rule->limits[i].name, d->st[i].remaining,
+            response_effective_s(&d->st[i]));
+    }
+    response_header(r, "RateLimit-Policy", "%s", policy.data);
+    response_header(r, "RateLimit", "%s", state.data);
+    buf_free(&policy);
+    buf_free(&state);
+}
