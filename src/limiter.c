@@ -54,6 +54,29 @@ limiter_argf(struct limiter_call *call, size_t *used, const char *fmt, ...)
     return limiter_arg(call, used, tmp, (size_t)n);
 }
 
+/*
+ * A refill rate as the script wants it: plain decimal digits, at most 15
+ * characters, no exponent.  Six decimals (a millionth of a token per
+ * second) is the precision kept; trailing zeros are dropped.
+ */
+static int
+limiter_rate(struct limiter_call *call, size_t *used, double rate)
+{
+    char tmp[64];
+    size_t n;
+
+    if (!(rate > 0) || rate > 1e8)
+        return -1;
+    n = (size_t)snprintf(tmp, sizeof(tmp), "%.6f", rate);
+    while (n > 0 && tmp[n - 1] == '0')
+        n--;
+    if (n > 0 && tmp[n - 1] == '.')
+        n--;
+    if (n == 0 || (n == 1 && tmp[0] == '0'))
+        return -1;
+    return limiter_arg(call, used, tmp, n);
+}
+
 int
 limiter_build(const char *sha, const char *tenant_id,
     const struct rl_rule *rule, const struct check_request *req,
@@ -96,7 +119,7 @@ limiter_build(const char *sha, const char *tenant_id,
         case RL_ALGO_TOKEN_BUCKET:
             if (limiter_argf(call, &used, "token_bucket") == -1 ||
                 limiter_argf(call, &used, "%lld", l->bucket_capacity) == -1 ||
-                limiter_argf(call, &used, "%.17g", l->refill_rate) == -1)
+                limiter_rate(call, &used, l->refill_rate) == -1)
                 return -1;
             break;
         case RL_ALGO_SLIDING_WINDOW:
