@@ -65,43 +65,67 @@ auth_result(const struct key_info *ki)
     return AUTH_OK;
 }
 
-int
-auth_check_key(struct service *svc, const char *key, size_t len,
+/*
+ * Looks up cache_key in the key cache, asking PostgreSQL through lookup on
+ * a miss or expiry.  Known entries that have expired are still used while
+ * PostgreSQL is unavailable.
+ */
+static int
+auth_lookup(struct service *svc, const char *cache_key, const char *arg,
+    int (*lookup)(struct pg_store *, const char *, struct key_info *),
     struct key_info *info)
 {
     struct key_info *ki, fresh;
-    char hash[65];
     int64_t now = util_now_ms();
     int stale = 0;
 
-    if (len == 0)
-        return AUTH_NO_KEY;
     auth_sync(svc);
-    util_sha256_hex(key, len, hash);
-    ki = cache_get(svc->keys, hash, now, &stale);
+    ki = cache_get(svc->keys, cache_key, now, &stale);
     if (ki != NULL && !stale) {
         *info = *ki;
         return auth_result(ki);
     }
-    if (pg_store_key(&svc->pg, hash, &fresh) != STORE_OK) {
+    if (lookup(&svc->pg, arg, &fresh) != STORE_OK) {
         if (ki != NULL && ki->found) {
-            log_debug("key %.8s...: using the cached entry while "
-                "PostgreSQL is unavailable", hash);
+            log_debug("%.10s...: using the cached entry while PostgreSQL "
+                "is unavailable", cache_key);
             *info = *ki;
             return auth_result(ki);
         }
         return AUTH_UNAVAILABLE;
     }
-    /* A reconnect may have cleared the cache under ki: look up afresh. */
+    /* A reconnect may have cleared the cache; what we hold is fresh. */
     auth_sync(svc);
-    if ((ki = malloc(sizeof(*ki))) == NULL)
-        return AUTH_UNAVAILABLE;
-    *ki = fresh;
-    if (cache_put(svc->keys, hash, ki, now, 1000 * (fresh.found ?
-        svc->cfg->key_cache_ttl : svc->cfg->key_cache_negative_ttl)) == -1)
-        return AUTH_UNAVAILABLE;
-    *info = *ki;
-    return auth_result(ki);
+    *info = fresh;
+    if ((ki = malloc(sizeof(*ki))) != NULL) {
+        *ki = fresh;
+        cache_put(svc->keys, cache_key, ki, now, 1000 * (fresh.found ?
+            svc->cfg->key_cache_ttl : svc->cfg->key_cache_negative_ttl));
+    }
+    return auth_result(&fresh);
+}
+
+int
+auth_check_key(struct service *svc, const char *key, size_t len,
+    struct key_info *info)
+{
+    char hash[65];
+
+    if (len == 0)
+        return AUTH_NO_KEY;
+    util_sha256_hex(key, len, hash);
+    return auth_lookup(svc, hash, hash, pg_store_key, info);
+}
+
+int
+auth_tenant_by_name(struct service *svc, const char *name,
+    struct key_info *info)
+{
+    char cache_key[RL_NAME_MAX * 2 + 8];
+
+    /* Key hashes are 64 hex digits, so "tenant:" cannot collide. */
+    snprintf(cache_key, sizeof(cache_key), "tenant:%s", name);
+    return auth_lookup(svc, cache_key, name, pg_store_tenant, info);
 }
 
 const struct tenant_rules *

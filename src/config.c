@@ -86,6 +86,23 @@ static const struct config_key config_keys[] = {
     { "log", CT_ENUM, OFF(log_target), SZ(log_target), 0, 0, "stderr",
       "stderr|syslog", "where log lines go: stderr (the web server's error "
       "log) or syslog (facility daemon)" },
+    { "authorizer_path", CT_STRING, OFF(authorizer_path),
+      SZ(authorizer_path), 0, 0, "/_ratelimit/auth", NULL,
+      "a Responder request for this path is answered as an authorizer "
+      "decision on the original request (REQUEST_URI): for nginx "
+      "auth_request; empty = off" },
+    { "authorizer_route", CT_ENUM, OFF(authorizer_route),
+      SZ(authorizer_route), 0, 0, "path", "path|method_path",
+      "the route an authorizer decision matches rules against: the path "
+      "without the query string, or \"METHOD path\"" },
+    { "anonymous_tenant", CT_STRING, OFF(anonymous_tenant),
+      SZ(anonymous_tenant), 0, 0, "", NULL,
+      "tenant whose rules apply to authorizer requests without an API key, "
+      "counted per client address; empty = such requests get 401" },
+    { "trusted_proxies", CT_STRING, OFF(trusted_proxies),
+      SZ(trusted_proxies), 0, 0, "", NULL,
+      "addresses or networks (\"127.0.0.1, 10.0.0.0/8, ::1\") whose "
+      "X-Forwarded-For names the client; others' is ignored" },
 };
 
 #define NKEYS (sizeof(config_keys) / sizeof(config_keys[0]))
@@ -319,6 +336,21 @@ config_set(struct rl_config *cfg, const char *key, const char *value,
         return config_check_address(key, value, 1, err, errlen);
     if (strcmp(key, "redis") == 0)
         return config_check_address(key, value, 0, err, errlen);
+    if (strcmp(key, "trusted_proxies") == 0) {
+        int n = addr_parse_list(value, cfg->trusted,
+            (int)(sizeof(cfg->trusted) / sizeof(cfg->trusted[0])), err,
+            errlen);
+
+        if (n == -1)
+            return -1;
+        cfg->ntrusted = n;
+    }
+    if (strcmp(key, "authorizer_path") == 0 && value[0] != '\0' &&
+        value[0] != '/') {
+        errf(err, errlen, "authorizer_path: \"%s\" must start with '/'",
+            value);
+        return -1;
+    }
     return 0;
 }
 

@@ -62,6 +62,16 @@ struct rl_config {
     long retry_after_unavailable; /* seconds, Retry-After on 503 */
     int log_level;              /* enum rl_log_level */
     char log_target[16];        /* "stderr" or "syslog" */
+    char authorizer_path[256];  /* Responder path answering as authorizer */
+    char authorizer_route[16];  /* "path" or "method_path" */
+    char anonymous_tenant[129]; /* tenant of requests without a key */
+    char trusted_proxies[1024]; /* as written; parsed into trusted[] */
+    int ntrusted;
+    struct addr_net {
+        int family;             /* AF_INET or AF_INET6 */
+        unsigned char addr[16];
+        int prefix;
+    } trusted[32];
 };
 
 /* Fills cfg with the default of every key. */
@@ -95,6 +105,23 @@ void log_emit(int level, const char *file, int line, const char *fmt, ...)
 #define log_warn(...) log_emit(RL_LOG_WARN, __FILE__, __LINE__, __VA_ARGS__)
 #define log_info(...) log_emit(RL_LOG_INFO, __FILE__, __LINE__, __VA_ARGS__)
 #define log_debug(...) log_emit(RL_LOG_DEBUG, __FILE__, __LINE__, __VA_ARGS__)
+
+/* ------------------------------------------------------------------ */
+/* addr.c: client addresses and trusted proxies */
+
+/* Parses "127.0.0.1, 10.0.0.0/8 ::1" into nets.  Returns the count, or -1
+ * with a message naming the bad entry. */
+int addr_parse_list(const char *s, struct addr_net *nets, int max,
+    char *err, size_t errlen);
+
+/* 1 when ip (text) is inside one of the nets, else 0. */
+int addr_match(const struct addr_net *nets, int n, const char *ip);
+
+/* The client's address: the peer itself, or, when the peer is a trusted
+ * proxy and X-Forwarded-For is given, the rightmost address in it that is
+ * not a trusted proxy.  Writes it to out and returns out. */
+const char *addr_client(const char *peer, const char *xff,
+    const struct addr_net *nets, int n, char *out, size_t outlen);
 
 /* ------------------------------------------------------------------ */
 /* util.c */
@@ -156,7 +183,7 @@ enum rl_algorithm {
 
 struct rl_limit {
     long long id;
-    char name[RL_NAME_MAX];
+    char name[RL_NAME_MAX + 1];
     int algorithm;              /* enum rl_algorithm */
     long long limit_count;      /* sliding window */
     long long window_seconds;   /* sliding window */

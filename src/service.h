@@ -72,6 +72,11 @@ void pg_store_close(struct pg_store *ps);
  * whether it exists) or STORE_UNAVAILABLE. */
 int pg_store_key(struct pg_store *ps, const char *hash, struct key_info *out);
 
+/* Looks up a tenant by name (for the anonymous tenant).  STORE_OK (with
+ * out->found, tenant_id and suspended set) or STORE_UNAVAILABLE. */
+int pg_store_tenant(struct pg_store *ps, const char *name,
+    struct key_info *out);
+
 /* Loads the enabled rules of a tenant, with their limits.  On STORE_OK
  * *out is a new allocation the caller frees with pg_store_rules_free. */
 int pg_store_rules(struct pg_store *ps, const char *tenant_id,
@@ -113,6 +118,11 @@ enum auth_result {
 int auth_check_key(struct service *svc, const char *key, size_t len,
     struct key_info *info);
 
+/* Resolves a tenant by name through the same cache; results as for a key
+ * (AUTH_UNKNOWN when there is no such tenant). */
+int auth_tenant_by_name(struct service *svc, const char *name,
+    struct key_info *info);
+
 /* The tenant's rules, cached; NULL when PostgreSQL is needed and down. */
 const struct tenant_rules *auth_tenant_rules(struct service *svc,
     const char *tenant_id);
@@ -130,6 +140,10 @@ struct http_request {
     const char *body;
     size_t body_len;
     int body_too_large;
+    int authorizer;             /* FCGI_ROLE=AUTHORIZER */
+    int auth_subrequest;        /* Responder on authorizer_path (nginx) */
+    const char *remote_addr;
+    const char *x_forwarded_for;
 };
 
 void api_handle(struct service *svc, const struct http_request *req,

@@ -25,6 +25,9 @@ static const char sql_key[] =
     "t.status FROM api_keys k JOIN tenants t ON t.id = k.tenant_id "
     "WHERE k.key_hash = $1";
 
+static const char sql_tenant[] =
+    "SELECT id::text, status FROM tenants WHERE name = $1";
+
 static const char sql_rules[] =
     "SELECT r.id, r.route_pattern, r.priority, r.shadow, r.failure_mode, "
     "r.per, l.id, l.name, l.algorithm, coalesce(l.limit_count, 0), "
@@ -104,7 +107,8 @@ pg_store_connect(struct pg_store *ps)
         return pg_store_fail(ps, "connect",
             ps->conn ? PQerrorMessage(ps->conn) : "out of memory");
     if (pg_store_prepare(ps, "rl_key", sql_key, 1) != STORE_OK ||
-        pg_store_prepare(ps, "rl_rules", sql_rules, 1) != STORE_OK)
+        pg_store_prepare(ps, "rl_rules", sql_rules, 1) != STORE_OK ||
+        pg_store_prepare(ps, "rl_tenant", sql_tenant, 1) != STORE_OK)
         return STORE_UNAVAILABLE;
     res = PQexec(ps->conn, "LISTEN ratelimit_changes");
     ok = PQresultStatus(res) == PGRES_COMMAND_OK;
@@ -168,6 +172,24 @@ pg_store_key(struct pg_store *ps, const char *hash, struct key_info *out)
         out->admin = strcmp(PQgetvalue(res, 0, 3), "admin") == 0;
         out->revoked = strcmp(PQgetvalue(res, 0, 4), "active") != 0;
         out->suspended = strcmp(PQgetvalue(res, 0, 5), "active") != 0;
+    }
+    PQclear(res);
+    return STORE_OK;
+}
+
+int
+pg_store_tenant(struct pg_store *ps, const char *name, struct key_info *out)
+{
+    PGresult *res;
+
+    memset(out, 0, sizeof(*out));
+    if ((res = pg_store_exec(ps, "rl_tenant", name)) == NULL)
+        return STORE_UNAVAILABLE;
+    if (PQntuples(res) == 1) {
+        out->found = 1;
+        copy_str(out->tenant_id, sizeof(out->tenant_id),
+            PQgetvalue(res, 0, 0));
+        out->suspended = strcmp(PQgetvalue(res, 0, 1), "active") != 0;
     }
     PQclear(res);
     return STORE_OK;
