@@ -1,0 +1,408 @@
+#!/bin/sh
+# Starts and stops the development stack: a private PostgreSQL cluster, a
+# private Redis and lighttpd with ratelimit-fcgi as its FastCGI backend,
+# all on 127.0.0.1 and all kept under one directory.  `make run` and
+# `make stop` use it, and so do the integration tests.
+#
+# Usage: dev-stack.sh start|stop|restart|status
+#        dev-stack.sh start-redis|stop-redis|restart-redis|start-pg|stop-pg
+#
+# Environment (defaults in brackets):
+#   VAR         [var/ in the repository] where everything lives: configs,
+#                         logs, pid files (relative: to the current directory)
+#   PORT        [8080]    lighttpd
+#   REDIS_PORT  [6380]    Redis
+#   PG_PORT     [5433]    PostgreSQL
+#   BUILD       [build]   where ratelimit-fcgi and ratelimitctl are
+#   WORKERS     [4]       ratelimit-fcgi workers
+#   EXTRA_CONF  []        lines appended to the generated ratelimit.conf (a
+#                         key set here replaces the generated line)
+#   PG_EXTRA_OPTS []      extra PostgreSQL server options, read by pg.sh
+# A relative BUILD is taken from the repository root, like make does.
+#
+# Every wait is bounded; `stop` is safe when nothing runs.
+set -eu
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+CALLER_PWD=$(pwd)
+cd "$ROOT"
+
+# A relative VAR is taken from the caller's directory; the default is the
+# repository's var/.
+VAR=${VAR:-$ROOT/var}
+case $VAR in
+/*) ;;
+*) VAR=$CALLER_PWD/$VAR ;;
+esac
+PORT=${PORT:-8080}
+REDIS_PORT=${REDIS_PORT:-6380}
+PG_PORT=${PG_PORT:-5433}
+BUILD=${BUILD:-build}
+WORKERS=${WORKERS:-4}
+EXTRA_CONF=${EXTRA_CONF:-}
+PG_SH=scripts/pg.sh
+LIGHTTPD=/usr/sbin/lighttpd
+DEMO_KEY=rl_demo_abc123xyz
+
+case $BUILD in
+/*) ;;
+*) BUILD=$ROOT/$BUILD ;;
+esac
+# lighttpd splits bin-path at blanks.
+case $VAR$BUILD in
+*[[:space:]]*) echo "dev-stack: VAR and BUILD must not contain blanks" >&2
+    exit 1 ;;
+esac
+
+say() {
+    echo "dev-stack: $*"
+}
+
+die() {
+    echo "dev-stack: $*" >&2
+    exit 1
+}
+
+# Makes VAR absolute, creating it when asked to ($1 = create|nocreate).
+# Returns 1 when it does not exist and was not to be created.
+var_resolve() {
+    if [ "$1" = create ]; then
+        mkdir -p "$VAR"
+    elif [ ! -d "$VAR" ]; then
+        return 1
+    fi
+    VAR=$(cd "$VAR" && pwd)
+    export VAR
+}
+
+# Prints the pid in file $1 if that process is alive; returns 1 otherwise.
+pid_alive() {
+    [ -f "$1" ] || return 1
+    pa_pid=$(head -n 1 "$1" 2>/dev/null || true)
+    case $pa_pid in
+    '' | *[!0-9]*) return 1 ;;
+    esac
+    kill -0 "$pa_pid" 2>/dev/null || return 1
+    echo "$pa_pid"
+}
+
+# Waits up to $2 tenths of a second for process $1 to exit.  Returns 1 if
+# it is still there.
+wait_gone() {
+    wg_n=0
+    while kill -0 "$1" 2>/dev/null; do
+        wg_n=$((wg_n + 1))
+        [ "$wg_n" -gt "$2" ] && return 1
+        sleep 0.1
+    done
+    return 0
+}
+
+# Ends process $1: SIGTERM, up to $2 tenths of a second, then SIGKILL.
+end_pid() {
+    kill -TERM "$1" 2>/dev/null || return 0
+    if ! wait_gone "$1" "$2"; then
+        kill -KILL "$1" 2>/dev/null || true
+        wait_gone "$1" 20 || true
+    fi
+}
+
+# Prints the pids of every descendant of process $1.
+descendants() {
+    ps -e -o pid= -o ppid= | awk -v root="$1" '
+        { parent[$1] = $2; pids[NR] = $1 }
+        END {
+            for (i = 1; i <= NR; i++) {
+                p = pids[i]; q = parent[p]; hops = 0
+                while (q != "" && q != 0 && q != root && hops++ < 64)
+                    q = parent[q]
+                if (q == root && p != root)
+                    print p
+            }
+        }'
+}
+
+# Prints the pids of ratelimit-fcgi processes started for this VAR.
+fcgi_pids() {
+    ps -e -o pid= -o args= | awk -v conf="$VAR/ratelimit.conf" '
+        $2 ~ /ratelimit-fcgi/ && index($0, conf) { print $1 }'
+}
+
+redis_cli() {
+    redis-cli -h 127.0.0.1 -p "$REDIS_PORT" "$@"
+}
+
+# Prints the last lines of every log of the stack, for a failed start.
+show_logs() {
+    for f in "$VAR"/lighttpd-error.log "$VAR"/ratelimit-fcgi.log \
+        "$VAR"/redis.log "$VAR"/*.log "$VAR"/pg*/*.log "$VAR"/pg*/log/*; do
+        [ -f "$f" ] || continue
+        case " $shown " in
+        *" $f "*) continue ;;
+        esac
+        shown="$shown $f"
+        echo "---- tail of $f" >&2
+        tail -n 20 "$f" >&2
+    done
+}
+shown=""
+
+# ---------------------------------------------------------------- PostgreSQL
+
+pg_start() {
+    [ -f "$PG_SH" ] || die "$PG_SH is missing"
+    sh "$PG_SH" start "$VAR" "$PG_PORT" ||
+        die "PostgreSQL did not start (see $VAR)"
+}
+
+pg_stop() {
+    if [ -f "$PG_SH" ]; then
+        sh "$PG_SH" stop "$VAR" || true
+    fi
+}
+
+# ---------------------------------------------------------------- Redis
+
+redis_start() {
+    if pid_alive "$VAR/redis.pid" >/dev/null; then
+        return 0
+    fi
+    mkdir -p "$VAR/redis"
+    redis-server --bind 127.0.0.1 --port "$REDIS_PORT" \
+        --save "" --appendonly no --dir "$VAR/redis" \
+        --pidfile "$VAR/redis.pid" --logfile "$VAR/redis.log" \
+        --daemonize yes >/dev/null ||
+        die "redis-server failed (see $VAR/redis.log)"
+    rs_n=0
+    until [ "$(redis_cli ping 2>/dev/null)" = PONG ]; do
+        rs_n=$((rs_n + 1))
+        if [ "$rs_n" -gt 100 ]; then
+            tail -n 20 "$VAR/redis.log" >&2 || true
+            die "Redis did not answer PING on 127.0.0.1:$REDIS_PORT in 10 s"
+        fi
+        sleep 0.1
+    done
+}
+
+redis_stop() {
+    rs_pid=$(pid_alive "$VAR/redis.pid") || {
+        rm -f "$VAR/redis.pid"
+        return 0
+    }
+    redis_cli shutdown nosave >/dev/null 2>&1 || true
+    if ! wait_gone "$rs_pid" 50; then
+        end_pid "$rs_pid" 50
+    fi
+    rm -f "$VAR/redis.pid"
+}
+
+# ---------------------------------------------------------------- the app
+
+# Writes $VAR/ratelimit.conf.  A key that EXTRA_CONF sets is left out of
+# the generated part, since the loader rejects a key set twice.
+write_conf() {
+    {
+        echo "# Generated by scripts/dev-stack.sh; rewritten on every start."
+        while IFS='|' read -r wc_key wc_value; do
+            if printf '%s\n' "$EXTRA_CONF" |
+                grep -Eq "^[[:space:]]*${wc_key}[[:space:]]*="; then
+                continue
+            fi
+            echo "$wc_key = $wc_value"
+        done <<EOF
+listen|""
+workers|$WORKERS
+pg_conninfo|"host=127.0.0.1 port=$PG_PORT dbname=ratelimit user=ratelimit"
+redis|127.0.0.1:$REDIS_PORT
+log_level|info
+EOF
+        if [ -n "$EXTRA_CONF" ]; then
+            printf '%s\n' "$EXTRA_CONF"
+        fi
+    } >"$VAR/ratelimit.conf.tmp"
+    mv "$VAR/ratelimit.conf.tmp" "$VAR/ratelimit.conf"
+}
+
+migrate_and_seed() {
+    "$BUILD/ratelimitctl" -c "$VAR/ratelimit.conf" migrate ||
+        die "ratelimitctl migrate failed"
+    psql -h 127.0.0.1 -p "$PG_PORT" -U ratelimit -d ratelimit \
+        -v ON_ERROR_STOP=1 -q -f schema/dev_seed.sql ||
+        die "loading schema/dev_seed.sql failed"
+}
+
+write_lighttpd_conf() {
+    mkdir -p "$VAR/htdocs"
+    cat >"$VAR/lighttpd.conf" <<EOF
+# Generated by scripts/dev-stack.sh; rewritten on every start.
+server.modules = ( "mod_fastcgi" )
+server.port = $PORT
+server.bind = "127.0.0.1"
+server.document-root = "$VAR/htdocs"
+server.errorlog = "$VAR/lighttpd-error.log"
+# The backend's stderr (our log) goes here.
+server.breakagelog = "$VAR/ratelimit-fcgi.log"
+server.pid-file = "$VAR/lighttpd.pid"
+fastcgi.server = ( "/" => ((
+    "bin-path" => "$BUILD/ratelimit-fcgi -c $VAR/ratelimit.conf",
+    "socket" => "$VAR/fcgi.sock",
+    "check-local" => "disable",
+    "max-procs" => 1
+)) )
+EOF
+}
+
+lighttpd_start() {
+    [ -x "$BUILD/ratelimit-fcgi" ] ||
+        die "$BUILD/ratelimit-fcgi is missing: run make first"
+    write_lighttpd_conf
+    "$LIGHTTPD" -tt -f "$VAR/lighttpd.conf" >/dev/null ||
+        die "lighttpd rejects $VAR/lighttpd.conf"
+    "$LIGHTTPD" -f "$VAR/lighttpd.conf" || {
+        show_logs
+        die "lighttpd did not start"
+    }
+}
+
+# Waits (at most 30 s) until /health/ready answers 200.
+wait_ready() {
+    wr_n=0
+    while :; do
+        wr_code=$(curl -s -o /dev/null -m 2 -w '%{http_code}' \
+            "http://127.0.0.1:$PORT/health/ready" 2>/dev/null || true)
+        [ "$wr_code" = 200 ] && return 0
+        wr_n=$((wr_n + 1))
+        if [ "$wr_n" -gt 150 ]; then
+            show_logs
+            die "/health/ready did not answer 200 within 30 s (last: $wr_code)"
+        fi
+        sleep 0.2
+    done
+}
+
+lighttpd_stop() {
+    ls_pids=""
+    if ls_pid=$(pid_alive "$VAR/lighttpd.pid"); then
+        # Note the backends before lighttpd goes, since they are reparented
+        # when it exits.
+        ls_pids=$(descendants "$ls_pid")
+        end_pid "$ls_pid" 100
+    fi
+    rm -f "$VAR/lighttpd.pid"
+    # lighttpd stops its bin-path backend; make sure that the master and
+    # every worker are gone too.
+    ls_pids="$ls_pids $(fcgi_pids)"
+    for ls_p in $ls_pids; do
+        kill -TERM "$ls_p" 2>/dev/null || true
+    done
+    for ls_p in $ls_pids; do
+        if ! wait_gone "$ls_p" 50; then
+            kill -KILL "$ls_p" 2>/dev/null || true
+            wait_gone "$ls_p" 20 || true
+        fi
+    done
+    rm -f "$VAR"/fcgi.sock*
+}
+
+# ---------------------------------------------------------------- commands
+
+summary() {
+    cat <<EOF
+dev-stack: running in $VAR
+  http://127.0.0.1:$PORT  lighttpd -> ratelimit-fcgi ($WORKERS workers)
+  Redis 127.0.0.1:$REDIS_PORT, PostgreSQL 127.0.0.1:$PG_PORT (db ratelimit)
+  logs: $VAR/ratelimit-fcgi.log $VAR/lighttpd-error.log $VAR/redis.log
+
+Try:
+  curl -s -X POST http://127.0.0.1:$PORT/v1/check -H 'X-API-Key: $DEMO_KEY' \\
+      -H 'Content-Type: application/json' \\
+      -d '{"route":"/api/payments/1","subject":"user-1"}'
+  curl -s http://127.0.0.1:$PORT/health/ready
+  $BUILD/ratelimitctl -c $VAR/ratelimit.conf tenant list
+Stop with: make stop
+EOF
+}
+
+cmd_start() {
+    var_resolve create
+    if pid_alive "$VAR/lighttpd.pid" >/dev/null &&
+        pid_alive "$VAR/redis.pid" >/dev/null; then
+        say "already running in $VAR (http://127.0.0.1:$PORT)"
+        exit 0
+    fi
+    [ -x "$BUILD/ratelimitctl" ] ||
+        die "$BUILD/ratelimitctl is missing: run make first"
+    pg_start
+    redis_start
+    write_conf
+    migrate_and_seed
+    if ! pid_alive "$VAR/lighttpd.pid" >/dev/null; then
+        lighttpd_start
+    fi
+    wait_ready
+    summary
+}
+
+cmd_stop() {
+    var_resolve nocreate || return 0
+    lighttpd_stop
+    redis_stop
+    pg_stop
+}
+
+cmd_status() {
+    var_resolve nocreate || {
+        say "not running ($VAR does not exist)"
+        return 1
+    }
+    st_rc=0
+    if st_pid=$(pid_alive "$VAR/lighttpd.pid"); then
+        say "lighttpd running (pid $st_pid), ratelimit-fcgi pids:" \
+            "$(fcgi_pids | tr '\n' ' ')"
+    else
+        say "lighttpd not running"
+        st_rc=1
+    fi
+    if st_pid=$(pid_alive "$VAR/redis.pid"); then
+        say "redis running (pid $st_pid)"
+    else
+        say "redis not running"
+        st_rc=1
+    fi
+    return "$st_rc"
+}
+
+case ${1:-} in
+start) cmd_start ;;
+stop) cmd_stop ;;
+restart)
+    cmd_stop
+    cmd_start
+    ;;
+status) cmd_status ;;
+start-redis)
+    var_resolve create
+    redis_start
+    ;;
+stop-redis)
+    var_resolve nocreate || exit 0
+    redis_stop
+    ;;
+restart-redis)
+    var_resolve create
+    redis_stop
+    redis_start
+    ;;
+start-pg)
+    var_resolve create
+    pg_start
+    ;;
+stop-pg)
+    var_resolve nocreate || exit 0
+    pg_stop
+    ;;
+*)
+    echo "usage: $0 start|stop|restart|status|start-redis|stop-redis|restart-redis|start-pg|stop-pg" >&2
+    exit 2
+    ;;
+esac

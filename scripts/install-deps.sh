@@ -1,0 +1,75 @@
+#!/bin/sh
+# Installs the Debian packages that building, running and testing
+# ratelimit-fcgi need (`make deps`; `make run`, `make test` and `make bench`
+# depend on it).  When everything is present it prints nothing and exits 0
+# at once.  As root it installs what is missing; otherwise it prints the
+# command to run and exits 1.  Services that the packages start on the
+# system are stopped again: the dev stack and the tests run their own
+# private servers.
+set -eu
+
+# The one list of packages: add new ones here.
+PACKAGES="build-essential pkg-config libfcgi-dev libhiredis-dev libpq-dev
+libjson-c-dev libssl-dev check libsubunit-dev redis-server postgresql
+lighttpd curl wrk procps"
+
+# Packages that start a system-wide service when installed: the package,
+# its service and the pid files the Debian package uses, as "pkg:svc:glob".
+SERVICES="redis-server:redis-server:/run/redis/redis-server.pid
+lighttpd:lighttpd:/run/lighttpd.pid
+postgresql:postgresql:/run/postgresql/*.pid"
+
+# One dpkg-query call for all packages; unknown ones are simply not listed.
+# shellcheck disable=SC2086
+installed=$(dpkg-query -W -f='${Package} ${db:Status-Abbrev}\n' $PACKAGES \
+    2>/dev/null | awk '$2 == "ii" { print $1 }') || true
+
+missing=""
+for pkg in $PACKAGES; do
+    if ! printf '%s\n' "$installed" | grep -qx -- "$pkg"; then
+        missing="$missing $pkg"
+    fi
+done
+missing=${missing# }
+[ -z "$missing" ] && exit 0
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "install-deps: missing Debian packages: $missing" >&2
+    echo "install-deps: run as root:" >&2
+    echo "  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $missing" >&2
+    exit 1
+fi
+
+echo "install-deps: installing $missing"
+apt-get update
+# shellcheck disable=SC2086
+DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+    $missing
+
+# Stop the services that were just installed (and started by their
+# maintainer scripts), so that nothing system-wide lingers.  Services that
+# were installed before are left alone.
+for entry in $SERVICES; do
+    pkg=${entry%%:*}
+    rest=${entry#*:}
+    svc=${rest%%:*}
+    pidglob=${rest#*:}
+    case " $missing " in
+    *" $pkg "*) ;;
+    *) continue ;;
+    esac
+    if command -v service >/dev/null 2>&1; then
+        service "$svc" stop >/dev/null 2>&1 || true
+    fi
+    # Without an init system `service` may do nothing: fall back to the
+    # package's own pid files.
+    for pidfile in $pidglob; do
+        [ -f "$pidfile" ] || continue
+        pid=$(head -n 1 "$pidfile" 2>/dev/null || true)
+        case $pid in
+        '' | *[!0-9]*) continue ;;
+        esac
+        kill "$pid" 2>/dev/null || true
+    done
+done
+exit 0

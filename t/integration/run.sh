@@ -1,0 +1,122 @@
+#!/bin/sh
+# Runs the integration tests: starts a private stack (PostgreSQL, Redis,
+# lighttpd -> ratelimit-fcgi) in a fresh temporary directory on ports that
+# cannot collide with `make run`, runs every t/integration/test_*.sh in
+# order, stops and removes the stack, and prints the total as the last line:
+# "N passed, M failed".  Exits non-zero when anything failed.
+#
+# Environment: PORT (18080), REDIS_PORT (16380), PG_PORT (15433), BUILD
+# (build), WORKERS (4); KEEP_VAR=1 keeps the directory for a post-mortem.
+# Test files that source lib.sh report each check through $RESULTS; for
+# any other test file the last "N passed, M failed" line it prints counts,
+# or else its exit status as one test.
+set -u
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT" || exit 1
+
+PORT=${PORT:-18080}
+REDIS_PORT=${REDIS_PORT:-16380}
+PG_PORT=${PG_PORT:-15433}
+BUILD=${BUILD:-build}
+WORKERS=${WORKERS:-4}
+case $BUILD in
+/*) ;;
+*) BUILD=$ROOT/$BUILD ;;
+esac
+RATELIMITCTL=$BUILD/ratelimitctl
+VAR=$(mktemp -d "${TMPDIR:-/tmp}/ratelimit-it.XXXXXX")
+# Scratch files of this script live beside VAR, not in it, so that no test
+# mistakes them for a log of the stack.
+RUN_TMP=$(mktemp -d "${TMPDIR:-/tmp}/ratelimit-run.XXXXXX")
+RESULTS=$RUN_TMP/results
+: >"$RESULTS"
+
+# Short caches, so that a revoked key or a suspended tenant is refused
+# within seconds; every statement in the PostgreSQL log, so that a test can
+# count them.
+EXTRA_CONF="key_cache_ttl = 2
+key_cache_negative_ttl = 1
+rule_cache_ttl = 2"
+PG_EXTRA_OPTS="-c log_statement=all"
+STACK_UP=0
+export ROOT PORT REDIS_PORT PG_PORT BUILD WORKERS RATELIMITCTL VAR RESULTS \
+    EXTRA_CONF PG_EXTRA_OPTS STACK_UP
+
+CLEANED=0
+cleanup() {
+    [ "$CLEANED" = 1 ] && return
+    CLEANED=1
+    sh scripts/dev-stack.sh stop >/dev/null 2>&1 || true
+    if [ "${KEEP_VAR:-0}" = 1 ]; then
+        echo "run.sh: kept $VAR"
+    else
+        sh scripts/pg.sh destroy "$VAR" >/dev/null 2>&1 || true
+        rm -rf "$VAR"
+    fi
+    rm -rf "$RUN_TMP"
+}
+trap cleanup EXIT
+trap 'cleanup; exit 130' INT TERM
+
+echo "run.sh: starting the stack in $VAR (http://127.0.0.1:$PORT)"
+if sh scripts/dev-stack.sh start >"$RUN_TMP/start.out" 2>&1; then
+    STACK_UP=1
+else
+    cat "$RUN_TMP/start.out"
+    echo "run.sh: the stack did not start; the tests that need it fail"
+fi
+
+# Counts the results of one test file: from $RESULTS lines added since
+# line $2, else from the last "N passed, M failed" line of its output $3,
+# else from its exit status $1.  Sets T_PASS and T_FAIL.
+tally() {
+    T_PASS=$(tail -n +"$(($2 + 1))" "$RESULTS" | grep -c '^pass ')
+    T_FAIL=$(tail -n +"$(($2 + 1))" "$RESULTS" | grep -c '^fail ')
+    if [ $((T_PASS + T_FAIL)) -eq 0 ]; then
+        ty_line=$(grep -E '(^|: )[0-9]+ passed, [0-9]+ failed' "$3" | tail -n 1)
+        if [ -n "$ty_line" ]; then
+            T_PASS=$(printf '%s\n' "$ty_line" |
+                sed -E 's/.*(^|[^0-9])([0-9]+) passed.*/\2/')
+            T_FAIL=$(printf '%s\n' "$ty_line" |
+                sed -E 's/.* ([0-9]+) failed.*/\1/')
+        elif [ "$1" -eq 0 ]; then
+            T_PASS=1
+        fi
+    fi
+    # A file that died without saying why still counts as a failure.
+    if [ "$1" -ne 0 ] && [ "$T_FAIL" -eq 0 ]; then
+        echo "not ok - $4 exited with status $1"
+        T_FAIL=1
+    fi
+}
+
+total_pass=0
+total_fail=0
+for t in t/integration/test_*.sh; do
+    [ -f "$t" ] || continue
+    name=$(basename "$t")
+    echo "run.sh: $name"
+    shell="sh"
+    case $(head -n 1 "$t") in
+    *bash*) shell="bash" ;;
+    esac
+    mark=$(wc -l <"$RESULTS" | tr -d ' ')
+    # Every test file has bounded waits of its own; the timeout is a last
+    # resort against a hang.
+    {
+        timeout -k 10 900 "$shell" "$t" </dev/null 2>&1
+        echo $? >"$RUN_TMP/rc"
+    } | tee "$RUN_TMP/out"
+    tally "$(cat "$RUN_TMP/rc")" "$mark" "$RUN_TMP/out" "$name"
+    total_pass=$((total_pass + T_PASS))
+    total_fail=$((total_fail + T_FAIL))
+done
+
+if [ "$total_fail" -gt 0 ] && [ -f "$VAR/ratelimit-fcgi.log" ]; then
+    echo "run.sh: tail of $VAR/ratelimit-fcgi.log"
+    tail -n 30 "$VAR/ratelimit-fcgi.log"
+fi
+cleanup
+echo "$total_pass passed, $total_fail failed"
+[ "$total_fail" -eq 0 ]

@@ -1,0 +1,313 @@
+#!/bin/sh
+# The check API against the real stack (lighttpd -> ratelimit-fcgi ->
+# PostgreSQL and Redis): every status of the API's table, the demo rules,
+# exactness under concurrency, the Redis and PostgreSQL budgets of a check,
+# and that revoking a key or suspending a tenant takes effect.  Run by
+# t/integration/run.sh, which starts the stack with short caches
+# (key_cache_ttl = 2) and PostgreSQL's log_statement = all.
+
+# shellcheck source-path=SCRIPTDIR
+. "$(dirname "$0")/lib.sh"
+require_stack
+
+# expect_error NAME STATUS CODE: the last response is that error.
+expect_error() {
+    check "$1: status $2" eq "$STATUS" "$2"
+    check "$1: error $3" eq "$(json_field error)" "$3"
+    check "$1: has a message" matches "$(json_field message)" '^[^<].*'
+    check "$1: JSON content type" contains "$(header Content-Type)" \
+        application/json
+}
+
+SUBJECT=$(uniq_name subj)
+
+# ---------------------------------------------------------------- health
+
+req GET /health/live
+check "GET /health/live is 200" eq "$STATUS" 200
+req GET /health/ready
+check "GET /health/ready is 200" eq "$STATUS" 200
+
+# ---------------------------------------------------------------- routing
+
+req GET /no/such/path
+check "unknown path: 404" eq "$STATUS" 404
+check "unknown path: error not_found" eq "$(json_field error)" not_found
+
+req POST /v1/nope "$(check_body /a)" "X-API-Key: $DEMO_KEY" \
+    "Content-Type: application/json"
+check "POST to an unknown path: 404" eq "$STATUS" 404
+
+req GET /v1/check - "X-API-Key: $DEMO_KEY"
+check "GET /v1/check: 405" eq "$STATUS" 405
+check "GET /v1/check: error method_not_allowed" \
+    eq "$(json_field error)" method_not_allowed
+check "GET /v1/check: Allow names POST" contains "$(header Allow)" POST
+
+# ---------------------------------------------------------------- auth
+
+req POST /v1/check "$(check_body /api/orders/1 "$SUBJECT")" \
+    "Content-Type: application/json"
+expect_error "no key" 401 unauthorized
+
+check_req rl_no_such_key_0123456789 "$(check_body /api/orders/1 "$SUBJECT")"
+expect_error "unknown key" 401 unauthorized
+
+req POST /v1/check "$(check_body /api/orders/1 "$SUBJECT")" \
+    "Authorization: Bearer rl_no_such_key_0123456789" \
+    "Content-Type: application/json"
+expect_error "unknown Bearer key" 401 unauthorized
+
+req POST /v1/check "$(check_body /api/orders/1 "$SUBJECT")" \
+    "Authorization: Bearer $DEMO_KEY" "Content-Type: application/json"
+check "Authorization: Bearer KEY works" eq "$STATUS" 200
+check "Bearer: allowed" eq "$(json_field allowed)" true
+
+check_req "$DEMO_ADMIN_KEY" "$(check_body /api/orders/1 "$SUBJECT")"
+expect_error "admin key" 403 admin_key_cannot_check
+
+# ---------------------------------------------------------------- validation
+
+check_req "$DEMO_KEY" '{"route":'
+expect_error "truncated JSON" 400 invalid_request
+
+check_req "$DEMO_KEY" 'route=/a'
+expect_error "not JSON" 400 invalid_request
+
+check_req "$DEMO_KEY" '["/a"]'
+expect_error "JSON array" 400 invalid_request
+
+check_req "$DEMO_KEY" ''
+expect_error "empty body" 400 invalid_request
+
+check_req "$DEMO_KEY" "{\"subject\":\"$SUBJECT\"}"
+expect_error "route missing" 400 invalid_request
+
+check_req "$DEMO_KEY" "$(check_body "" "$SUBJECT")"
+expect_error "empty route" 400 invalid_request
+
+check_req "$DEMO_KEY" "$(check_body "   " "$SUBJECT")"
+expect_error "blank route" 400 invalid_request
+
+route512=/$(printf '%511s' '' | tr ' ' r)
+route513=/$(printf '%512s' '' | tr ' ' r)
+check_req "$DEMO_KEY" "$(check_body "$route513" "$SUBJECT")"
+expect_error "route of 513 bytes" 400 invalid_request
+
+check_req "$DEMO_KEY" "$(check_body "$route512" "$SUBJECT")"
+check "route of 512 bytes: 200" eq "$STATUS" 200
+
+check_req "$DEMO_KEY" "$(check_body "  $route512  " "$SUBJECT")"
+check "route of 512 bytes plus blanks: 200 (trimmed)" eq "$STATUS" 200
+
+subject256=$(printf '%256s' '' | tr ' ' s)
+subject257=$(printf '%257s' '' | tr ' ' s)
+check_req "$DEMO_KEY" "$(check_body /api/orders/1 "$subject257")"
+expect_error "subject of 257 bytes" 400 invalid_request
+
+check_req "$DEMO_KEY" "$(check_body /api/orders/1 "$subject256")"
+check "subject of 256 bytes: 200" eq "$STATUS" 200
+
+check_req "$DEMO_KEY" "$(check_body /api/orders/1 "$SUBJECT" 1000001)"
+expect_error "cost 1000001" 400 invalid_request
+
+# A cost of exactly the maximum is valid; the demo "*" rule (1000 an hour)
+# cannot grant it.
+check_req "$DEMO_KEY" "$(check_body /misc/1 "$SUBJECT" 1000000)"
+check "cost 1000000: valid (429, not 400)" eq "$STATUS" 429
+
+# A valid JSON body of exactly 9000 bytes (max_body_size is 8192).
+head="{\"route\":\"/a\",\"subject\":\"$SUBJECT\",\"pad\":\""
+pad=$(printf "%$((9000 - ${#head} - 2))s" '' | tr ' ' p)
+big="$head$pad\"}"
+check "the big body is 9000 bytes" eq "${#big}" 9000
+check_req "$DEMO_KEY" "$big"
+expect_error "body of 9000 bytes" 413 invalid_request
+
+# ---------------------------------------------------------------- allow/deny
+
+# The demo token bucket: capacity 10, refilling 2 a second.  Eleven checks
+# from one curl process take a few milliseconds, so the 11th is denied.
+subj=$(uniq_name pay)
+seq_checks 11 "$DEMO_KEY" "$(check_body /api/payments/1 "$subj")"
+i=1
+statuses=
+remainings=
+while [ "$i" -le 11 ]; do
+    statuses="$statuses $(batch_status "$i")"
+    remainings="$remainings $(json_field remaining "$(batch_body "$i")")"
+    i=$((i + 1))
+done
+check "payments: 10 x 200 then 429 ($statuses)" \
+    eq "$statuses" " 200 200 200 200 200 200 200 200 200 200 429"
+check "payments: remaining counts 9..0 ($remainings)" \
+    eq "$remainings" " 9 8 7 6 5 4 3 2 1 0 0"
+
+first=$(batch_body 1)
+now=$(date +%s)
+check "allowed: body allowed true" eq "$(json_field allowed "$first")" true
+check "allowed: limit 10" eq "$(json_field limit "$first")" 10
+check "allowed: algorithm token_bucket" \
+    eq "$(json_field algorithm "$first")" token_bucket
+check "allowed: retry_after 0 is present" \
+    eq "$(json_field retry_after "$first")" 0
+reset_at=$(json_field reset_at "$first")
+check "allowed: reset_at is unix seconds ($reset_at)" \
+    ge "$reset_at" $((now - 5))
+check "allowed: reset_at within an hour" le "$reset_at" $((now + 3600))
+check "allowed: X-RateLimit-Limit 10" eq "$(batch_header 1 X-RateLimit-Limit)" 10
+check "allowed: X-RateLimit-Remaining 9" \
+    eq "$(batch_header 1 X-RateLimit-Remaining)" 9
+reset=$(batch_header 1 X-RateLimit-Reset)
+check "allowed: X-RateLimit-Reset is unix seconds ($reset)" \
+    ge "$reset" $((now - 5))
+check "allowed: X-RateLimit-Reset within an hour" le "$reset" $((now + 3600))
+check "allowed: JSON content type" \
+    contains "$(batch_header 1 Content-Type)" application/json
+
+tenth=$(batch_body 10)
+check "zero remaining is written as 0" matches "$tenth" '"remaining": *0[,}]'
+check "zero remaining header is 0" \
+    eq "$(batch_header 10 X-RateLimit-Remaining)" 0
+
+denied=$(batch_body 11)
+retry=$(batch_header 11 Retry-After)
+check "denied: Retry-After >= 1 ($retry)" ge "$retry" 1
+check "denied: body allowed false" eq "$(json_field allowed "$denied")" false
+check "denied: body retry_after >= 1" \
+    ge "$(json_field retry_after "$denied")" 1
+check "denied: body remaining 0" eq "$(json_field remaining "$denied")" 0
+check "denied: body limit 10" eq "$(json_field limit "$denied")" 10
+check "denied: has reset_at" ge "$(json_field reset_at "$denied")" $((now - 5))
+check "denied: algorithm token_bucket" \
+    eq "$(json_field algorithm "$denied")" token_bucket
+check "denied: X-RateLimit-Remaining 0" \
+    eq "$(batch_header 11 X-RateLimit-Remaining)" 0
+
+# ---------------------------------------------------------------- cost
+
+# The demo /api/orders* rule: sliding window, 50 a minute.
+subj=$(uniq_name cost)
+check_req "$DEMO_KEY" "$(check_body /api/orders/7 "$subj")"
+check "cost absent: 200" eq "$STATUS" 200
+check "cost absent: charged 1 (remaining 49)" eq "$(json_field remaining)" 49
+check "sliding window: algorithm" eq "$(json_field algorithm)" sliding_window
+check "sliding window: limit 50" eq "$(json_field limit)" 50
+check_req "$DEMO_KEY" "$(check_body /api/orders/7 "$subj" 0)"
+check "cost 0: charged 1 (remaining 48)" eq "$(json_field remaining)" 48
+check_req "$DEMO_KEY" "$(check_body /api/orders/7 "$subj" -3)"
+check "cost -3: charged 1 (remaining 47)" eq "$(json_field remaining)" 47
+check_req "$DEMO_KEY" "$(check_body /api/orders/7 "$subj" 5)"
+check "cost 5: charged 5 (remaining 42)" eq "$(json_field remaining)" 42
+check_req "$DEMO_KEY" "$(check_body /api/orders/7 "$subj" 43)"
+check "cost over remaining: 429" eq "$STATUS" 429
+check_req "$DEMO_KEY" "$(check_body /api/orders/7 "$subj")"
+check "a denial charges nothing (remaining 41)" eq "$(json_field remaining)" 41
+
+# ---------------------------------------------------------------- no rule
+
+tenant=$(uniq_name norule)
+new_tenant "$tenant"
+key=$(new_key "$tenant")
+new_sw_rule "$tenant" /x 5 60
+check "tenant with only a /x rule: key created" matches "$key" '^rl_'
+check_req "$key" "$(check_body /x "$SUBJECT")"
+check "rule /x applies to /x" eq "$(json_field limit)" 5
+before=$(script_calls)
+check_req "$key" "$(check_body /y "$SUBJECT")"
+after=$(script_calls)
+check "no matching rule: 200" eq "$STATUS" 200
+check "no matching rule: body {\"allowed\":true}" \
+    json_equal "$BODY" '{"allowed":true}'
+check "no matching rule: no Redis script call ($before -> $after)" \
+    eq "$after" "$before"
+
+# ---------------------------------------------------------------- exactness
+
+tenant=$(uniq_name conc)
+new_tenant "$tenant"
+key=$(new_key "$tenant")
+for run in 1 2; do
+    route=/conc/$(uniq_name r)
+    new_sw_rule "$tenant" "$route" 100 3600
+    par_checks 500 50 "$key" "$(check_body "$route" "$(uniq_name s)")"
+    ok=$(count_status 200)
+    denied=$(count_status 429)
+    check "500 concurrent checks, limit 100 (run $run): 100 allowed ($ok)" \
+        eq "$ok" 100
+    check "500 concurrent checks, limit 100 (run $run): 400 denied ($denied)" \
+        eq "$denied" 400
+done
+
+# ---------------------------------------------------------------- budgets
+
+subj=$(uniq_name budget)
+before=$(script_calls)
+seq_checks 20 "$DEMO_KEY" "$(check_body /api/orders/budget "$subj")"
+after=$(script_calls)
+check "20 checks: all 200" eq "$(count_status 200)" 20
+check "20 checks: exactly 20 script calls ($((after - before)))" \
+    eq $((after - before)) 20
+
+# Let every cached key and rule expire (the caches live 2 s here), warm
+# all workers at once, then count PostgreSQL statements around 20 checks.
+if [ -z "$(pg_log_files)" ]; then
+    fail "the PostgreSQL log is found under $VAR"
+else
+    sleep 2.5
+    subj=$(uniq_name warm)
+    par_checks 60 12 "$DEMO_KEY" "$(check_body /misc/warm "$subj")"
+    sleep 0.2
+    before=$(pg_statements)
+    seq_checks 20 "$DEMO_KEY" "$(check_body /misc/warm "$subj")"
+    sleep 0.3
+    after=$(pg_statements)
+    check "warm checks: all 200" eq "$(count_status 200)" 20
+    check "20 warm checks: no PostgreSQL statement ($before -> $after)" \
+        eq "$after" "$before"
+fi
+
+# ---------------------------------------------------------------- revocation
+
+tenant=$(uniq_name revoke)
+new_tenant "$tenant"
+new_sw_rule "$tenant" '*' 1000 3600
+revoked=$(new_key "$tenant")
+kept=$(new_key "$tenant")
+never_used=$(new_key "$tenant")
+suspended_tenant=$(uniq_name suspend)
+new_tenant "$suspended_tenant"
+new_sw_rule "$suspended_tenant" '*' 1000 3600
+suspended_key=$(new_key "$suspended_tenant")
+
+body=$(check_body /r "$SUBJECT")
+par_checks 12 4 "$revoked" "$body"
+check "key to be revoked works first" eq "$(count_status 200)" 12
+par_checks 12 4 "$suspended_key" "$body"
+check "key of the tenant to be suspended works first" \
+    eq "$(count_status 200)" 12
+
+revoke_key "$revoked"
+revoke_key "$never_used"
+ctl tenant suspend "$suspended_tenant" >/dev/null
+
+check_req "$never_used" "$body"
+expect_error "key revoked before its first use" 401 unauthorized
+
+sleep 3
+par_checks 8 4 "$revoked" "$body"
+check "revoked key: 401 once key_cache_ttl has passed ($(tr '\n' ' ' <"$T_TMP/statuses"))" \
+    eq "$(count_status 401)" 8
+check_req "$revoked" "$body"
+expect_error "revoked key" 401 unauthorized
+
+par_checks 8 4 "$suspended_key" "$body"
+check "suspended tenant: 403 once key_cache_ttl has passed ($(tr '\n' ' ' <"$T_TMP/statuses"))" \
+    eq "$(count_status 403)" 8
+check_req "$suspended_key" "$body"
+expect_error "suspended tenant" 403 tenant_suspended
+
+check_req "$kept" "$body"
+check "another key of the same tenant still works" eq "$STATUS" 200
+
+finish
