@@ -20,7 +20,8 @@ CORE = config log util request rules cache limiter response addr
 SERVICE = main master worker api auth store_redis store_pg listen
 CTL = ratelimitctl
 
-LUA = lua/token_bucket.lua lua/sliding_window.lua lua/check.lua
+LUA = lua/token_bucket.lua lua/sliding_window.lua lua/gcra.lua lua/fixed_window.lua \
+	lua/check.lua
 MIGRATIONS = $(sort $(wildcard schema/[0-9]*.sql))
 
 CORE_OBJ = $(CORE:%=$(BUILD)/%.o) $(BUILD)/embedded.o

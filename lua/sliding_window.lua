@@ -14,10 +14,11 @@
 -- concatenated after it, parses the arguments and drives it.
 
 local sliding_window = {
-    -- What p1 and p2 are, so that check.lua can validate them.
+    -- What p1, p2 and p3 are, so that check.lua can validate them.
     params = {
         { name = 'limit', kind = 'integer' },
         { name = 'window', kind = 'integer' },
+        { name = 'p3', kind = 'zero' },
     },
 }
 
@@ -51,10 +52,12 @@ local function sliding_window_wait_us(limit, window_us, elapsed_us, prev, cur,
     return (window_us - elapsed_us) + t
 end
 
--- Decides one limit without writing anything. Returns a table with
--- allowed (boolean), limit, remaining, reset_ms and retry_ms (integers, as
--- described in check.lua) and win, cur, prev, the state to store on commit.
-function sliding_window.evaluate(key, limit, window, cost, now_us)
+-- Decides one limit without writing anything. p holds the parameters by
+-- name (p.limit, p.window). Returns a table with allowed (boolean), limit,
+-- remaining, reset_ms and retry_ms (integers, as described in check.lua)
+-- and win, cur, prev, the state to store on commit.
+function sliding_window.evaluate(key, p, cost, now_us)
+    local limit, window = p.limit, p.window
     local window_us = window * 1e6
     local current = math.floor(now_us / window_us)
     local elapsed_us = now_us - current * window_us
@@ -112,11 +115,11 @@ end
 -- Charges the cost decided by evaluate(). What is counted in the current
 -- window matters until the end of the next one, at most two windows away.
 -- The TTL is capped as in token_bucket.commit().
-function sliding_window.commit(key, limit, window, r, now_us)
+function sliding_window.commit(key, p, r, now_us)
     redis.call('HSET', key,
         'win', string.format('%.0f', r.win),
         'cur', string.format('%.0f', r.cur),
         'prev', string.format('%.0f', r.prev))
-    local ttl_ms = math.min(2 * window * 1000 + 1000, 1e15)
+    local ttl_ms = math.min(2 * p.window * 1000 + 1000, 1e15)
     redis.call('PEXPIRE', key, string.format('%.0f', ttl_ms))
 end

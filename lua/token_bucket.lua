@@ -7,15 +7,16 @@
 -- cost c passes when at least c tokens are available.
 --
 -- This file only defines the local table token_bucket. The build
--- concatenates it with sliding_window.lua and check.lua into one script;
+-- concatenates it with the other algorithms and check.lua into one script;
 -- check.lua parses the arguments and calls evaluate() for every limit, then
--- commit() for every limit when all of them allow the request.
+-- commit() for every limit it charges.
 
 local token_bucket = {
-    -- What p1 and p2 are, so that check.lua can validate them.
+    -- What p1, p2 and p3 are, so that check.lua can validate them.
     params = {
         { name = 'capacity', kind = 'integer' },
         { name = 'rate', kind = 'decimal' },
+        { name = 'p3', kind = 'zero' },
     },
 }
 
@@ -32,10 +33,12 @@ local function token_bucket_ceil_ms(ms)
     return r
 end
 
--- Decides one limit without writing anything. Returns a table with
--- allowed (boolean), limit, remaining, reset_ms and retry_ms (integers, as
--- described in check.lua) and left, the exact tokens to store on commit.
-function token_bucket.evaluate(key, capacity, rate, cost, now_us)
+-- Decides one limit without writing anything. p holds the parameters by
+-- name (p.capacity, p.rate). Returns a table with allowed (boolean), limit,
+-- remaining, reset_ms and retry_ms (integers, as described in check.lua)
+-- and left, the exact tokens to store on commit.
+function token_bucket.evaluate(key, p, cost, now_us)
+    local capacity, rate = p.capacity, p.rate
     local stored = redis.call('HMGET', key, 'tokens', 'ts')
     local tokens = tonumber(stored[1])
     local ts = tonumber(stored[2])
@@ -72,10 +75,11 @@ end
 -- bucket would have refilled completely, when it is the same as a new one.
 -- The TTL is capped (at about 30000 years) so that absurd parameters cannot
 -- make PEXPIRE fail after another limit has already been written.
-function token_bucket.commit(key, capacity, rate, r, now_us)
+function token_bucket.commit(key, p, r, now_us)
     redis.call('HSET', key,
         'tokens', string.format('%.17g', r.left),
         'ts', string.format('%.0f', now_us))
-    local ttl_ms = math.min(math.ceil(capacity * 1000 / rate) + 1000, 1e15)
+    local ttl_ms = math.min(math.ceil(p.capacity * 1000 / p.rate) + 1000,
+        1e15)
     redis.call('PEXPIRE', key, string.format('%.0f', ttl_ms))
 end

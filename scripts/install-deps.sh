@@ -11,12 +11,15 @@ set -eu
 # The one list of packages: add new ones here.
 PACKAGES="build-essential pkg-config libfcgi-dev libhiredis-dev libpq-dev
 libjson-c-dev libssl-dev check libsubunit-dev redis-server postgresql
-lighttpd curl wrk procps"
+lighttpd curl wrk procps nginx-light apache2 libapache2-mod-fcgid spawn-fcgi
+python3"
 
 # Packages that start a system-wide service when installed: the package,
 # its service and the pid files the Debian package uses, as "pkg:svc:glob".
 SERVICES="redis-server:redis-server:/run/redis/redis-server.pid
 lighttpd:lighttpd:/run/lighttpd.pid
+nginx-light:nginx:/run/nginx.pid
+apache2:apache2:/run/apache2/apache2.pid
 postgresql:postgresql:/run/postgresql/*.pid"
 
 # One dpkg-query call for all packages; unknown ones are simply not listed.

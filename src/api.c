@@ -1,20 +1,30 @@
 /*
  * api.c -- the HTTP surface: which path does what, and every answer.
  *
- *   POST /v1/check      the check (README "The check API")
- *   GET  /health/live   the process answers
- *   GET  /health/ready  PostgreSQL, Redis and the script are usable
+ *   POST /v1/check        the check API (README "The check API")
+ *   GET  /health/live     the process answers
+ *   GET  /health/ready    PostgreSQL, Redis and the script are usable
+ *   GET  /metrics         Prometheus counters of the whole pool
+ *   any  authorizer_path  an authorizer decision as a Responder (nginx)
+ *   FCGI_ROLE=AUTHORIZER  an authorizer decision (lighttpd, Apache)
  *
  * The request arrives as a plain struct (see worker.c for the libfcgi
- * side), so this file has no idea it is behind FastCGI.  The order of a
- * check is: size, key, JSON, rules, one Redis call.  Every failure maps to
- * one row of the status table in the README.
+ * side), so this file has no idea it is behind FastCGI.  Both the check
+ * API and the authorizer go through api_decide(): rules of the tenant,
+ * the plan for the route, one Redis call.
  */
 #include <string.h>
 
 #include <json-c/json.h>
 
 #include "service.h"
+
+enum decide_result {
+    DECIDE_OK,                  /* d holds the decision */
+    DECIDE_NO_RULE,             /* nothing applies: allowed, no Redis call */
+    DECIDE_UNAVAILABLE,         /* a store is down and the rules fail closed */
+    DECIDE_FAIL_OPEN,           /* Redis is down, every rule fails open */
+};
 
 static int
 path_is(const struct http_request *req, const char *path)
@@ -34,6 +44,7 @@ static void
 api_unavailable(struct service *svc, struct rl_response *resp,
     const char *what)
 {
+    COUNT(svc, unavailable);
     response_error(resp, 503, "service_unavailable", what);
     response_header(resp, "Retry-After", "%ld",
         svc->cfg->retry_after_unavailable);
@@ -46,19 +57,80 @@ api_method_not_allowed(struct rl_response *resp, const char *allow)
     response_header(resp, "Allow", "%s", allow);
 }
 
+/*
+ * Decides creq for the tenant.  On DECIDE_OK, plan and d describe the
+ * decision (shadow limits marked).  *what says which store failed.
+ */
+static int
+api_decide(struct service *svc, const char *tenant_id,
+    const struct check_request *creq, struct rl_plan *plan,
+    struct rl_decision *d, const char **what)
+{
+    const struct tenant_rules *tr;
+    struct limiter_call call;
+    int i, fail_open;
+
+    if ((tr = auth_tenant_rules(svc, tenant_id)) == NULL) {
+        *what = "rule store unavailable";
+        return DECIDE_UNAVAILABLE;
+    }
+    if (rules_plan(tr->rules, tr->n, creq->route, plan) == 0) {
+        COUNT(svc, no_rule);
+        return DECIDE_NO_RULE;
+    }
+    if (limiter_build(svc->redis.sha, tenant_id, plan, creq, &call) == -1) {
+        log_error("rule %lld: cannot build the script call", plan->rule[0]->id);
+        *what = "rule has an unusable limit";
+        return DECIDE_UNAVAILABLE;
+    }
+    if (redis_store_check(&svc->redis, &call, plan->n, d) != STORE_OK) {
+        COUNT(svc, redis_errors);
+        /* Open only when every rule involved says so: one closed rule
+         * is enough to keep the door shut. */
+        for (fail_open = 1, i = 0; i < plan->n; i++)
+            fail_open = fail_open && plan->rule[i]->fail_open;
+        if (fail_open) {
+            COUNT(svc, fail_open);
+            log_warn("redis unavailable: rule %lld fails open",
+                plan->rule[0]->id);
+            return DECIDE_FAIL_OPEN;
+        }
+        *what = "limit store unavailable";
+        return DECIDE_UNAVAILABLE;
+    }
+    if (limiter_apply_shadow(plan, d)) {
+        COUNT(svc, shadow_denied);
+        for (i = 0; i < plan->n; i++)
+            if (d->st[i].shadow && !d->st[i].allowed)
+                log_info("shadow: tenant %s rule %lld limit \"%s\" would "
+                    "have denied", tenant_id, plan->rule[i]->id,
+                    plan->name[i]);
+    }
+    if (d->allowed)
+        COUNT(svc, allowed);
+    else
+        COUNT(svc, denied);
+    return DECIDE_OK;
+}
+
+static void
+api_fail_open(struct rl_response *resp)
+{
+    buf_puts(&resp->body, "{\"allowed\":true,\"fail_open\":true}\n");
+    response_header(resp, "X-RateLimit-Status", "fail-open");
+}
+
 static void
 api_check(struct service *svc, const struct http_request *req,
     struct rl_response *resp)
 {
-    const struct tenant_rules *tr;
-    const struct rl_rule *rule;
     struct check_request creq;
-    struct limiter_call call;
     struct rl_decision d;
+    struct rl_plan plan;
     struct key_info ki;
-    const char *key = NULL;
+    const char *key = NULL, *what = NULL;
     char err[128];
-    int keylen, idx, rc;
+    int keylen;
 
     if (req->body_too_large) {
         snprintf(err, sizeof(err), "request body is larger than %ld bytes",
@@ -98,29 +170,133 @@ api_check(struct service *svc, const struct http_request *req,
         response_error(resp, 400, "invalid_request", err);
         return;
     }
-    if ((tr = auth_tenant_rules(svc, ki.tenant_id)) == NULL) {
-        api_unavailable(svc, resp, "rule store unavailable");
-        return;
-    }
-    if ((idx = rules_match(tr->rules, tr->n, creq.route)) == -1) {
+    switch (api_decide(svc, ki.tenant_id, &creq, &plan, &d, &what)) {
+    case DECIDE_NO_RULE:
         /* Limiting is opt-in: no rule, no Redis call. */
         buf_puts(&resp->body, "{\"allowed\":true}\n");
         return;
-    }
-    rule = &tr->rules[idx];
-    if (limiter_build(svc->redis.sha, ki.tenant_id, rule, &creq, &call) ==
-        -1) {
-        log_error("rule %lld: cannot build the script call (no usable limit)",
-            rule->id);
-        api_unavailable(svc, resp, "rule has no usable limit");
+    case DECIDE_FAIL_OPEN:
+        api_fail_open(resp);
+        return;
+    case DECIDE_UNAVAILABLE:
+        api_unavailable(svc, resp, what);
         return;
     }
-    rc = redis_store_check(&svc->redis, &call, rule->nlimits, &d);
-    if (rc != STORE_OK) {
-        api_unavailable(svc, resp, "limit store unavailable");
+    response_decision(resp, &plan, &d);
+}
+
+/*
+ * The authorizer decision on the original request.  Under the AUTHORIZER
+ * role a denial is answered with its real status (lighttpd and
+ * mod_authnz_fcgi pass it to the client; mod_fcgid turns it into 401).
+ * As an nginx auth_request subrequest only 2xx, 401 and 403 are allowed,
+ * so a denial is 403 with "X-RateLimit-Status: limited" (or "unavailable")
+ * for the shipped nginx configuration to turn into 429 (or 503).
+ */
+static void
+api_authorize(struct service *svc, const struct http_request *req,
+    struct rl_response *resp)
+{
+    struct check_request creq;
+    struct rl_decision d;
+    struct rl_plan plan;
+    struct key_info ki;
+    const char *key = NULL, *what = NULL, *subject;
+    char client[64];
+    int keylen, rc, nginx = req->auth_subrequest;
+    size_t n;
+
+    memset(&creq, 0, sizeof(creq));
+    creq.cost = 1;
+    keylen = request_api_key(req->x_api_key, req->authorization, &key);
+    if (keylen > 0)
+        rc = auth_check_key(svc, key, (size_t)keylen, &ki);
+    else if (keylen == 0 && svc->cfg->anonymous_tenant[0] != '\0')
+        rc = auth_tenant_by_name(svc, svc->cfg->anonymous_tenant, &ki);
+    else
+        rc = keylen == 0 ? AUTH_NO_KEY : AUTH_UNKNOWN;
+    if (rc == AUTH_UNKNOWN && keylen == 0) {
+        log_error("anonymous_tenant \"%s\" does not exist",
+            svc->cfg->anonymous_tenant);
+        rc = AUTH_UNAVAILABLE;
+    }
+    switch (rc) {
+    case AUTH_OK:
+        break;
+    case AUTH_SUSPENDED:
+        response_error(resp, 403, "tenant_suspended", "tenant is suspended");
+        if (nginx)
+            response_header(resp, "X-RateLimit-Status", "suspended");
+        return;
+    case AUTH_UNAVAILABLE:
+        goto unavailable;
+    default:
+        response_error(resp, 401, "unauthorized", keylen == 0 ?
+            "missing API key" : "invalid API key");
         return;
     }
-    response_decision(resp, rule, &d);
+    if (ki.admin) {
+        response_error(resp, 403, "admin_key_cannot_check",
+            "admin keys cannot be used for checks");
+        return;
+    }
+
+    /* Route: the path (or "METHOD path") of the original request. */
+    n = 0;
+    if (strcmp(svc->cfg->authorizer_route, "method_path") == 0)
+        n = (size_t)snprintf(creq.route, sizeof(creq.route), "%s ",
+            req->method);
+    if (n + req->path_len > RL_ROUTE_MAX || req->path_len == 0) {
+        response_error(resp, 400, "invalid_request", "request path is empty "
+            "or longer than 512 bytes");
+        return;
+    }
+    memcpy(creq.route + n, req->path, req->path_len);
+    creq.route[n + req->path_len] = '\0';
+
+    /* Subject: the key when there is one, else the client's address. */
+    if (keylen > 0)
+        snprintf(creq.subject, sizeof(creq.subject), "key:%lld", ki.key_id);
+    else {
+        subject = addr_client(req->remote_addr, req->x_forwarded_for,
+            svc->cfg->trusted, svc->cfg->ntrusted, client, sizeof(client));
+        snprintf(creq.subject, sizeof(creq.subject), "addr:%s", subject);
+    }
+    creq.has_subject = 1;
+
+    switch (api_decide(svc, ki.tenant_id, &creq, &plan, &d, &what)) {
+    case DECIDE_NO_RULE:
+        return;
+    case DECIDE_FAIL_OPEN:
+        response_header(resp, nginx ? "X-RateLimit-Status" :
+            "Variable-RateLimit-Status", "fail-open");
+        return;
+    case DECIDE_UNAVAILABLE:
+        goto unavailable;
+    }
+    response_decision(resp, &plan, &d);
+    if (d.allowed) {
+        const struct rl_limit_state *st = &d.st[limiter_primary(&d)];
+
+        /* Variable-* reach the protected application (lighttpd, Apache);
+         * nginx reads the X-RateLimit-* of the subrequest instead. */
+        response_header(resp, "Variable-RateLimit-Limit", "%lld", st->limit);
+        response_header(resp, "Variable-RateLimit-Remaining", "%lld",
+            st->remaining);
+        response_header(resp, "Variable-RateLimit-Reset", "%lld",
+            d.now_ms / 1000 + (st->reset_ms + 999) / 1000);
+        buf_reset(&resp->body);
+    } else if (nginx) {
+        resp->status = 403;
+        response_header(resp, "X-RateLimit-Status", "limited");
+    }
+    return;
+unavailable:
+    api_unavailable(svc, resp, what ? what : "key store unavailable");
+    if (nginx) {
+        resp->status = 403;
+        response_header(resp, "X-RateLimit-Status", "unavailable");
+    }
 }
 
 static void
@@ -148,13 +324,63 @@ api_ready(struct service *svc, struct rl_response *resp)
     json_object_put(o);
 }
 
+static void
+api_metric(struct rl_buf *b, const char *name, const char *help,
+    const char *type, const char *labels, unsigned long v)
+{
+    if (help != NULL)
+        buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    buf_printf(b, "%s%s %lu\n", name, labels, v);
+}
+
+static void
+api_metrics(struct service *svc, struct rl_response *resp)
+{
+    const struct rl_counters *c = svc->counters;
+    struct rl_buf *b = &resp->body;
+    unsigned long live = 0, busy = 0;
+    int i;
+
+    for (i = 0; i < 256; i++)
+        if (svc->board->slots[i].pid != 0) {
+            live++;
+            busy += svc->board->slots[i].busy != 0;
+        }
+    resp->content_type = "text/plain; version=0.0.4";
+    api_metric(b, "ratelimit_requests_total", "FastCGI requests accepted.",
+        "counter", "", c->requests);
+    api_metric(b, "ratelimit_checks_total", "Decisions, by result.",
+        "counter", "{result=\"allowed\"}", c->allowed);
+    api_metric(b, "ratelimit_checks_total", NULL, NULL,
+        "{result=\"denied\"}", c->denied);
+    api_metric(b, "ratelimit_checks_total", NULL, NULL,
+        "{result=\"no_rule\"}", c->no_rule);
+    api_metric(b, "ratelimit_checks_total", NULL, NULL,
+        "{result=\"fail_open\"}", c->fail_open);
+    api_metric(b, "ratelimit_unavailable_total",
+        "Answers 503 because a store was unreachable.", "counter", "",
+        c->unavailable);
+    api_metric(b, "ratelimit_shadow_denied_total",
+        "Requests a shadow rule would have denied.", "counter", "",
+        c->shadow_denied);
+    api_metric(b, "ratelimit_redis_errors_total",
+        "Checks that could not reach Redis.", "counter", "", c->redis_errors);
+    api_metric(b, "ratelimit_workers", "Worker processes alive.", "gauge",
+        "", svc->board->workers == 0 ? 1 : live);
+    api_metric(b, "ratelimit_workers_busy", "Workers on a request.", "gauge",
+        "", svc->board->workers == 0 ? 1 : busy);
+}
+
 void
 api_handle(struct service *svc, const struct http_request *req,
     struct rl_response *resp)
 {
     int get = method_is(req, "GET") || method_is(req, "HEAD");
 
-    if (path_is(req, "/v1/check")) {
+    COUNT(svc, requests);
+    if (req->authorizer || req->auth_subrequest)
+        api_authorize(svc, req, resp);
+    else if (path_is(req, "/v1/check")) {
         if (!method_is(req, "POST"))
             api_method_not_allowed(resp, "POST");
         else
@@ -169,6 +395,11 @@ api_handle(struct service *svc, const struct http_request *req,
             api_method_not_allowed(resp, "GET, HEAD");
         else
             api_ready(svc, resp);
+    } else if (path_is(req, "/metrics")) {
+        if (!get)
+            api_method_not_allowed(resp, "GET, HEAD");
+        else
+            api_metrics(svc, resp);
     } else
         response_error(resp, 404, "not_found", NULL);
 }

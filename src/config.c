@@ -307,29 +307,11 @@ config_check_address(const char *key, const char *v, int allow_empty,
     return 0;
 }
 
-int
-config_set(struct rl_config *cfg, const char *key, const char *value,
-    char *err, size_t errlen)
+/* Applies one key to cfg and runs its cross checks. */
+static int
+config_set_one(struct rl_config *cfg, const struct config_key *k,
+    const char *key, const char *value, char *err, size_t errlen)
 {
-    const struct config_key *k = config_find(key);
-    size_t i, best = SIZE_MAX, d;
-    const char *hint = NULL;
-
-    if (k == NULL) {
-        for (i = 0; i < NKEYS; i++) {
-            d = edit_distance(key, config_keys[i].name);
-            if (d < best) {
-                best = d;
-                hint = config_keys[i].name;
-            }
-        }
-        if (hint != NULL && best <= 3)
-            errf(err, errlen, "unknown key \"%s\" (did you mean \"%s\"?)",
-                key, hint);
-        else
-            errf(err, errlen, "unknown key \"%s\"", key);
-        return -1;
-    }
     if (config_apply(cfg, k, value, err, errlen) == -1)
         return -1;
     if (strcmp(key, "listen") == 0)
@@ -351,6 +333,38 @@ config_set(struct rl_config *cfg, const char *key, const char *value,
             value);
         return -1;
     }
+    return 0;
+}
+
+int
+config_set(struct rl_config *cfg, const char *key, const char *value,
+    char *err, size_t errlen)
+{
+    const struct config_key *k = config_find(key);
+    static struct rl_config tmp;
+    size_t i, best = SIZE_MAX, d;
+    const char *hint = NULL;
+
+    if (k == NULL) {
+        for (i = 0; i < NKEYS; i++) {
+            d = edit_distance(key, config_keys[i].name);
+            if (d < best) {
+                best = d;
+                hint = config_keys[i].name;
+            }
+        }
+        if (hint != NULL && best <= 3)
+            errf(err, errlen, "unknown key \"%s\" (did you mean \"%s\"?)",
+                key, hint);
+        else
+            errf(err, errlen, "unknown key \"%s\"", key);
+        return -1;
+    }
+    /* Work on a copy so that a rejected value leaves cfg as it was. */
+    tmp = *cfg;
+    if (config_set_one(&tmp, k, key, value, err, errlen) == -1)
+        return -1;
+    *cfg = tmp;
     return 0;
 }
 

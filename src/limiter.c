@@ -77,61 +77,85 @@ limiter_rate(struct limiter_call *call, size_t *used, double rate)
     return limiter_arg(call, used, tmp, n);
 }
 
+/* Appends the algorithm and its three parameters for limit l. */
+static int
+limiter_params(struct limiter_call *call, size_t *used,
+    const struct rl_limit *l)
+{
+    switch (l->algorithm) {
+    case RL_ALGO_TOKEN_BUCKET:
+        return limiter_argf(call, used, "token_bucket") == -1 ||
+            limiter_argf(call, used, "%lld", l->bucket_capacity) == -1 ||
+            limiter_rate(call, used, l->refill_rate) == -1 ||
+            limiter_argf(call, used, "0") == -1 ? -1 : 0;
+    case RL_ALGO_SLIDING_WINDOW:
+        return limiter_argf(call, used, "sliding_window") == -1 ||
+            limiter_argf(call, used, "%lld", l->limit_count) == -1 ||
+            limiter_argf(call, used, "%lld", l->window_seconds) == -1 ||
+            limiter_argf(call, used, "0") == -1 ? -1 : 0;
+    case RL_ALGO_GCRA:
+        return limiter_argf(call, used, "gcra") == -1 ||
+            limiter_argf(call, used, "%lld", l->limit_count) == -1 ||
+            limiter_argf(call, used, "%lld", l->period_us) == -1 ||
+            limiter_argf(call, used, "%lld", l->burst) == -1 ? -1 : 0;
+    case RL_ALGO_FIXED_WINDOW:
+        if (l->calendar < RL_CAL_MINUTE || l->calendar > RL_CAL_MONTH)
+            return -1;
+        return limiter_argf(call, used, "fixed_window") == -1 ||
+            limiter_argf(call, used, "%lld", l->limit_count) == -1 ||
+            limiter_argf(call, used, "%s",
+                rules_calendar_name(l->calendar)) == -1 ||
+            limiter_argf(call, used, "0") == -1 ? -1 : 0;
+    default:
+        return -1;
+    }
+}
+
 int
 limiter_build(const char *sha, const char *tenant_id,
-    const struct rl_rule *rule, const struct check_request *req,
+    const struct rl_plan *plan, const struct check_request *req,
     struct limiter_call *call)
 {
-    char route_hash[65], subject_hash[65], suffix[2 * LIMITER_HASH_HEX + 8];
-    const struct rl_limit *l;
+    char route_hash[65], subject_hash[65];
+    char route_part[LIMITER_HASH_HEX + 4], subject_part[LIMITER_HASH_HEX + 4];
     size_t used = 0;
-    int i, n = rule->nlimits;
+    int i, n = plan->n;
 
     call->argc = 0;
     if (n < 1 || n > RL_MAX_LIMITS)
         return -1;
-    suffix[0] = '\0';
-    if (rule->per_route) {
-        util_sha256_hex(req->route, strlen(req->route), route_hash);
-        snprintf(suffix, sizeof(suffix), ":r%.*s", LIMITER_HASH_HEX,
-            route_hash);
-    }
+    route_part[0] = '\0';
+    for (i = 0; i < n; i++)
+        if (plan->rule[i]->per_route) {
+            util_sha256_hex(req->route, strlen(req->route), route_hash);
+            snprintf(route_part, sizeof(route_part), ":r%.*s",
+                LIMITER_HASH_HEX, route_hash);
+            break;
+        }
+    subject_part[0] = '\0';
     if (req->has_subject) {
         util_sha256_hex(req->subject, strlen(req->subject), subject_hash);
-        snprintf(suffix + strlen(suffix), sizeof(suffix) - strlen(suffix),
-            ":s%.*s", LIMITER_HASH_HEX, subject_hash);
+        snprintf(subject_part, sizeof(subject_part), ":s%.*s",
+            LIMITER_HASH_HEX, subject_hash);
     }
     if (limiter_arg(call, &used, "EVALSHA", 7) == -1 ||
         limiter_arg(call, &used, sha, strlen(sha)) == -1 ||
         limiter_argf(call, &used, "%d", n) == -1)
         return -1;
     for (i = 0; i < n; i++)
-        if (limiter_argf(call, &used, "rl:{%s}:%lld:%lld%s", tenant_id,
-            rule->id, rule->limits[i].id, suffix) == -1)
+        if (limiter_argf(call, &used, "rl:{%s}:%lld:%lld%s%s", tenant_id,
+            plan->rule[i]->id, plan->limit[i]->id,
+            plan->rule[i]->per_route ? route_part : "", subject_part) == -1)
             return -1;
     if (limiter_argf(call, &used, "%lld", req->cost) == -1 ||
         limiter_arg(call, &used, req->peek ? "1" : "0", 1) == -1 ||
         limiter_argf(call, &used, "%d", n) == -1)
         return -1;
-    for (i = 0; i < n; i++) {
-        l = &rule->limits[i];
-        switch (l->algorithm) {
-        case RL_ALGO_TOKEN_BUCKET:
-            if (limiter_argf(call, &used, "token_bucket") == -1 ||
-                limiter_argf(call, &used, "%lld", l->bucket_capacity) == -1 ||
-                limiter_rate(call, &used, l->refill_rate) == -1)
-                return -1;
-            break;
-        case RL_ALGO_SLIDING_WINDOW:
-            if (limiter_argf(call, &used, "sliding_window") == -1 ||
-                limiter_argf(call, &used, "%lld", l->limit_count) == -1 ||
-                limiter_argf(call, &used, "%lld", l->window_seconds) == -1)
-                return -1;
-            break;
-        default:
+    for (i = 0; i < n; i++)
+        if (limiter_params(call, &used, plan->limit[i]) == -1 ||
+            limiter_arg(call, &used, plan->rule[i]->shadow ? "1" : "0", 1) ==
+            -1)
             return -1;
-        }
-    }
     return 0;
 }
 
@@ -140,7 +164,7 @@ limiter_decode(const long long *v, size_t n, int nlimits,
     struct rl_decision *d)
 {
     const long long *p;
-    int i, all = 1;
+    int i, any = 0;
 
     memset(d, 0, sizeof(*d));
     if (nlimits < 1 || nlimits > RL_MAX_LIMITS ||
@@ -161,12 +185,26 @@ limiter_decode(const long long *v, size_t n, int nlimits,
         d->st[i].remaining = p[2];
         d->st[i].reset_ms = p[3];
         d->st[i].retry_after_ms = p[4];
-        all = all && p[0];
+        any = any || !p[0];
     }
-    /* The verdict must agree with its parts, or the script is not ours. */
-    if (all != d->allowed)
+    /* "Allowed" with no denying part is the only shape a verdict can
+     * have without shadow limits; with them, the caller checks the rest. */
+    if (!d->allowed && !any)
         return -1;
     return 0;
+}
+
+int
+limiter_apply_shadow(const struct rl_plan *plan, struct rl_decision *d)
+{
+    int i, shadow_denied = 0;
+
+    for (i = 0; i < d->nlimits && i < plan->n; i++) {
+        d->st[i].shadow = plan->rule[i]->shadow;
+        if (d->st[i].shadow && !d->st[i].allowed)
+            shadow_denied = 1;
+    }
+    return shadow_denied;
 }
 
 int
@@ -177,6 +215,11 @@ limiter_primary(const struct rl_decision *d)
     for (i = 1; i < d->nlimits; i++) {
         const struct rl_limit_state *a = &d->st[i], *b = &d->st[best];
 
+        if (a->shadow != b->shadow) {
+            if (!a->shadow)
+                best = i;
+            continue;
+        }
         if (a->allowed != b->allowed) {
             if (!a->allowed)
                 best = i;

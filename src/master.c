@@ -180,6 +180,7 @@ master_reload(struct master *m)
         fresh.workers = m->cfg->workers;
     }
     *m->cfg = fresh;
+    m->board->workers = (int)fresh.workers;
     log_set_level(fresh.log_level);
     log_info("SIGHUP: configuration reloaded; replacing workers");
     /* Workers finish their request and exit; the loop respawns them with
@@ -211,6 +212,7 @@ master_run(struct rl_config *cfg, int listen_fd)
     }
     memset(m.board, 0, sizeof(*m.board));
     m.board->start_s = util_wall_s();
+    m.board->workers = (int)cfg->workers;
 
     sigemptyset(&set);
     sigaddset(&set, SIGCHLD);

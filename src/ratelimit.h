@@ -179,27 +179,53 @@ int request_api_key(const char *x_api_key, const char *authorization,
 enum rl_algorithm {
     RL_ALGO_TOKEN_BUCKET = 1,
     RL_ALGO_SLIDING_WINDOW = 2,
+    RL_ALGO_GCRA = 3,
+    RL_ALGO_FIXED_WINDOW = 4,
+};
+
+enum rl_calendar {
+    RL_CAL_MINUTE = 1,
+    RL_CAL_HOUR,
+    RL_CAL_DAY,
+    RL_CAL_MONTH,
 };
 
 struct rl_limit {
     long long id;
     char name[RL_NAME_MAX + 1];
     int algorithm;              /* enum rl_algorithm */
-    long long limit_count;      /* sliding window */
+    long long limit_count;      /* sliding window, GCRA, fixed window */
     long long window_seconds;   /* sliding window */
     long long bucket_capacity;  /* token bucket */
     double refill_rate;         /* token bucket, tokens per second */
+    long long period_us;        /* GCRA: limit_count per period_us */
+    long long burst;            /* GCRA */
+    int calendar;               /* fixed window: enum rl_calendar */
 };
 
 struct rl_rule {
     long long id;
     char pattern[RL_ROUTE_MAX + 1];
     int priority;
-    int shadow;
-    int fail_open;
-    int per_route;
+    int shadow;                 /* counted, never enforced */
+    int fail_open;              /* allowed when Redis is unreachable */
+    int per_route;              /* one counter per distinct route */
+    int always;                 /* applies besides the most specific rule */
     int nlimits;
     struct rl_limit limits[RL_MAX_LIMITS];
+};
+
+/*
+ * What one check decides: the limits of the most specific rule plus those
+ * of every matching "always" rule, at most RL_MAX_LIMITS in all, decided
+ * together in one script call.  Pointers point into the rule array given
+ * to rules_plan().
+ */
+struct rl_plan {
+    int n;
+    const struct rl_rule *rule[RL_MAX_LIMITS];
+    const struct rl_limit *limit[RL_MAX_LIMITS];
+    char name[RL_MAX_LIMITS][RL_NAME_MAX + 24];  /* unique policy names */
 };
 
 const char *rules_algorithm_name(int algorithm);
@@ -209,6 +235,14 @@ int rules_algorithm_parse(const char *name);
  * does.  Exact beats the longest prefix ("/a*"), which beats "*"; ties go
  * to the higher priority, then to the lower id. */
 int rules_match(const struct rl_rule *rules, int n, const char *route);
+
+/* Fills plan for route.  Returns the number of limits in it (0 when no
+ * rule applies; then no Redis call is needed). */
+int rules_plan(const struct rl_rule *rules, int n, const char *route,
+    struct rl_plan *plan);
+
+const char *rules_calendar_name(int calendar);
+int rules_calendar_parse(const char *name);
 
 /* ------------------------------------------------------------------ */
 /* cache.c: bounded string-keyed cache with per-entry expiry */
@@ -239,6 +273,7 @@ size_t cache_count(const struct cache *c);
 
 struct rl_limit_state {
     int allowed;
+    int shadow;                 /* from the plan: never enforced */
     long long limit;
     long long remaining;
     long long reset_ms;         /* until the limit is fully reset */
@@ -253,16 +288,21 @@ struct rl_decision {
 };
 
 /* Decodes the script's flat integer reply.  Returns 0, or -1 when it does
- * not have the expected shape for nlimits limits. */
+ * not have the expected shape for nlimits limits.  Sets no shadow flags:
+ * the caller copies them from the plan. */
 int limiter_decode(const long long *v, size_t n, int nlimits,
     struct rl_decision *d);
+
+/* Marks the shadow limits of d from plan.  Returns 1 when a shadow limit
+ * would have denied, else 0. */
+int limiter_apply_shadow(const struct rl_plan *plan, struct rl_decision *d);
 
 /*
  * The arguments of one EVALSHA: "EVALSHA sha n key... cost peek n
  * (algorithm p1 p2)...".  See lua/check.lua for the contract.  Pointers in
  * argv point into store.
  */
-#define LIMITER_MAX_ARGS (3 + RL_MAX_LIMITS + 3 + 3 * RL_MAX_LIMITS)
+#define LIMITER_MAX_ARGS (3 + RL_MAX_LIMITS + 3 + 5 * RL_MAX_LIMITS)
 struct limiter_call {
     int argc;
     const char *argv[LIMITER_MAX_ARGS];
@@ -270,16 +310,17 @@ struct limiter_call {
     char store[RL_MAX_LIMITS * 256 + 1024];
 };
 
-/* Builds the call for one check of rule on behalf of tenant_id.  Keys are
- * rl:{tenant}:rule:limit, then :r<hash of route> when the rule counts per
- * route and :s<hash of subject> when a subject is given.  Returns 0, or -1
- * when the rule has no limits or a limit has an unknown algorithm. */
+/* Builds the call for one check of plan on behalf of tenant_id.  Keys are
+ * rl:{tenant}:rule:limit, then :r<hash of route> when the limit's rule
+ * counts per route and :s<hash of subject> when a subject is given.
+ * Returns 0, or -1 when the plan is empty or a limit is unusable. */
 int limiter_build(const char *sha, const char *tenant_id,
-    const struct rl_rule *rule, const struct check_request *req,
+    const struct rl_plan *plan, const struct check_request *req,
     struct limiter_call *call);
 
 /* Index of the most restrictive limit (the one the X-RateLimit-* headers
- * describe): a denying one first, else the one with the least remaining. */
+ * describe): enforced limits before shadow ones, a denying one first, else
+ * the one with the least remaining. */
 int limiter_primary(const struct rl_decision *d);
 
 /* ------------------------------------------------------------------ */
@@ -297,8 +338,8 @@ void response_free(struct rl_response *r);
 void response_reset(struct rl_response *r);
 const char *response_reason(int status);
 
-/* Adds one header line; name and the formatted value must not contain CR
- * or LF (they are replaced by spaces). */
+/* Adds one header line.  name is a fixed string of the caller's; CR and
+ * LF in the formatted value are replaced by spaces. */
 void response_header(struct rl_response *r, const char *name,
     const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
@@ -306,9 +347,9 @@ void response_header(struct rl_response *r, const char *name,
 void response_error(struct rl_response *r, int status, const char *code,
     const char *message);
 
-/* 200 or 429 for a decision on rule, with the X-RateLimit-*, RateLimit,
+/* 200 or 429 for a decision on plan, with the X-RateLimit-*, RateLimit,
  * RateLimit-Policy and (on 429) Retry-After headers and the JSON body. */
-void response_decision(struct rl_response *r, const struct rl_rule *rule,
+void response_decision(struct rl_response *r, const struct rl_plan *plan,
     const struct rl_decision *d);
 
 /* Seconds a client is told to wait for limit state st (at least 1). */

@@ -10,7 +10,9 @@
  * from the OS random generator, are shown once, and are stored only as
  * their SHA-256 (what the service looks up) and their first 8 characters
  * (so that people can tell keys apart in listings).  Workers pick up the
- * changes through the triggers of schema/001_init.sql, which NOTIFY them.
+ * changes through the triggers of schema/001_init.sql, which NOTIFY them;
+ * schema/002_limits.sql ties each algorithm to its parameters and keeps a
+ * rule at 8 limits or fewer, whoever writes to the tables.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -34,12 +36,17 @@
 #define CTL_EXIT_FAIL 1         /* runtime and database errors */
 #define CTL_EXIT_USAGE 2        /* bad command line */
 
-/* Bounds of what the tool accepts; the schema's CHECKs are looser. */
+/* Bounds of what the tool accepts.  Those of the limit parameters are the
+ * CHECKs of schema/002_limits.sql, so that a value the database would
+ * refuse is a usage error (exit 2) and not a database error (exit 1). */
 #define CTL_TENANT_NAME_MAX 128         /* characters */
 #define CTL_COUNT_MAX 1000000000000LL   /* --limit, --capacity: 10^12 */
-#define CTL_WINDOW_MAX 31622400LL       /* --window: 366 days */
+#define CTL_WINDOW_MAX 31622400LL       /* --window: 366 days, in seconds */
+#define CTL_PERIOD_MAX (CTL_WINDOW_MAX * 1000000LL)  /* --period, in us */
+#define CTL_BURST_MAX 1000000000LL      /* --burst: 10^9 */
+#define CTL_GCRA_SPAN_MAX 1000000000000000LL  /* (burst + 1) spacings, us */
 #define CTL_RATE_MIN 1e-6               /* --refill-rate, tokens/second */
-#define CTL_RATE_MAX 1e9
+#define CTL_RATE_MAX 1e8
 #define CTL_PRIORITY_MAX 1000000        /* --priority: -10^6 .. 10^6 */
 #define CTL_LIMIT_NAME_MAX 64
 
@@ -50,7 +57,7 @@
 #define CTL_MIGRATE_LOCK "1919708519"
 
 #define CTL_MAX_POSITIONAL 2
-#define CTL_MAX_OPTIONS 12
+#define CTL_MAX_OPTIONS 16
 
 /* ------------------------------------------------------------------ */
 /* Command line */
@@ -90,6 +97,7 @@ struct ctl {
     PGconn *conn;
     char err[512];              /* the last database error, one line */
     char sqlstate[6];
+    char constraint[64];        /* the constraint it broke, or "" */
     int err_line;               /* line of a failing migration, or 0 */
 };
 
@@ -107,15 +115,25 @@ static const char ctl_help_text[] =
 "    ratelimitctl [-c FILE] key create TENANT [--role check|admin]\n"
 "    ratelimitctl [-c FILE] key list TENANT\n"
 "    ratelimitctl [-c FILE] key revoke KEY_ID\n"
-"    ratelimitctl [-c FILE] rule add TENANT --route PATTERN\n"
-"                     --algorithm token_bucket --capacity N --refill-rate R\n"
-"                     [--priority N] [--name LIMITNAME] [--shadow]\n"
-"                     [--failure-mode closed|open] [--per rule|route]\n"
-"    ratelimitctl [-c FILE] rule add TENANT --route PATTERN\n"
-"                     --algorithm sliding_window --limit N --window SECONDS\n"
-"                     [same optional options]\n"
+"    ratelimitctl [-c FILE] rule add TENANT --route PATTERN LIMIT\n"
+"                     [--name LIMITNAME] [--priority N] [--always]\n"
+"                     [--shadow] [--failure-mode closed|open]\n"
+"                     [--per rule|route]\n"
 "    ratelimitctl [-c FILE] rule list TENANT\n"
+"    ratelimitctl [-c FILE] rule set RULE_ID [--enabled on|off]\n"
+"                     [--always on|off] [--shadow on|off]\n"
+"                     [--failure-mode closed|open] [--per rule|route]\n"
+"                     [--priority N]\n"
 "    ratelimitctl [-c FILE] rule remove RULE_ID\n"
+"    ratelimitctl [-c FILE] limit add RULE_ID --name LIMITNAME LIMIT\n"
+"    ratelimitctl [-c FILE] limit remove LIMIT_ID\n"
+"\n"
+"    where LIMIT is one of\n"
+"        --algorithm token_bucket --capacity N --refill-rate R\n"
+"        --algorithm sliding_window --limit N --window SECONDS\n"
+"        --algorithm gcra --limit N --period DURATION [--burst B]\n"
+"        --algorithm fixed_window --limit N --calendar minute|hour|day|month\n"
+"\n"
 "    ratelimitctl -h | --help | --version\n"
 "\n"
 "DESCRIPTION\n"
@@ -182,9 +200,10 @@ static const char ctl_help_text[] =
 "        Revoke the key with this id (see key list).  Revoking a revoked\n"
 "        key changes nothing and is not an error.\n"
 "\n"
-"    rule add TENANT --route PATTERN --algorithm ALGORITHM ...\n"
+"    rule add TENANT --route PATTERN LIMIT [options]\n"
 "        Add a rule with one limit to TENANT, in one transaction, and\n"
-"        print the rule's id.  Options:\n"
+"        print the rule's id.  More limits can be added to the rule with\n"
+"        limit add.  Options:\n"
 "\n"
 "        --route PATTERN\n"
 "            \"*\" matches every route, a pattern ending in \"*\" matches\n"
@@ -193,20 +212,19 @@ static const char ctl_help_text[] =
 "            characters, no surrounding spaces, \"*\" only at the end.\n"
 "            The most specific matching rule applies: exact, then the\n"
 "            longest prefix, then \"*\".\n"
-"        --algorithm token_bucket | sliding_window\n"
-"        --capacity N, --refill-rate R\n"
-"            token_bucket only, both required: the bucket holds up to N\n"
-"            tokens (1 to 10^12) and gains R tokens per second (a decimal\n"
-"            number, 0.000001 to 10^9).\n"
-"        --limit N, --window SECONDS\n"
-"            sliding_window only, both required: at most N requests (1 to\n"
-"            10^12) in any SECONDS seconds (1 to 31622400, 366 days).\n"
-"        --priority N\n"
-"            Breaks ties between equally specific rules; higher wins.\n"
-"            -1000000 to 1000000, default 0.\n"
+"        --algorithm ALGORITHM and its parameters (LIMIT)\n"
+"            See LIMITS below.\n"
 "        --name LIMITNAME\n"
 "            The limit's name, unique within the rule: 1 to 64 of\n"
 "            A-Z a-z 0-9 _ . -; default \"default\".\n"
+"        --priority N\n"
+"            Breaks ties between equally specific rules; higher wins.\n"
+"            -1000000 to 1000000, default 0.\n"
+"        --always\n"
+"            The rule applies whenever its pattern matches, in addition\n"
+"            to the most specific matching rule; the limits of both are\n"
+"            decided together, all or nothing.  For a quota that always\n"
+"            counts, such as a tenant-wide daily quota on \"*\".\n"
 "        --shadow\n"
 "            Evaluate and count, but never deny (to try a rule out).\n"
 "        --failure-mode closed | open\n"
@@ -217,10 +235,64 @@ static const char ctl_help_text[] =
 "            default) or each route separately (route).\n"
 "\n"
 "    rule list TENANT\n"
-"        List TENANT's rules, one line per limit.\n"
+"        List TENANT's rules, one line per limit: the rule's id, route,\n"
+"        priority and switches (enabled, always, shadow, failure mode,\n"
+"        per), then the limit's id, name, algorithm and parameters.\n"
+"\n"
+"    rule set RULE_ID [options]\n"
+"        Change the rule's switches; what is not given stays as it is,\n"
+"        and at least one option is required.  Prints the rule's\n"
+"        settings afterwards.  Options:\n"
+"\n"
+"        --enabled on | off\n"
+"            A disabled rule is ignored as if it did not exist.\n"
+"        --always on | off, --shadow on | off\n"
+"        --failure-mode closed | open, --per rule | route\n"
+"        --priority N\n"
+"            As for rule add.\n"
 "\n"
 "    rule remove RULE_ID\n"
 "        Remove the rule with this id and its limits.\n"
+"\n"
+"    limit add RULE_ID --name LIMITNAME LIMIT\n"
+"        Add a limit to an existing rule and print the limit's id.  All\n"
+"        the limits of a rule are enforced together: a request is allowed\n"
+"        only if every one of them allows it, and a denied request counts\n"
+"        against none.  LIMITNAME (required) must differ from the names\n"
+"        of the rule's other limits.  A rule has at most 8 limits; the\n"
+"        database refuses a ninth.\n"
+"\n"
+"    limit remove LIMIT_ID\n"
+"        Remove the limit with this id (see rule list).  A rule keeps at\n"
+"        least one limit: to remove the last one, remove the rule.\n"
+"\n"
+"LIMITS\n"
+"    Every limit has an algorithm and exactly that algorithm's\n"
+"    parameters; any other parameter option is an error.\n"
+"\n"
+"    --algorithm token_bucket --capacity N --refill-rate R\n"
+"        The bucket holds up to N tokens (1 to 10^12) and gains R tokens\n"
+"        per second (a decimal number, 0.000001 to 10^8); each request\n"
+"        takes one.\n"
+"\n"
+"    --algorithm sliding_window --limit N --window SECONDS\n"
+"        At most N requests (1 to 10^12) in any SECONDS seconds (1 to\n"
+"        31622400, 366 days).\n"
+"\n"
+"    --algorithm gcra --limit N --period DURATION [--burst B]\n"
+"        The generic cell rate algorithm: N requests (1 to 10^12) per\n"
+"        DURATION, spaced DURATION/N apart (rounded up to whole\n"
+"        microseconds), plus up to B requests (0 to 10^9, default 0) at\n"
+"        once beyond that pace.  DURATION is a whole number with a unit:\n"
+"        us (microseconds), ms, s, m (minutes), h or d, from 1us to 366d,\n"
+"        as in 500us, 2ms, 1s or 1m.  N may not exceed DURATION in\n"
+"        microseconds (at most one request per microsecond), and B + 1\n"
+"        spacings may take at most 10^15us (about 31 years).\n"
+"\n"
+"    --algorithm fixed_window --limit N --calendar minute|hour|day|month\n"
+"        At most N requests (1 to 10^12) per calendar minute, hour, day\n"
+"        or month, in UTC; the count starts again when the next one\n"
+"        begins.  For quotas, such as 10000 a day.\n"
 "\n"
 "    Options may be written \"--name VALUE\" or \"--name=VALUE\";\n"
 "    \"--\" ends the options (for a tenant whose name begins with \"-\").\n"
@@ -228,7 +300,9 @@ static const char ctl_help_text[] =
 "EXIT STATUS\n"
 "    0   success\n"
 "    1   the command failed: database unreachable or in error, unknown\n"
-"        tenant, key or rule, duplicate tenant, unreadable configuration\n"
+"        tenant, key, rule or limit, duplicate tenant or limit name, a\n"
+"        ninth limit for a rule, removing a rule's last limit, unreadable\n"
+"        configuration\n"
 "    2   bad command line (unknown command or option, missing or invalid\n"
 "        argument); nothing was changed\n"
 "\n"
@@ -246,9 +320,23 @@ static const char ctl_help_text[] =
 "    ratelimitctl key create acme\n"
 "    ratelimitctl rule add acme --route '/api/payments*' \\\n"
 "        --algorithm token_bucket --capacity 10 --refill-rate 2\n"
+"    ratelimitctl rule add acme --route /api/search --algorithm gcra \\\n"
+"        --limit 20 --period 1s --burst 5\n"
 "    ratelimitctl rule add acme --route '*' --algorithm sliding_window \\\n"
 "        --limit 1000 --window 3600\n"
-"    ratelimitctl rule list acme\n";
+"\n"
+"    A daily quota of 100000 requests that counts on every route, on top\n"
+"    of the rule that matches the route best:\n"
+"    ratelimitctl rule add acme --route '*' --always --name daily \\\n"
+"        --algorithm fixed_window --limit 100000 --calendar day\n"
+"\n"
+"    A second limit on rule 12 (10 a second and 10000 a day), then\n"
+"    trying the rule out without denying anything:\n"
+"    ratelimitctl limit add 12 --name per-day --algorithm fixed_window \\\n"
+"        --limit 10000 --calendar day\n"
+"    ratelimitctl rule set 12 --shadow on\n"
+"    ratelimitctl rule list acme\n"
+"    ratelimitctl limit remove 31\n";
 
 /* ------------------------------------------------------------------ */
 /* Messages */
@@ -663,7 +751,7 @@ ctl_set_error(struct ctl *ctl, const char *msg)
 static void
 ctl_set_result_error(struct ctl *ctl, const PGresult *res, const char *sql)
 {
-    const char *primary = NULL, *state = NULL, *pos = NULL;
+    const char *primary = NULL, *state = NULL, *pos = NULL, *constraint = NULL;
     long offset, line;
     const char *p;
 
@@ -671,9 +759,12 @@ ctl_set_result_error(struct ctl *ctl, const PGresult *res, const char *sql)
         primary = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
         state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
         pos = PQresultErrorField(res, PG_DIAG_STATEMENT_POSITION);
+        constraint = PQresultErrorField(res, PG_DIAG_CONSTRAINT_NAME);
     }
     ctl_set_error(ctl, primary != NULL ? primary : PQerrorMessage(ctl->conn));
     snprintf(ctl->sqlstate, sizeof(ctl->sqlstate), "%s", state ? state : "");
+    snprintf(ctl->constraint, sizeof(ctl->constraint), "%s",
+        constraint ? constraint : "");
     ctl->err_line = 0;
     if (pos != NULL && sql != NULL) {
         /* The position counts characters; the migrations are ASCII. */
@@ -1217,19 +1308,346 @@ ctl_cmd_key_revoke(struct ctl *ctl, const struct ctl_command *cmd,
 }
 
 /* ------------------------------------------------------------------ */
-/* rule */
+/* rule and limit */
 
+/*
+ * The algorithms and the parameter options each takes.  Any other
+ * parameter option is refused for it, so that a mistyped command never
+ * stores something other than what was meant.
+ */
+struct ctl_algorithm {
+    const char *name;                   /* as stored in limits.algorithm */
+    const char *required[3];            /* option names, NULL ended */
+    const char *optional[2];
+    const char *takes;                  /* the options, for messages */
+};
+
+static const struct ctl_algorithm ctl_algorithms[] = {
+    { "token_bucket", { "capacity", "refill-rate", NULL }, { NULL },
+      "--capacity N and --refill-rate R" },
+    { "sliding_window", { "limit", "window", NULL }, { NULL },
+      "--limit N and --window SECONDS" },
+    { "gcra", { "limit", "period", NULL }, { "burst", NULL },
+      "--limit N and --period DURATION, optionally --burst B" },
+    { "fixed_window", { "limit", "calendar", NULL }, { NULL },
+      "--limit N and --calendar minute|hour|day|month" },
+};
+
+#define CTL_NALGORITHMS (sizeof(ctl_algorithms) / sizeof(ctl_algorithms[0]))
+
+/* Every option that sets a limit parameter. */
+static const char *const ctl_parameter_options[] = { "capacity",
+    "refill-rate", "limit", "window", "period", "burst", "calendar", NULL };
+
+static const char *const ctl_calendars[] = { "minute", "hour", "day",
+    "month", NULL };
+
+/* Duration units, largest first (ctl_format_duration relies on that). */
+static const struct {
+    const char *unit;
+    long long us;
+} ctl_duration_units[] = {
+    { "d", 86400000000LL },
+    { "h", 3600000000LL },
+    { "m", 60000000LL },
+    { "s", 1000000LL },
+    { "ms", 1000LL },
+    { "us", 1LL },
+};
+
+#define CTL_NUNITS (sizeof(ctl_duration_units) / sizeof(ctl_duration_units[0]))
+
+/*
+ * One limit's checked parameters, as text for query parameters.  An empty
+ * string stands for NULL: each algorithm leaves the others' empty.
+ */
+struct ctl_limit_spec {
+    const char *name;
+    const struct ctl_algorithm *algorithm;
+    char count[24], window[24], capacity[24], rate[40];
+    char period[24], burst[24], calendar[8];
+};
+
+/* What "rule add" stores in rules, and its first limit. */
 struct ctl_rule_spec {
     const char *tenant;
     const char *route;
-    const char *algorithm;      /* the database's name */
-    const char *name;
     const char *failure_mode;
     const char *per;
     int shadow;
+    int always;
     char priority[24];
-    char count[24], window[24], capacity[24], rate[40];
+    struct ctl_limit_spec limit;
 };
+
+static int
+ctl_name_in(const char *const *list, const char *name)
+{
+    for (; *list != NULL; list++)
+        if (strcmp(*list, name) == 0)
+            return 1;
+    return 0;
+}
+
+/* The value of a query parameter: s, or NULL (SQL NULL) when s is "". */
+static const char *
+ctl_text_or_null(const char *s)
+{
+    return s[0] != '\0' ? s : NULL;
+}
+
+/*
+ * Parses a duration: a whole number directly followed by one of the units
+ * us, ms, s, m, h, d ("500us", "2ms", "1m").  Stores it in microseconds,
+ * 1 to CTL_PERIOD_MAX (366 days).
+ */
+static int
+ctl_parse_duration(const char *what, const char *s, long long *out_us,
+    char *err, size_t errlen)
+{
+    size_t digits = strspn(s, "0123456789"), i;
+    long long v;
+
+    for (i = 0; i < CTL_NUNITS; i++)
+        if (digits > 0 && strcmp(s + digits, ctl_duration_units[i].unit) == 0)
+            break;
+    if (i == CTL_NUNITS) {
+        snprintf(err, errlen, "%s: \"%s\" is not a duration (a whole number "
+            "with one of the units us, ms, s, m, h, d, as in 500us, 2ms, 1s "
+            "or 1m)", what, s);
+        return -1;
+    }
+    errno = 0;
+    v = strtoll(s, NULL, 10);
+    if (errno == ERANGE || v < 1 ||
+        v > CTL_PERIOD_MAX / ctl_duration_units[i].us) {
+        snprintf(err, errlen, "%s: %s is out of range (1us to 366d)", what, s);
+        return -1;
+    }
+    *out_us = v * ctl_duration_units[i].us;
+    return 0;
+}
+
+/* Writes us (> 0) in the largest unit that divides it: "500us", "2ms". */
+static void
+ctl_format_duration(long long us, char *buf, size_t len)
+{
+    size_t i;
+
+    for (i = 0; i < CTL_NUNITS - 1; i++)
+        if (us % ctl_duration_units[i].us == 0)
+            break;
+    snprintf(buf, len, "%lld%s", us / ctl_duration_units[i].us,
+        ctl_duration_units[i].unit);
+}
+
+/* "on" or "off" into "true" or "false" (query parameters of boolean). */
+static int
+ctl_parse_on_off(const char *what, const char *s, const char **out,
+    char *err, size_t errlen)
+{
+    if (strcmp(s, "on") == 0) {
+        *out = "true";
+        return 0;
+    }
+    if (strcmp(s, "off") == 0) {
+        *out = "false";
+        return 0;
+    }
+    snprintf(err, errlen, "%s: \"%s\" is not on or off", what, s);
+    return -1;
+}
+
+static int
+ctl_check_failure_mode(const char *s, char *err, size_t errlen)
+{
+    if (strcmp(s, "closed") == 0 || strcmp(s, "open") == 0)
+        return 0;
+    snprintf(err, errlen, "--failure-mode: \"%s\" is not closed or open", s);
+    return -1;
+}
+
+static int
+ctl_check_per(const char *s, char *err, size_t errlen)
+{
+    if (strcmp(s, "rule") == 0 || strcmp(s, "route") == 0)
+        return 0;
+    snprintf(err, errlen, "--per: \"%s\" is not rule or route", s);
+    return -1;
+}
+
+/*
+ * Checks the options that describe one limit (--name, --algorithm and the
+ * algorithm's parameters) into spec.  default_name stands in for a missing
+ * --name; when it is NULL, --name is required.  Returns 0, or
+ * CTL_EXIT_USAGE after printing why.
+ */
+static int
+ctl_limit_spec(const struct ctl_command *cmd, const struct ctl_args *a,
+    const char *default_name, struct ctl_limit_spec *spec)
+{
+    const char *algorithm = ctl_arg(cmd, a, "algorithm");
+    const struct ctl_algorithm *alg = NULL;
+    const char *opt, *v;
+    char err[256];
+    long long n, period_us = 0, count = 0, burst = 0, spacing;
+    double d;
+    size_t i;
+
+    memset(spec, 0, sizeof(*spec));
+    spec->name = ctl_arg(cmd, a, "name");
+    if (spec->name == NULL) {
+        if (default_name == NULL)
+            return ctl_usage_error(cmd, "missing --name LIMITNAME (the "
+                "limits of a rule need names of their own)");
+        spec->name = default_name;
+    }
+    if (ctl_check_limit_name(spec->name, err, sizeof(err)) == -1)
+        return ctl_usage_error(cmd, "%s", err);
+
+    if (algorithm == NULL)
+        return ctl_usage_error(cmd, "missing --algorithm (token_bucket, "
+            "sliding_window, gcra or fixed_window)");
+    for (i = 0; i < CTL_NALGORITHMS; i++)
+        if (strcmp(ctl_algorithms[i].name, algorithm) == 0)
+            alg = &ctl_algorithms[i];
+    if (alg == NULL)
+        return ctl_usage_error(cmd, "--algorithm: \"%s\" is not "
+            "token_bucket, sliding_window, gcra or fixed_window", algorithm);
+    spec->algorithm = alg;
+
+    for (i = 0; (opt = ctl_parameter_options[i]) != NULL; i++)
+        if (ctl_arg(cmd, a, opt) != NULL && !ctl_name_in(alg->required, opt) &&
+            !ctl_name_in(alg->optional, opt))
+            return ctl_usage_error(cmd, "--%s: not an option of %s (it "
+                "takes %s)", opt, alg->name, alg->takes);
+    for (i = 0; (opt = alg->required[i]) != NULL; i++)
+        if (ctl_arg(cmd, a, opt) == NULL)
+            return ctl_usage_error(cmd, "%s needs %s (--%s is missing)",
+                alg->name, alg->takes, opt);
+
+    /* Only the algorithm's own options are left; parse those given. */
+    if ((v = ctl_arg(cmd, a, "capacity")) != NULL) {
+        if (ctl_parse_integer("--capacity", v, 1, CTL_COUNT_MAX, &n, err,
+            sizeof(err)) == -1)
+            return ctl_usage_error(cmd, "%s", err);
+        snprintf(spec->capacity, sizeof(spec->capacity), "%lld", n);
+    }
+    if ((v = ctl_arg(cmd, a, "refill-rate")) != NULL) {
+        if (ctl_parse_decimal("--refill-rate", v, CTL_RATE_MIN, CTL_RATE_MAX,
+            &d, err, sizeof(err)) == -1)
+            return ctl_usage_error(cmd, "%s", err);
+        snprintf(spec->rate, sizeof(spec->rate), "%.17g", d);
+    }
+    if ((v = ctl_arg(cmd, a, "limit")) != NULL) {
+        if (ctl_parse_integer("--limit", v, 1, CTL_COUNT_MAX, &count, err,
+            sizeof(err)) == -1)
+            return ctl_usage_error(cmd, "%s", err);
+        snprintf(spec->count, sizeof(spec->count), "%lld", count);
+    }
+    if ((v = ctl_arg(cmd, a, "window")) != NULL) {
+        if (ctl_parse_integer("--window", v, 1, CTL_WINDOW_MAX, &n, err,
+            sizeof(err)) == -1)
+            return ctl_usage_error(cmd, "%s", err);
+        snprintf(spec->window, sizeof(spec->window), "%lld", n);
+    }
+    if ((v = ctl_arg(cmd, a, "period")) != NULL) {
+        if (ctl_parse_duration("--period", v, &period_us, err,
+            sizeof(err)) == -1)
+            return ctl_usage_error(cmd, "%s", err);
+        snprintf(spec->period, sizeof(spec->period), "%lld", period_us);
+    }
+    if ((v = ctl_arg(cmd, a, "burst")) != NULL) {
+        if (ctl_parse_integer("--burst", v, 0, CTL_BURST_MAX, &burst, err,
+            sizeof(err)) == -1)
+            return ctl_usage_error(cmd, "%s", err);
+        snprintf(spec->burst, sizeof(spec->burst), "%lld", burst);
+    } else if (ctl_name_in(alg->optional, "burst")) {
+        snprintf(spec->burst, sizeof(spec->burst), "0");
+    }
+    if ((v = ctl_arg(cmd, a, "calendar")) != NULL) {
+        if (!ctl_name_in(ctl_calendars, v))
+            return ctl_usage_error(cmd, "--calendar: \"%s\" is not minute, "
+                "hour, day or month", v);
+        snprintf(spec->calendar, sizeof(spec->calendar), "%s", v);
+    }
+
+    /*
+     * GCRA spaces requests ceil(period / limit) microseconds apart, so more
+     * than one request per microsecond would silently become one.  It
+     * refuses (burst + 1) spacings beyond CTL_GCRA_SPAN_MAX (lua/gcra.lua,
+     * and the CHECK limits_parameters), so such a rule could never be
+     * used.  Dividing instead of multiplying cannot overflow.
+     */
+    if (period_us > 0) {
+        if (count > period_us)
+            return ctl_usage_error(cmd, "--limit %lld per --period %s is "
+                "more than one request per microsecond, which gcra cannot "
+                "space out; use a longer --period or sliding_window", count,
+                ctl_arg(cmd, a, "period"));
+        spacing = (period_us + count - 1) / count;
+        if (spacing > CTL_GCRA_SPAN_MAX / (burst + 1))
+            return ctl_usage_error(cmd, "--burst %lld: %lld requests spaced "
+                "%lldus apart take longer than gcra's limit of 10^15us "
+                "(about 31 years); use a smaller --burst or a shorter "
+                "--period", burst, burst + 1, spacing);
+    }
+    return 0;
+}
+
+/* Describes a checked limit the way "rule list" shows it. */
+static void
+ctl_limit_describe(const struct ctl_limit_spec *s, char *buf, size_t len)
+{
+    char period[32];
+
+    if (s->capacity[0] != '\0') {
+        snprintf(buf, len, "%s: token_bucket capacity %s, refill %s/s",
+            s->name, s->capacity, s->rate);
+    } else if (s->window[0] != '\0') {
+        snprintf(buf, len, "%s: sliding_window %s per %s s", s->name,
+            s->count, s->window);
+    } else if (s->period[0] != '\0') {
+        ctl_format_duration(strtoll(s->period, NULL, 10), period,
+            sizeof(period));
+        snprintf(buf, len, "%s: gcra %s per %s, burst %s", s->name,
+            s->count, period, s->burst);
+    } else {
+        snprintf(buf, len, "%s: fixed_window %s per calendar %s", s->name,
+            s->count, s->calendar);
+    }
+}
+
+/*
+ * Inserts a checked limit into the rule with id rule_id (decimal).  Returns
+ * the result, with one row holding the new limit's id, or none when there
+ * is no such rule (the caller PQclear()s it); or NULL with the error in
+ * ctl.
+ */
+static PGresult *
+ctl_insert_limit(struct ctl *ctl, const char *rule_id,
+    const struct ctl_limit_spec *s)
+{
+    const char *params[10];
+
+    params[0] = rule_id;
+    params[1] = s->name;
+    params[2] = s->algorithm->name;
+    params[3] = ctl_text_or_null(s->count);
+    params[4] = ctl_text_or_null(s->window);
+    params[5] = ctl_text_or_null(s->capacity);
+    params[6] = ctl_text_or_null(s->rate);
+    params[7] = ctl_text_or_null(s->period);
+    params[8] = ctl_text_or_null(s->burst);
+    params[9] = ctl_text_or_null(s->calendar);
+    return ctl_query(ctl,
+        "INSERT INTO limits (rule_id, name, algorithm, limit_count, "
+        "                    window_seconds, bucket_capacity, refill_rate, "
+        "                    period_us, burst, calendar) "
+        "SELECT r.id, $2, $3, $4::bigint, $5::bigint, $6::bigint, "
+        "       $7::double precision, $8::bigint, $9::bigint, $10 "
+        "FROM rules r WHERE r.id = $1::bigint RETURNING id", 10, params);
+}
 
 /* Checks "rule add"'s arguments into spec.  Returns 0 or CTL_EXIT_USAGE
  * after printing why. */
@@ -1237,24 +1655,18 @@ static int
 ctl_rule_spec(const struct ctl_command *cmd, const struct ctl_args *a,
     struct ctl_rule_spec *spec)
 {
-    const char *algorithm = ctl_arg(cmd, a, "algorithm");
-    const char *capacity = ctl_arg(cmd, a, "capacity");
-    const char *rate = ctl_arg(cmd, a, "refill-rate");
-    const char *limit = ctl_arg(cmd, a, "limit");
-    const char *window = ctl_arg(cmd, a, "window");
     const char *priority = ctl_arg(cmd, a, "priority");
     char err[256];
     long long v;
-    double d;
-    int algo;
+    int rc;
 
     memset(spec, 0, sizeof(*spec));
     spec->tenant = a->pos[0];
     spec->route = ctl_arg(cmd, a, "route");
-    spec->name = ctl_arg(cmd, a, "name");
     spec->failure_mode = ctl_arg(cmd, a, "failure-mode");
     spec->per = ctl_arg(cmd, a, "per");
     spec->shadow = ctl_flag(cmd, a, "shadow");
+    spec->always = ctl_flag(cmd, a, "always");
 
     if (ctl_check_tenant_name(spec->tenant, err, sizeof(err)) == -1)
         return ctl_usage_error(cmd, "%s", err);
@@ -1262,48 +1674,8 @@ ctl_rule_spec(const struct ctl_command *cmd, const struct ctl_args *a,
         return ctl_usage_error(cmd, "missing --route PATTERN");
     if (ctl_check_route(spec->route, err, sizeof(err)) == -1)
         return ctl_usage_error(cmd, "%s", err);
-    if (algorithm == NULL)
-        return ctl_usage_error(cmd, "missing --algorithm (token_bucket or "
-            "sliding_window)");
-    algo = rules_algorithm_parse(algorithm);
-    if (algo != RL_ALGO_TOKEN_BUCKET && algo != RL_ALGO_SLIDING_WINDOW)
-        return ctl_usage_error(cmd, "--algorithm: \"%s\" is not "
-            "token_bucket or sliding_window", algorithm);
-    spec->algorithm = rules_algorithm_name(algo);
-
-    if (algo == RL_ALGO_TOKEN_BUCKET) {
-        if (limit != NULL || window != NULL)
-            return ctl_usage_error(cmd, "--%s: not an option of "
-                "token_bucket (it takes --capacity and --refill-rate)",
-                limit != NULL ? "limit" : "window");
-        if (capacity == NULL || rate == NULL)
-            return ctl_usage_error(cmd, "token_bucket needs --capacity N "
-                "and --refill-rate R");
-        if (ctl_parse_integer("--capacity", capacity, 1, CTL_COUNT_MAX, &v,
-            err, sizeof(err)) == -1)
-            return ctl_usage_error(cmd, "%s", err);
-        snprintf(spec->capacity, sizeof(spec->capacity), "%lld", v);
-        if (ctl_parse_decimal("--refill-rate", rate, CTL_RATE_MIN,
-            CTL_RATE_MAX, &d, err, sizeof(err)) == -1)
-            return ctl_usage_error(cmd, "%s", err);
-        snprintf(spec->rate, sizeof(spec->rate), "%.17g", d);
-    } else {
-        if (capacity != NULL || rate != NULL)
-            return ctl_usage_error(cmd, "--%s: not an option of "
-                "sliding_window (it takes --limit and --window)",
-                capacity != NULL ? "capacity" : "refill-rate");
-        if (limit == NULL || window == NULL)
-            return ctl_usage_error(cmd, "sliding_window needs --limit N and "
-                "--window SECONDS");
-        if (ctl_parse_integer("--limit", limit, 1, CTL_COUNT_MAX, &v, err,
-            sizeof(err)) == -1)
-            return ctl_usage_error(cmd, "%s", err);
-        snprintf(spec->count, sizeof(spec->count), "%lld", v);
-        if (ctl_parse_integer("--window", window, 1, CTL_WINDOW_MAX, &v, err,
-            sizeof(err)) == -1)
-            return ctl_usage_error(cmd, "%s", err);
-        snprintf(spec->window, sizeof(spec->window), "%lld", v);
-    }
+    if ((rc = ctl_limit_spec(cmd, a, "default", &spec->limit)) != 0)
+        return rc;
 
     v = 0;
     if (priority != NULL && ctl_parse_integer("--priority", priority,
@@ -1311,21 +1683,14 @@ ctl_rule_spec(const struct ctl_command *cmd, const struct ctl_args *a,
         return ctl_usage_error(cmd, "%s", err);
     snprintf(spec->priority, sizeof(spec->priority), "%lld", v);
 
-    if (spec->name == NULL)
-        spec->name = "default";
-    if (ctl_check_limit_name(spec->name, err, sizeof(err)) == -1)
-        return ctl_usage_error(cmd, "%s", err);
     if (spec->failure_mode == NULL)
         spec->failure_mode = "closed";
-    if (strcmp(spec->failure_mode, "closed") != 0 &&
-        strcmp(spec->failure_mode, "open") != 0)
-        return ctl_usage_error(cmd, "--failure-mode: \"%s\" is not closed "
-            "or open", spec->failure_mode);
+    if (ctl_check_failure_mode(spec->failure_mode, err, sizeof(err)) == -1)
+        return ctl_usage_error(cmd, "%s", err);
     if (spec->per == NULL)
         spec->per = "rule";
-    if (strcmp(spec->per, "rule") != 0 && strcmp(spec->per, "route") != 0)
-        return ctl_usage_error(cmd, "--per: \"%s\" is not rule or route",
-            spec->per);
+    if (ctl_check_per(spec->per, err, sizeof(err)) == -1)
+        return ctl_usage_error(cmd, "%s", err);
     return 0;
 }
 
@@ -1334,10 +1699,10 @@ ctl_cmd_rule_add(struct ctl *ctl, const struct ctl_command *cmd,
     const struct ctl_args *a)
 {
     struct ctl_rule_spec s;
-    const char *rule_params[6], *limit_params[7];
-    const char *names[4] = { "id", "tenant", "route", "limit" };
-    const char *values[4];
-    char rule_id[24], desc[128];
+    const char *params[7];
+    const char *names[5] = { "id", "tenant", "route", "always", "limit" };
+    const char *values[5];
+    char rule_id[24], desc[160];
     PGresult *res;
     int rc;
 
@@ -1348,17 +1713,18 @@ ctl_cmd_rule_add(struct ctl *ctl, const struct ctl_command *cmd,
 
     if (ctl_begin(ctl) == -1)
         return ctl_db_fail(ctl);
-    rule_params[0] = s.tenant;
-    rule_params[1] = s.route;
-    rule_params[2] = s.priority;
-    rule_params[3] = s.shadow ? "true" : "false";
-    rule_params[4] = s.failure_mode;
-    rule_params[5] = s.per;
+    params[0] = s.tenant;
+    params[1] = s.route;
+    params[2] = s.priority;
+    params[3] = s.shadow ? "true" : "false";
+    params[4] = s.failure_mode;
+    params[5] = s.per;
+    params[6] = s.always ? "true" : "false";
     res = ctl_query(ctl,
         "INSERT INTO rules (tenant_id, route_pattern, priority, shadow, "
-        "                   failure_mode, per) "
-        "SELECT id, $2, $3::integer, $4::boolean, $5, $6 "
-        "FROM tenants WHERE name = $1 RETURNING id", 6, rule_params);
+        "                   failure_mode, per, always) "
+        "SELECT id, $2, $3::integer, $4::boolean, $5, $6, $7::boolean "
+        "FROM tenants WHERE name = $1 RETURNING id", 7, params);
     if (res == NULL) {
         ctl_rollback(ctl);
         return ctl_db_fail(ctl);
@@ -1372,34 +1738,108 @@ ctl_cmd_rule_add(struct ctl *ctl, const struct ctl_command *cmd,
     snprintf(rule_id, sizeof(rule_id), "%s", PQgetvalue(res, 0, 0));
     PQclear(res);
 
-    limit_params[0] = rule_id;
-    limit_params[1] = s.name;
-    limit_params[2] = s.algorithm;
-    limit_params[3] = s.count[0] ? s.count : NULL;
-    limit_params[4] = s.window[0] ? s.window : NULL;
-    limit_params[5] = s.capacity[0] ? s.capacity : NULL;
-    limit_params[6] = s.rate[0] ? s.rate : NULL;
-    if (ctl_command(ctl,
-        "INSERT INTO limits (rule_id, name, algorithm, limit_count, "
-        "                    window_seconds, bucket_capacity, refill_rate) "
-        "VALUES ($1::bigint, $2, $3, $4::bigint, $5::bigint, $6::bigint, "
-        "        $7::double precision)", 7, limit_params) == -1 ||
-        ctl_commit(ctl) == -1) {
+    res = ctl_insert_limit(ctl, rule_id, &s.limit);
+    if (res == NULL || ctl_commit(ctl) == -1) {
+        PQclear(res);
         ctl_rollback(ctl);
         return ctl_db_fail(ctl);
     }
+    PQclear(res);
 
-    if (s.capacity[0])
-        snprintf(desc, sizeof(desc), "%s: token_bucket capacity %s, refill "
-            "%s/s", s.name, s.capacity, s.rate);
-    else
-        snprintf(desc, sizeof(desc), "%s: sliding_window %s per %s s",
-            s.name, s.count, s.window);
+    ctl_limit_describe(&s.limit, desc, sizeof(desc));
     values[0] = rule_id;
     values[1] = s.tenant;
     values[2] = s.route;
-    values[3] = desc;
-    ctl_print_fields(names, values, 4);
+    values[3] = s.always ? "yes" : "no";
+    values[4] = desc;
+    ctl_print_fields(names, values, 5);
+    return CTL_EXIT_OK;
+}
+
+/* rule set: only the options given change; there must be at least one. */
+static int
+ctl_cmd_rule_set(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a)
+{
+    static const char *const names[] = { "id", "enabled", "always", "shadow",
+        "failure-mode", "per", "priority" };
+    const char *enabled = ctl_arg(cmd, a, "enabled");
+    const char *always = ctl_arg(cmd, a, "always");
+    const char *shadow = ctl_arg(cmd, a, "shadow");
+    const char *failure_mode = ctl_arg(cmd, a, "failure-mode");
+    const char *per = ctl_arg(cmd, a, "per");
+    const char *priority = ctl_arg(cmd, a, "priority");
+    const char *params[7], *values[7];
+    char err[256], prio[24];
+    long long id, v;
+    PGresult *res;
+    int rc, i;
+
+    if (ctl_parse_id("RULE_ID", a->pos[0], &id, err, sizeof(err)) == -1)
+        return ctl_usage_error(cmd, "%s", err);
+    if (enabled == NULL && always == NULL && shadow == NULL &&
+        failure_mode == NULL && per == NULL && priority == NULL)
+        return ctl_usage_error(cmd, "nothing to set: give at least one of "
+            "--enabled, --always, --shadow, --failure-mode, --per, "
+            "--priority");
+    params[0] = a->pos[0];
+    for (i = 1; i < 7; i++)
+        params[i] = NULL;
+    if (enabled != NULL && ctl_parse_on_off("--enabled", enabled,
+        &params[1], err, sizeof(err)) == -1)
+        return ctl_usage_error(cmd, "%s", err);
+    if (always != NULL && ctl_parse_on_off("--always", always, &params[2],
+        err, sizeof(err)) == -1)
+        return ctl_usage_error(cmd, "%s", err);
+    if (shadow != NULL && ctl_parse_on_off("--shadow", shadow, &params[3],
+        err, sizeof(err)) == -1)
+        return ctl_usage_error(cmd, "%s", err);
+    if (failure_mode != NULL) {
+        if (ctl_check_failure_mode(failure_mode, err, sizeof(err)) == -1)
+            return ctl_usage_error(cmd, "%s", err);
+        params[4] = failure_mode;
+    }
+    if (per != NULL) {
+        if (ctl_check_per(per, err, sizeof(err)) == -1)
+            return ctl_usage_error(cmd, "%s", err);
+        params[5] = per;
+    }
+    if (priority != NULL) {
+        if (ctl_parse_integer("--priority", priority, -CTL_PRIORITY_MAX,
+            CTL_PRIORITY_MAX, &v, err, sizeof(err)) == -1)
+            return ctl_usage_error(cmd, "%s", err);
+        snprintf(prio, sizeof(prio), "%lld", v);
+        params[6] = prio;
+    }
+    if ((rc = ctl_connect(ctl)) != 0)
+        return rc;
+
+    /* One statement: a NULL parameter keeps the column as it is.  A rule
+     * left unchanged keeps its updated_at and notifies nobody. */
+    res = ctl_query(ctl,
+        "UPDATE rules SET "
+        "  enabled = coalesce($2::boolean, enabled), "
+        "  always = coalesce($3::boolean, always), "
+        "  shadow = coalesce($4::boolean, shadow), "
+        "  failure_mode = coalesce($5, failure_mode), "
+        "  per = coalesce($6, per), "
+        "  priority = coalesce($7::integer, priority) "
+        "WHERE id = $1::bigint "
+        "RETURNING id, "
+        "  CASE WHEN enabled THEN 'on' ELSE 'off' END, "
+        "  CASE WHEN always THEN 'on' ELSE 'off' END, "
+        "  CASE WHEN shadow THEN 'on' ELSE 'off' END, "
+        "  failure_mode, per, priority", 7, params);
+    if (res == NULL)
+        return ctl_db_fail(ctl);
+    if (PQntuples(res) == 0) {
+        PQclear(res);
+        return ctl_fail("no rule with id %lld", id);
+    }
+    for (i = 0; i < 7; i++)
+        values[i] = PQgetvalue(res, 0, i);
+    ctl_print_fields(names, values, 7);
+    PQclear(res);
     return CTL_EXIT_OK;
 }
 
@@ -1408,8 +1848,8 @@ ctl_cmd_rule_list(struct ctl *ctl, const struct ctl_command *cmd,
     const struct ctl_args *a)
 {
     static const char *const headers[] = { "ID", "ROUTE", "PRIORITY",
-        "ENABLED", "SHADOW", "FAILURE", "PER", "LIMIT", "ALGORITHM",
-        "PARAMETERS" };
+        "ENABLED", "ALWAYS", "SHADOW", "FAILURE", "PER", "LIMIT_ID", "LIMIT",
+        "ALGORITHM", "PARAMETERS" };
     char id[RL_UUID_LEN + 1], err[256];
     const char *params[1];
     PGresult *res;
@@ -1422,16 +1862,34 @@ ctl_cmd_rule_list(struct ctl *ctl, const struct ctl_command *cmd,
     if ((rc = ctl_tenant_id(ctl, a->pos[0], id)) != 0)
         return rc;
     params[0] = id;
+    /* A GCRA period is shown in the largest unit that divides it, the way
+     * --period takes it (ctl_format_duration does the same). */
     res = ctl_query(ctl,
         "SELECT r.id, r.route_pattern, r.priority, "
         "  CASE WHEN r.enabled THEN 'yes' ELSE 'no' END, "
+        "  CASE WHEN r.always THEN 'yes' ELSE 'no' END, "
         "  CASE WHEN r.shadow THEN 'yes' ELSE 'no' END, "
-        "  r.failure_mode, r.per, l.name, l.algorithm, "
+        "  r.failure_mode, r.per, l.id, l.name, l.algorithm, "
         "  CASE l.algorithm "
         "    WHEN 'token_bucket' THEN 'capacity ' || l.bucket_capacity "
         "         || ', refill ' || l.refill_rate || '/s' "
         "    WHEN 'sliding_window' THEN l.limit_count || ' per ' "
         "         || l.window_seconds || ' s' "
+        "    WHEN 'gcra' THEN l.limit_count || ' per ' || "
+        "      CASE WHEN l.period_us % 86400000000 = 0 "
+        "             THEN (l.period_us / 86400000000) || 'd' "
+        "           WHEN l.period_us % 3600000000 = 0 "
+        "             THEN (l.period_us / 3600000000) || 'h' "
+        "           WHEN l.period_us % 60000000 = 0 "
+        "             THEN (l.period_us / 60000000) || 'm' "
+        "           WHEN l.period_us % 1000000 = 0 "
+        "             THEN (l.period_us / 1000000) || 's' "
+        "           WHEN l.period_us % 1000 = 0 "
+        "             THEN (l.period_us / 1000) || 'ms' "
+        "           ELSE l.period_us || 'us' END "
+        "      || ', burst ' || l.burst "
+        "    WHEN 'fixed_window' THEN l.limit_count || ' per calendar ' "
+        "         || l.calendar "
         "  END "
         "FROM rules r LEFT JOIN limits l ON l.rule_id = r.id "
         "WHERE r.tenant_id = $1::uuid ORDER BY r.id, l.id", 1, params);
@@ -1469,6 +1927,124 @@ ctl_cmd_rule_remove(struct ctl *ctl, const struct ctl_command *cmd,
     return CTL_EXIT_OK;
 }
 
+static int
+ctl_cmd_limit_add(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a)
+{
+    struct ctl_limit_spec s;
+    const char *names[3] = { "id", "rule", "limit" };
+    const char *values[3];
+    char err[256], desc[160], rule[24];
+    long long rule_id;
+    PGresult *res;
+    int rc;
+
+    if (ctl_parse_id("RULE_ID", a->pos[0], &rule_id, err, sizeof(err)) == -1)
+        return ctl_usage_error(cmd, "%s", err);
+    snprintf(rule, sizeof(rule), "%lld", rule_id);
+    if ((rc = ctl_limit_spec(cmd, a, NULL, &s)) != 0)
+        return rc;
+    if ((rc = ctl_connect(ctl)) != 0)
+        return rc;
+
+    /* One statement; the trigger limits_per_rule_max counts the rule's
+     * limits under a lock on the rule. */
+    res = ctl_insert_limit(ctl, rule, &s);
+    if (res == NULL) {
+        if (strcmp(ctl->constraint, "limits_name_unique") == 0)
+            return ctl_fail("rule %lld already has a limit named \"%s\" "
+                "(see '" CTL_NAME " rule list TENANT')", rule_id, s.name);
+        if (strcmp(ctl->constraint, "limits_per_rule_max") == 0)
+            return ctl_fail("%s: remove one first ('" CTL_NAME
+                " limit remove LIMIT_ID')", ctl->err);
+        return ctl_db_fail(ctl);
+    }
+    if (PQntuples(res) == 0) {
+        PQclear(res);
+        return ctl_fail("no rule with id %lld", rule_id);
+    }
+    ctl_limit_describe(&s, desc, sizeof(desc));
+    values[0] = PQgetvalue(res, 0, 0);
+    values[1] = rule;
+    values[2] = desc;
+    ctl_print_fields(names, values, 3);
+    PQclear(res);
+    return CTL_EXIT_OK;
+}
+
+/*
+ * limit remove: a rule keeps at least one limit.  The rule's row is locked
+ * before its limits are counted, so two removals of a rule's last two
+ * limits cannot both succeed.
+ */
+static int
+ctl_cmd_limit_remove(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a)
+{
+    const char *params[2];
+    char err[256], rule_id[24], name[CTL_LIMIT_NAME_MAX + 1];
+    long long id, nlimits;
+    PGresult *res;
+    int rc;
+
+    if (ctl_parse_id("LIMIT_ID", a->pos[0], &id, err, sizeof(err)) == -1)
+        return ctl_usage_error(cmd, "%s", err);
+    if ((rc = ctl_connect(ctl)) != 0)
+        return rc;
+
+    params[0] = a->pos[0];
+    if (ctl_begin(ctl) == -1)
+        return ctl_db_fail(ctl);
+    res = ctl_query(ctl, "SELECT rule_id FROM limits WHERE id = $1::bigint",
+        1, params);
+    if (res == NULL)
+        goto db_err;
+    if (PQntuples(res) == 0) {
+        PQclear(res);
+        ctl_rollback(ctl);
+        return ctl_fail("no limit with id %lld", id);
+    }
+    snprintf(rule_id, sizeof(rule_id), "%s", PQgetvalue(res, 0, 0));
+    PQclear(res);
+
+    params[1] = rule_id;
+    if (ctl_command(ctl, "SELECT 1 FROM rules WHERE id = $1::bigint "
+        "FOR NO KEY UPDATE", 1, &params[1]) == -1 ||
+        (res = ctl_query(ctl, "SELECT count(*) FROM limits "
+        "WHERE rule_id = $1::bigint", 1, &params[1])) == NULL)
+        goto db_err;
+    nlimits = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+    PQclear(res);
+    if (nlimits <= 1) {
+        ctl_rollback(ctl);
+        return ctl_fail("limit %lld is the last limit of rule %s, and a rule "
+            "needs at least one: remove the whole rule with '" CTL_NAME
+            " rule remove %s'", id, rule_id, rule_id);
+    }
+
+    res = ctl_query(ctl, "DELETE FROM limits "
+        "WHERE id = $1::bigint AND rule_id = $2::bigint RETURNING name",
+        2, params);
+    if (res == NULL)
+        goto db_err;
+    if (PQntuples(res) == 0) {
+        /* Removed or moved by someone else since the first look. */
+        PQclear(res);
+        ctl_rollback(ctl);
+        return ctl_fail("no limit with id %lld in rule %s", id, rule_id);
+    }
+    snprintf(name, sizeof(name), "%s", PQgetvalue(res, 0, 0));
+    PQclear(res);
+    if (ctl_commit(ctl) == -1)
+        goto db_err;
+    printf("limit %lld (%s) removed from rule %s\n", id, name, rule_id);
+    return CTL_EXIT_OK;
+
+db_err:
+    ctl_rollback(ctl);
+    return ctl_db_fail(ctl);
+}
+
 /* ------------------------------------------------------------------ */
 /* The command table and main */
 
@@ -1486,13 +2062,44 @@ static const struct ctl_option ctl_rule_add_options[] = {
     { "refill-rate", 1 },
     { "limit", 1 },
     { "window", 1 },
+    { "period", 1 },
+    { "burst", 1 },
+    { "calendar", 1 },
     { "priority", 1 },
     { "name", 1 },
     { "shadow", 0 },
+    { "always", 0 },
     { "failure-mode", 1 },
     { "per", 1 },
     { NULL, 0 },
 };
+
+static const struct ctl_option ctl_rule_set_options[] = {
+    { "enabled", 1 },
+    { "always", 1 },
+    { "shadow", 1 },
+    { "failure-mode", 1 },
+    { "per", 1 },
+    { "priority", 1 },
+    { NULL, 0 },
+};
+
+static const struct ctl_option ctl_limit_add_options[] = {
+    { "name", 1 },
+    { "algorithm", 1 },
+    { "capacity", 1 },
+    { "refill-rate", 1 },
+    { "limit", 1 },
+    { "window", 1 },
+    { "period", 1 },
+    { "burst", 1 },
+    { "calendar", 1 },
+    { NULL, 0 },
+};
+
+#define CTL_LIMIT_SYNOPSIS "--algorithm ALGORITHM (--capacity N " \
+    "--refill-rate R | --limit N --window SECONDS | --limit N --period " \
+    "DURATION [--burst B] | --limit N --calendar minute|hour|day|month)"
 
 static const struct ctl_command ctl_commands[] = {
     { "migrate", NULL, "", { NULL }, ctl_no_options, ctl_cmd_migrate },
@@ -1509,15 +2116,22 @@ static const struct ctl_command ctl_commands[] = {
       ctl_cmd_key_list },
     { "key", "revoke", "KEY_ID", { "KEY_ID", NULL }, ctl_no_options,
       ctl_cmd_key_revoke },
-    { "rule", "add", "TENANT --route PATTERN --algorithm ALGORITHM "
-      "(--capacity N --refill-rate R | --limit N --window SECONDS) "
-      "[--priority N] [--name LIMITNAME] [--shadow] "
+    { "rule", "add", "TENANT --route PATTERN " CTL_LIMIT_SYNOPSIS
+      " [--name LIMITNAME] [--priority N] [--always] [--shadow] "
       "[--failure-mode closed|open] [--per rule|route]",
       { "TENANT", NULL }, ctl_rule_add_options, ctl_cmd_rule_add },
     { "rule", "list", "TENANT", { "TENANT", NULL }, ctl_no_options,
       ctl_cmd_rule_list },
+    { "rule", "set", "RULE_ID [--enabled on|off] [--always on|off] "
+      "[--shadow on|off] [--failure-mode closed|open] [--per rule|route] "
+      "[--priority N]", { "RULE_ID", NULL }, ctl_rule_set_options,
+      ctl_cmd_rule_set },
     { "rule", "remove", "RULE_ID", { "RULE_ID", NULL }, ctl_no_options,
       ctl_cmd_rule_remove },
+    { "limit", "add", "RULE_ID --name LIMITNAME " CTL_LIMIT_SYNOPSIS,
+      { "RULE_ID", NULL }, ctl_limit_add_options, ctl_cmd_limit_add },
+    { "limit", "remove", "LIMIT_ID", { "LIMIT_ID", NULL }, ctl_no_options,
+      ctl_cmd_limit_remove },
 };
 
 #define CTL_NCOMMANDS (sizeof(ctl_commands) / sizeof(ctl_commands[0]))
@@ -1527,7 +2141,8 @@ ctl_short_usage(FILE *fp)
 {
     fputs("usage: " CTL_NAME " [-c FILE] COMMAND ...\n"
         "commands: migrate, tenant add|list|suspend|resume, "
-        "key create|list|revoke, rule add|list|remove\n"
+        "key create|list|revoke, rule add|list|set|remove, "
+        "limit add|remove\n"
         "Try '" CTL_NAME " --help' for more information.\n", fp);
     return CTL_EXIT_USAGE;
 }

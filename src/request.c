@@ -17,7 +17,8 @@
 
 #include "ratelimit.h"
 
-/* JSON nesting deeper than this is refused by the tokenizer itself. */
+/* JSON nested deeper than this many levels is refused by the tokenizer
+ * itself (json-c counts the limit as the first depth refused). */
 #define REQUEST_JSON_DEPTH 8
 
 static int
@@ -43,8 +44,10 @@ request_parse_check(const char *body, size_t len, struct check_request *out,
         return fail(err, errlen, "request body is empty");
     if (memchr(body, '\0', len) != NULL)
         return fail(err, errlen, "request body contains a NUL byte");
-    if ((tok = json_tokener_new_ex(REQUEST_JSON_DEPTH)) == NULL)
+    if ((tok = json_tokener_new_ex(REQUEST_JSON_DEPTH + 1)) == NULL)
         return fail(err, errlen, "out of memory");
+    /* Plain RFC 8259 only: no comments, single quotes, trailing commas. */
+    json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
     root = json_tokener_parse_ex(tok, body, (int)len);
     if (root == NULL || json_tokener_get_error(tok) != json_tokener_success ||
         tok->char_offset != (int)len) {

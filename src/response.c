@@ -125,16 +125,40 @@ response_retry_after_s(const struct rl_limit_state *st)
     return s < 1 ? 1 : s;
 }
 
-/* The window a limit announces in RateLimit-Policy (w, whole seconds). */
-static long long
-response_window_s(const struct rl_limit *l)
+/* The window a limit announces in RateLimit-Policy (w, whole seconds) and
+ * the quota within it (q). */
+static void
+response_policy(const struct rl_limit *l, long long limit, long long *q,
+    long long *w)
 {
-    double w;
+    static const long long calendar_s[] = { 0, 60, 3600, 86400, 2678400 };
+    double secs;
 
-    if (l->algorithm == RL_ALGO_SLIDING_WINDOW)
-        return l->window_seconds;
-    w = (double)l->bucket_capacity / l->refill_rate;
-    return w < 1 ? 1 : (long long)(w + 0.999999);
+    *q = limit;
+    switch (l->algorithm) {
+    case RL_ALGO_SLIDING_WINDOW:
+        *w = l->window_seconds;
+        return;
+    case RL_ALGO_FIXED_WINDOW:
+        /* A month announces its longest length, 31 days. */
+        *w = l->calendar >= RL_CAL_MINUTE && l->calendar <= RL_CAL_MONTH ?
+            calendar_s[l->calendar] : 1;
+        return;
+    case RL_ALGO_GCRA:
+        /* The sustained quota; sub-second periods are scaled to 1 s. */
+        if (l->period_us < 1000000) {
+            *q = l->limit_count * 1000000 / l->period_us;
+            *w = 1;
+        } else {
+            *q = l->limit_count;
+            *w = (l->period_us + 999999) / 1000000;
+        }
+        return;
+    default:
+        secs = (double)l->bucket_capacity / l->refill_rate;
+        *w = secs < 1 ? 1 : (long long)(secs + 0.999999);
+        return;
+    }
 }
 
 /* Seconds within which "remaining" applies (the t of RateLimit). */
@@ -166,25 +190,47 @@ response_state_json(const struct rl_limit *l, const struct rl_limit_state *st,
 }
 
 void
-response_decision(struct rl_response *r, const struct rl_rule *rule,
+response_decision(struct rl_response *r, const struct rl_plan *plan,
     const struct rl_decision *d)
 {
-    struct json_object *o, *p, *arr;
+    struct json_object *o, *p, *arr, *denied = NULL;
     const struct rl_limit_state *st;
     struct rl_buf policy, state;
-    long long now_s = d->now_ms / 1000;
-    int i, primary = limiter_primary(d);
+    long long now_s = d->now_ms / 1000, q, w;
+    int i, primary = limiter_primary(d), shadow_denied = 0;
 
     st = &d->st[primary];
     r->status = d->allowed ? 200 : 429;
-    o = response_state_json(&rule->limits[primary], st, now_s);
+    o = response_state_json(plan->limit[primary], st, now_s);
     json_object_object_add(o, "allowed", json_object_new_boolean(d->allowed));
-    if (d->nlimits > 1) {
+    if (!d->allowed)
+        json_object_object_add(o, "retry_after",
+            json_object_new_int64(response_retry_after_s(st)));
+    for (i = 0; i < d->nlimits; i++) {
+        if (d->st[i].allowed)
+            continue;
+        if (d->st[i].shadow) {
+            shadow_denied = 1;
+            continue;
+        }
+        if (denied == NULL)
+            denied = json_object_new_array();
+        json_object_array_add(denied, json_object_new_string(plan->name[i]));
+    }
+    if (denied != NULL)
+        json_object_object_add(o, "denied_by", denied);
+    if (shadow_denied)
+        json_object_object_add(o, "shadow_denied",
+            json_object_new_boolean(1));
+    if (d->nlimits > 1 || shadow_denied) {
         arr = json_object_new_array();
         for (i = 0; i < d->nlimits; i++) {
-            p = response_state_json(&rule->limits[i], &d->st[i], now_s);
+            p = response_state_json(plan->limit[i], &d->st[i], now_s);
             json_object_object_add(p, "name",
-                json_object_new_string(rule->limits[i].name));
+                json_object_new_string(plan->name[i]));
+            if (d->st[i].shadow)
+                json_object_object_add(p, "shadow",
+                    json_object_new_boolean(1));
             json_object_array_add(arr, p);
         }
         json_object_object_add(o, "policies", arr);
@@ -203,14 +249,13 @@ response_decision(struct rl_response *r, const struct rl_rule *rule,
     for (i = 0; i < d->nlimits; i++) {
         const char *sep = i > 0 ? ", " : "";
 
-        /* Limit names are [A-Za-z0-9_.-] (checked when stored), so they
-         * need no escaping inside an sf-string. */
-        buf_printf(&policy, "%s\"%s\";q=%lld;w=%lld", sep,
-            rule->limits[i].name, d->st[i].limit,
-            response_window_s(&rule->limits[i]));
-        buf_printf(&state, "%s\"%s\";r=%lld;t=%lld", sep,
-            rule->limits[i].name, d->st[i].remaining,
-            response_effective_s(&d->st[i]));
+        /* Names are [A-Za-z0-9_.-] (checked when stored), so they need no
+         * escaping inside an sf-string. */
+        response_policy(plan->limit[i], d->st[i].limit, &q, &w);
+        buf_printf(&policy, "%s\"%s\";q=%lld;w=%lld", sep, plan->name[i], q,
+            w);
+        buf_printf(&state, "%s\"%s\";r=%lld;t=%lld", sep, plan->name[i],
+            d->st[i].remaining, response_effective_s(&d->st[i]));
     }
     response_header(r, "RateLimit-Policy", "%s", policy.data);
     response_header(r, "RateLimit", "%s", state.data);

@@ -93,8 +93,28 @@ int pg_store_ready(struct pg_store *ps);
 /* ------------------------------------------------------------------ */
 /* auth.c: API key -> tenant, through the per-process cache */
 
+/* Pool-wide counters, in the shared scoreboard (see /metrics). */
+struct rl_counters {
+    unsigned long requests;
+    unsigned long allowed;
+    unsigned long denied;
+    unsigned long no_rule;
+    unsigned long unavailable;
+    unsigned long fail_open;
+    unsigned long shadow_denied;
+    unsigned long redis_errors;
+    unsigned long pg_queries;
+};
+
+#define COUNT(svc, field) \
+    __atomic_add_fetch(&(svc)->counters->field, 1, __ATOMIC_RELAXED)
+
+struct scoreboard;
+
 struct service {
     const struct rl_config *cfg;
+    struct rl_counters *counters;
+    struct scoreboard *board;
     struct redis_store redis;
     struct pg_store pg;
     struct cache *keys;         /* sha256 hex -> struct key_info */
@@ -170,6 +190,8 @@ struct scoreboard_slot {
 struct scoreboard {
     int64_t start_s;
     unsigned long accepted;
+    int workers;                /* configured pool size; 0 = no master */
+    struct rl_counters counters;
     struct scoreboard_slot slots[256];
 };
 

@@ -30,9 +30,12 @@ static const char sql_tenant[] =
 
 static const char sql_rules[] =
     "SELECT r.id, r.route_pattern, r.priority, r.shadow, r.failure_mode, "
-    "r.per, l.id, l.name, l.algorithm, coalesce(l.limit_count, 0), "
-    "coalesce(l.window_seconds, 0), coalesce(l.bucket_capacity, 0), "
-    "coalesce(l.refill_rate, 0) FROM rules r JOIN limits l ON l.rule_id = r.id "
+    "r.per, r.always, l.id, l.name, l.algorithm, "
+    "coalesce(l.limit_count, 0), coalesce(l.window_seconds, 0), "
+    "coalesce(l.bucket_capacity, 0), coalesce(l.refill_rate, 0), "
+    "coalesce(l.period_us, 0), coalesce(l.burst, 0), "
+    "coalesce(l.calendar, '') "
+    "FROM rules r JOIN limits l ON l.rule_id = r.id "
     "WHERE r.tenant_id = $1::uuid AND r.enabled ORDER BY r.id, l.id";
 
 void
@@ -63,6 +66,15 @@ pg_store_fail(struct pg_store *ps, const char *what, const char *detail)
     pg_store_close(ps);
     ps->retry_at_ms = util_now_ms() + PG_BACKOFF_MS;
     return STORE_UNAVAILABLE;
+}
+
+/* libpq's notices (e.g. "terminating connection due to administrator
+ * command") go through our log, one line each. */
+static void
+pg_store_notice(void *arg, const char *message)
+{
+    (void)arg;
+    log_info("postgresql: %s", message);
 }
 
 static int
@@ -106,6 +118,7 @@ pg_store_connect(struct pg_store *ps)
     if (ps->conn == NULL || PQstatus(ps->conn) != CONNECTION_OK)
         return pg_store_fail(ps, "connect",
             ps->conn ? PQerrorMessage(ps->conn) : "out of memory");
+    PQsetNoticeProcessor(ps->conn, pg_store_notice, NULL);
     if (pg_store_prepare(ps, "rl_key", sql_key, 1) != STORE_OK ||
         pg_store_prepare(ps, "rl_rules", sql_rules, 1) != STORE_OK ||
         pg_store_prepare(ps, "rl_tenant", sql_tenant, 1) != STORE_OK)
@@ -258,6 +271,7 @@ pg_store_rules(struct pg_store *ps, const char *tenant_id,
             rule->shadow = PQgetvalue(res, i, 3)[0] == 't';
             rule->fail_open = strcmp(PQgetvalue(res, i, 4), "open") == 0;
             rule->per_route = strcmp(PQgetvalue(res, i, 5), "route") == 0;
+            rule->always = PQgetvalue(res, i, 6)[0] == 't';
         }
         if (rule->nlimits == RL_MAX_LIMITS) {
             log_warn("rule %lld has more than %d limits; the rest are "
@@ -265,16 +279,20 @@ pg_store_rules(struct pg_store *ps, const char *tenant_id,
             continue;
         }
         l = &rule->limits[rule->nlimits];
-        l->id = strtoll(PQgetvalue(res, i, 6), NULL, 10);
-        limit_name(l->name, sizeof(l->name), PQgetvalue(res, i, 7));
-        l->algorithm = rules_algorithm_parse(PQgetvalue(res, i, 8));
-        l->limit_count = strtoll(PQgetvalue(res, i, 9), NULL, 10);
-        l->window_seconds = strtoll(PQgetvalue(res, i, 10), NULL, 10);
-        l->bucket_capacity = strtoll(PQgetvalue(res, i, 11), NULL, 10);
-        l->refill_rate = strtod(PQgetvalue(res, i, 12), NULL);
-        if (l->algorithm < 0) {
-            log_warn("limit %lld of rule %lld: unknown algorithm \"%s\"; "
-                "ignored", l->id, rule->id, PQgetvalue(res, i, 8));
+        l->id = strtoll(PQgetvalue(res, i, 7), NULL, 10);
+        limit_name(l->name, sizeof(l->name), PQgetvalue(res, i, 8));
+        l->algorithm = rules_algorithm_parse(PQgetvalue(res, i, 9));
+        l->limit_count = strtoll(PQgetvalue(res, i, 10), NULL, 10);
+        l->window_seconds = strtoll(PQgetvalue(res, i, 11), NULL, 10);
+        l->bucket_capacity = strtoll(PQgetvalue(res, i, 12), NULL, 10);
+        l->refill_rate = strtod(PQgetvalue(res, i, 13), NULL);
+        l->period_us = strtoll(PQgetvalue(res, i, 14), NULL, 10);
+        l->burst = strtoll(PQgetvalue(res, i, 15), NULL, 10);
+        l->calendar = rules_calendar_parse(PQgetvalue(res, i, 16));
+        if (l->algorithm < 0 || (l->algorithm == RL_ALGO_FIXED_WINDOW &&
+            l->calendar < 0)) {
+            log_warn("limit %lld of rule %lld: unknown algorithm \"%s\" or "
+                "calendar; ignored", l->id, rule->id, PQgetvalue(res, i, 9));
             continue;
         }
         rule->nlimits++;

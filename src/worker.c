@@ -115,11 +115,14 @@ worker_write(FCGX_Request *fr, const struct rl_response *resp, int head)
 
 /* Fills req from the FastCGI parameters. */
 static void
-worker_request(FCGX_Request *fr, struct http_request *req)
+worker_request(const struct rl_config *cfg, FCGX_Request *fr,
+    struct http_request *req)
 {
-    const char *uri, *q;
+    const char *uri, *q, *role, *doc;
 
     memset(req, 0, sizeof(*req));
+    role = FCGX_GetParam("FCGI_ROLE", fr->envp);
+    req->authorizer = role != NULL && strcmp(role, "AUTHORIZER") == 0;
     req->method = FCGX_GetParam("REQUEST_METHOD", fr->envp);
     if (req->method == NULL)
         req->method = "GET";
@@ -134,6 +137,17 @@ worker_request(FCGX_Request *fr, struct http_request *req)
     req->query = q ? q + 1 : "";
     req->x_api_key = FCGX_GetParam("HTTP_X_API_KEY", fr->envp);
     req->authorization = FCGX_GetParam("HTTP_AUTHORIZATION", fr->envp);
+    req->remote_addr = FCGX_GetParam("REMOTE_ADDR", fr->envp);
+    req->x_forwarded_for = FCGX_GetParam("HTTP_X_FORWARDED_FOR", fr->envp);
+    /* An nginx auth_request subrequest: REQUEST_URI is the original
+     * request's, while the subrequest's own location is DOCUMENT_URI. */
+    if (!req->authorizer && cfg->authorizer_path[0] != '\0') {
+        doc = FCGX_GetParam("DOCUMENT_URI", fr->envp);
+        if (doc == NULL)
+            doc = FCGX_GetParam("SCRIPT_NAME", fr->envp);
+        req->auth_subrequest = doc != NULL &&
+            strcmp(doc, cfg->authorizer_path) == 0;
+    }
 }
 
 int
@@ -154,11 +168,19 @@ worker_run(const struct rl_config *cfg, int listen_fd,
         return 1;
     }
     worker_signals(&stopset);
+    if (board == NULL) {
+        /* No master (workers = 0): this process is the whole pool. */
+        static struct scoreboard solo;
+
+        board = &solo;
+    }
     if (service_init(&svc, cfg) == -1 ||
         (body = malloc((size_t)cfg->max_body_size + 1)) == NULL) {
         log_error("worker: out of memory");
         return 1;
     }
+    svc.board = board;
+    svc.counters = &board->counters;
     response_init(&resp);
     FCGX_InitRequest(&fr, listen_fd, 0);
     log_debug("worker %ld ready", (long)getpid());
@@ -170,12 +192,14 @@ worker_run(const struct rl_config *cfg, int listen_fd,
             slot->request_start_ms = util_now_ms();
             slot->busy = 1;
         }
-        if (board != NULL)
-            __atomic_add_fetch(&board->accepted, 1, __ATOMIC_RELAXED);
-        worker_request(&fr, &req);
-        req.body_len = worker_read_body(fr.in,
+        __atomic_add_fetch(&board->accepted, 1, __ATOMIC_RELAXED);
+        worker_request(cfg, &fr, &req);
+        /* An authorizer gets no request body. */
+        req.body_len = req.authorizer ? 0 : worker_read_body(fr.in,
             FCGX_GetParam("CONTENT_LENGTH", fr.envp), body,
             cfg->max_body_size, &too_large);
+        if (req.authorizer)
+            too_large = 0;
         req.body = body;
         req.body_too_large = too_large;
         response_reset(&resp);

@@ -73,6 +73,35 @@ sql() {
         -d ratelimit -c "$1"
 }
 
+# sql_fails DESCRIPTION PATTERN QUERY: the statement must fail, with PATTERN
+# (a constraint's name, say) in psql's message.
+sql_fails() {
+    if psql -X -q -tA -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PORT" \
+        -U ratelimit -d ratelimit -c "$3" >"$TMP/out" 2>"$TMP/err"; then
+        not_ok "$1 (the statement succeeded)"
+    elif grep -q -e "$2" "$TMP/err"; then
+        ok "$1"
+    else
+        not_ok "$1 (no '$2' in the error)"
+    fi
+}
+
+# A fingerprint of what 002_limits.sql makes: columns, constraints, triggers.
+schema_002() {
+    sql "SELECT string_agg(x, ' ' ORDER BY x) FROM (
+        SELECT table_name || '.' || column_name || ':' || data_type || ':' ||
+               coalesce(column_default, '') AS x
+        FROM information_schema.columns
+        WHERE table_name IN ('rules', 'limits')
+        UNION ALL
+        SELECT conname || '=' || pg_get_constraintdef(oid) FROM pg_constraint
+        WHERE conrelid = 'limits'::regclass
+        UNION ALL
+        SELECT tgname || '=' || pg_get_triggerdef(oid) FROM pg_trigger
+        WHERE tgrelid IN ('limits'::regclass, 'rules'::regclass)
+          AND NOT tgisinternal) s"
+}
+
 # One line with the number of rows of every table, to prove that a
 # refused command left nothing behind.
 counts() {
@@ -154,14 +183,25 @@ is "an unknown command exits 2 naming it" "$RC $(has err frobnicate)" "2 yes"
 # --- migrate -------------------------------------------------------------
 
 ctl migrate
-is "migrate applies 001_init" "$RC $(has out '^applied  *001_init')" "0 yes"
-is "schema_migrations records version 1" \
-    "$(sql "SELECT version || ' ' || name FROM schema_migrations")" "1 001_init"
+is "migrate applies 001_init, then 002_limits" \
+    "$RC $(has out '^applied  *001_init') $(has out '^applied  *002_limits') $(grep '^applied' "$TMP/out" | awk '{ printf "%s ", $2 }')" \
+    "0 yes yes 001_init 002_limits "
+is "schema_migrations records versions 1 and 2" \
+    "$(sql "SELECT string_agg(version || ' ' || name, ', ' ORDER BY version) FROM schema_migrations")" \
+    "1 001_init, 2 002_limits"
 ctl migrate
 is "a second migrate applies nothing" \
-    "$RC $(has out '^applied') $(has out 'up to date')" "0 no yes"
-is "schema_migrations still has one row" \
-    "$(sql "SELECT count(*) FROM schema_migrations")" 1
+    "$RC $(has out '^applied') $(has out 'up to date (version 2)')" "0 no yes"
+is "schema_migrations still has two rows" \
+    "$(sql "SELECT count(*) FROM schema_migrations")" 2
+is "002 adds rules.always and limits.period_us, burst, calendar" \
+    "$(sql "SELECT string_agg(table_name || '.' || column_name || ' ' || data_type, ', ' ORDER BY table_name, column_name) FROM information_schema.columns WHERE (table_name, column_name) IN (('rules', 'always'), ('limits', 'period_us'), ('limits', 'burst'), ('limits', 'calendar'))")" \
+    "limits.burst bigint, limits.calendar text, limits.period_us bigint, rules.always boolean"
+BEFORE_002=$(schema_002)
+psql -X -q -v ON_ERROR_STOP=1 -1 -h 127.0.0.1 -p "$PORT" -U ratelimit \
+    -d ratelimit -f schema/002_limits.sql >"$TMP/err" 2>&1
+is "002_limits.sql run again by hand succeeds and changes nothing" \
+    "$? $(schema_002)" "0 $BEFORE_002"
 
 # --- tenants ----------------------------------------------------------
 
@@ -314,6 +354,262 @@ expect_fail "rule list for an unknown tenant exits 1" "no tenant" \
 expect_fail "key list for an unknown tenant exits 1" "no tenant" \
     key list nosuch
 
+# --- gcra, fixed_window and always rules -----------------------------
+
+# limit_of RULE_ID: the columns of the rule's (first) limit.
+limit_of() {
+    sql "SELECT algorithm, coalesce(limit_count::text, '-'), coalesce(window_seconds::text, '-'), coalesce(bucket_capacity::text, '-'), coalesce(refill_rate::text, '-'), coalesce(period_us::text, '-'), coalesce(burst::text, '-'), coalesce(calendar, '-') FROM limits WHERE rule_id = ${1:-0} ORDER BY id LIMIT 1"
+}
+ctl rule add acme --route /g/500us --algorithm gcra --limit 5 --period 500us
+G1_RULE=$(field id)
+is "gcra --period 500us stores period_us 500, burst 0 and nothing else" \
+    "$RC $(limit_of "$G1_RULE")" "0 gcra|5|-|-|-|500|0|-"
+ctl rule add acme --route /g/2ms --algorithm gcra --limit 2 --period 2ms \
+    --burst 3
+G2_RULE=$(field id)
+is "gcra --period 2ms --burst 3 stores period_us 2000, burst 3" \
+    "$RC $(limit_of "$G2_RULE")" "0 gcra|2|-|-|-|2000|3|-"
+ctl rule add acme --route /g/1m --algorithm gcra --limit 100 --period=1m
+G3_RULE=$(field id)
+is "gcra --period 1m stores period_us 60000000" \
+    "$RC $(limit_of "$G3_RULE")" "0 gcra|100|-|-|-|60000000|0|-"
+ctl rule add acme --route /g/1d --algorithm gcra --limit 1 --period 366d
+is "gcra --period 366d (the longest) stores 31622400000000 us" \
+    "$RC $(limit_of "$(field id)")" "0 gcra|1|-|-|-|31622400000000|0|-"
+ctl rule add acme --route '/q*' --algorithm fixed_window --limit 1000 \
+    --calendar day
+FW_RULE=$(field id)
+is "fixed_window --calendar day stores limit and calendar only" \
+    "$RC $(limit_of "$FW_RULE")" "0 fixed_window|1000|-|-|-|-|-|day"
+is "a rule added without --always has always = false" \
+    "$(sql "SELECT always FROM rules WHERE id = ${FW_RULE:-0}")" f
+ctl rule add acme --route '*' --always --name daily \
+    --algorithm fixed_window --limit 100000 --calendar month
+ALWAYS_RULE=$(field id)
+is "rule add --always stores always = true (and prints it)" \
+    "$RC $(sql "SELECT always FROM rules WHERE id = ${ALWAYS_RULE:-0}") $(field always)" \
+    "0 t yes"
+ctl rule list acme
+is "rule list shows gcra and fixed_window parameters and the always flag" \
+    "$RC $(has out "^$G2_RULE  */g/2ms  .*  [0-9][0-9]*  *default  *gcra  *2 per 2ms, burst 3$") $(has out "^$G1_RULE  .*gcra  *5 per 500us, burst 0$") $(has out "^$G3_RULE  .*gcra  *100 per 1m, burst 0$") $(has out "^$ALWAYS_RULE  *\*  *0  *yes  *yes  *no  *closed  *rule  *[0-9][0-9]*  *daily  *fixed_window  *100000 per calendar month$")" \
+    "0 yes yes yes yes"
+is "rule list has a header with the limit id and the always flag" \
+    "$(has out '^ID  *ROUTE  *PRIORITY  *ENABLED  *ALWAYS  *SHADOW  *FAILURE  *PER  *LIMIT_ID  *LIMIT  *ALGORITHM  *PARAMETERS$')" yes
+
+expect_usage "gcra without --period exits 2, nothing written" "--period" \
+    rule add acme --route /x --algorithm gcra --limit 5
+expect_usage "gcra with --window exits 2" "--window: not an option of gcra" \
+    rule add acme --route /x --algorithm gcra --limit 5 --period 1s \
+    --window 60
+expect_usage "fixed_window with --window exits 2" \
+    "--window: not an option of fixed_window" \
+    rule add acme --route /x --algorithm fixed_window --limit 5 \
+    --calendar day --window 60
+expect_usage "fixed_window without --calendar exits 2" "--calendar" \
+    rule add acme --route /x --algorithm fixed_window --limit 5
+expect_usage "fixed_window --calendar week exits 2" \
+    '--calendar: "week" is not' \
+    rule add acme --route /x --algorithm fixed_window --limit 5 \
+    --calendar week
+expect_usage "fixed_window with --burst exits 2" "--burst" \
+    rule add acme --route /x --algorithm fixed_window --limit 5 \
+    --calendar day --burst 1
+expect_usage "gcra --burst -1 exits 2" "--burst: -1 is out of range" \
+    rule add acme --route /x --algorithm gcra --limit 5 --period 1s \
+    --burst -1
+expect_usage "gcra --burst beyond 10^9 exits 2" "--burst" \
+    rule add acme --route /x --algorithm gcra --limit 5 --period 1s \
+    --burst 1000000001
+expect_usage "gcra --period 5x exits 2" '--period: "5x" is not a duration' \
+    rule add acme --route /x --algorithm gcra --limit 5 --period 5x
+expect_usage "gcra --period without a unit exits 2" "--period" \
+    rule add acme --route /x --algorithm gcra --limit 5 --period 5
+expect_usage "gcra --period 0s exits 2" "--period: 0s is out of range" \
+    rule add acme --route /x --algorithm gcra --limit 5 --period 0s
+expect_usage "gcra --period 367d exits 2" "out of range" \
+    rule add acme --route /x --algorithm gcra --limit 5 --period 367d
+expect_usage "gcra --period with 30 digits exits 2" "out of range" \
+    rule add acme --route /x --algorithm gcra --limit 5 \
+    --period 999999999999999999999999999999us
+expect_usage "gcra faster than one request per microsecond exits 2" \
+    "microsecond" \
+    rule add acme --route /x --algorithm gcra --limit 501 --period 500us
+expect_usage "gcra whose burst spans more than 10^15us exits 2" "--burst" \
+    rule add acme --route /x --algorithm gcra --limit 1 --period 366d \
+    --burst 100000
+ctl rule add acme --route /g/span --algorithm gcra --limit 1 --period 1d \
+    --burst 11573
+is "gcra at the span bound itself (11574 x 1d <= 10^15us) is stored" \
+    "$RC $(limit_of "$(field id)")" "0 gcra|1|-|-|-|86400000000|11573|-"
+expect_usage "token_bucket with --period exits 2" "--period" \
+    rule add acme --route /x --algorithm token_bucket --capacity 5 \
+    --refill-rate 1 --period 1s
+expect_usage "--refill-rate above 10^8 exits 2 (the schema's bound)" \
+    "out of range" \
+    rule add acme --route /x --algorithm token_bucket --capacity 5 \
+    --refill-rate 100000001
+expect_usage "--always takes no value on rule add" "takes no value" \
+    rule add acme --route /x --algorithm gcra --limit 5 --period 1s \
+    --always=on
+
+# --- limit add and limit remove ---------------------------------------
+
+nlimits() {
+    sql "SELECT count(*) FROM limits WHERE rule_id = ${1:-0}"
+}
+ctl limit add "$G2_RULE" --name per-day --algorithm fixed_window \
+    --limit 10000 --calendar day
+L2=$(field id)
+is "limit add adds a second limit and prints its id" \
+    "$RC $(nlimits "$G2_RULE") $(sql "SELECT name || ' ' || calendar || ' ' || limit_count FROM limits WHERE id = ${L2:-0} AND rule_id = $G2_RULE")" \
+    "0 2 per-day day 10000"
+ctl limit add "$G2_RULE" --name=hourly --algorithm sliding_window \
+    --limit 500 --window 3600
+L3=$(field id)
+is "limit add adds a third limit" \
+    "$RC $(nlimits "$G2_RULE") $(limit_of "$G2_RULE")" \
+    "0 3 gcra|2|-|-|-|2000|3|-"
+ctl rule list acme
+is "rule list shows all three limits of the rule with their ids" \
+    "$(grep -c "^$G2_RULE  " "$TMP/out") $(has out "^$G2_RULE  .*  $L2  *per-day  *fixed_window  *10000 per calendar day$") $(has out "^$G2_RULE  .*  $L3  *hourly  *sliding_window  *500 per 3600 s$")" \
+    "3 yes yes"
+expect_fail "limit add of a name the rule has exits 1" \
+    'already has a limit named "hourly"' \
+    limit add "$G2_RULE" --name hourly --algorithm gcra --limit 1 \
+    --period 1s
+expect_fail "limit add to an unknown rule exits 1" "no rule with id 999999" \
+    limit add 999999 --name x --algorithm gcra --limit 1 --period 1s
+expect_usage "limit add without --name exits 2" "--name" \
+    limit add "$G2_RULE" --algorithm gcra --limit 1 --period 1s
+expect_usage "limit add with bad parameters exits 2" "--period" \
+    limit add "$G2_RULE" --name x --algorithm gcra --limit 1
+expect_usage "limit add of a non-number rule id exits 2" "RULE_ID" \
+    limit add 1x --name x --algorithm gcra --limit 1 --period 1s
+expect_usage "limit add takes no rule options" "--route" \
+    limit add "$G2_RULE" --name x --algorithm gcra --limit 1 --period 1s \
+    --route /x
+
+ctl limit remove "$L3"
+is "limit remove removes that limit only" \
+    "$RC $(nlimits "$G2_RULE") $(sql "SELECT count(*) FROM limits WHERE id = $L3")" \
+    "0 2 0"
+expect_fail "limit remove of an unknown id exits 1" "no limit with id" \
+    limit remove "$L3"
+expect_usage "limit remove of a non-number exits 2" "LIMIT_ID" \
+    limit remove abc
+LAST=$(sql "SELECT id FROM limits WHERE rule_id = $G1_RULE")
+expect_fail "limit remove of a rule's last limit exits 1, pointing to rule remove" \
+    "rule remove $G1_RULE" limit remove "$LAST"
+is "the rule still has its limit" "$(nlimits "$G1_RULE")" 1
+
+# Eight limits at most, whoever adds them.
+ctl rule add acme --route /eight --algorithm gcra --limit 1 --period 1s \
+    --name l1
+EIGHT=$(field id)
+for i in 2 3 4 5 6 7 8; do
+    ctl limit add "$EIGHT" --name "l$i" --algorithm gcra --limit "$i" \
+        --period 1s
+    [ "$RC" -eq 0 ] || break
+done
+is "a rule takes 8 limits" "$RC $(nlimits "$EIGHT")" "0 8"
+expect_fail "the 9th limit is refused by the database (exit 1)" \
+    "rule $EIGHT already has 8 limits" \
+    limit add "$EIGHT" --name l9 --algorithm gcra --limit 9 --period 1s
+is "the rule still has 8 limits" "$(nlimits "$EIGHT")" 8
+sql_fails "the trigger refuses a 9th limit inserted with psql" \
+    "already has 8 limits" \
+    "INSERT INTO limits (rule_id, name, algorithm, limit_count, period_us, burst) VALUES ($EIGHT, 'l9', 'gcra', 9, 1000000, 0)"
+sql_fails "the trigger refuses moving a limit into a full rule" \
+    "already has 8 limits" \
+    "UPDATE limits SET rule_id = $EIGHT WHERE id = $L2"
+sql_fails "the trigger refuses 9 limits in one INSERT" \
+    "already has 8 limits" \
+    "WITH r AS (INSERT INTO rules (tenant_id, route_pattern) VALUES ('$ACME_ID', '/nine') RETURNING id) INSERT INTO limits (rule_id, name, algorithm, limit_count, period_us, burst) SELECT r.id, 'n' || i, 'gcra', i, 1000000, 0 FROM r, generate_series(1, 9) i"
+is "the refused statements left 8 limits and no rule /nine" \
+    "$(nlimits "$EIGHT") $(sql "SELECT count(*) FROM rules WHERE route_pattern = '/nine'")" \
+    "8 0"
+ctl limit remove "$(sql "SELECT id FROM limits WHERE rule_id = $EIGHT AND name = 'l8'")"
+ctl limit add "$EIGHT" --name l9 --algorithm gcra --limit 9 --period 1s
+is "after a limit remove there is room for another" \
+    "$RC $(nlimits "$EIGHT")" "0 8"
+
+# --- rule set ---------------------------------------------------------
+
+rule_flags() {
+    sql "SELECT enabled, always, shadow, failure_mode, per, priority FROM rules WHERE id = ${1:-0}"
+}
+is "a new rule: enabled, not always, not shadow, closed, per rule, priority 0" \
+    "$(rule_flags "$FW_RULE")" "t|f|f|closed|rule|0"
+ctl rule set "$FW_RULE" --shadow on --failure-mode open --per route \
+    --always on --priority 7 --enabled off
+is "rule set changes every option given" \
+    "$RC $(rule_flags "$FW_RULE") $(field shadow) $(field failure-mode)" \
+    "0 f|t|t|open|route|7 on open"
+ctl rule set "$FW_RULE" --shadow off
+is "rule set --shadow off changes only shadow" \
+    "$RC $(rule_flags "$FW_RULE")" "0 f|t|f|open|route|7"
+ctl rule set "$FW_RULE" --enabled=on --always off --failure-mode closed \
+    --per rule --priority -3
+is "rule set sets them back" \
+    "$RC $(rule_flags "$FW_RULE")" "0 t|f|f|closed|rule|-3"
+expect_usage "rule set without an option exits 2" "at least one" \
+    rule set "$FW_RULE"
+expect_usage "rule set --shadow maybe exits 2" '--shadow: "maybe" is not on or off' \
+    rule set "$FW_RULE" --shadow maybe
+expect_usage "rule set --failure-mode half exits 2" "--failure-mode" \
+    rule set "$FW_RULE" --failure-mode half
+expect_usage "rule set --priority beyond 10^6 exits 2" "--priority" \
+    rule set "$FW_RULE" --priority 1000001
+expect_usage "rule set of a non-number exits 2" "RULE_ID" \
+    rule set x1 --shadow on
+expect_fail "rule set of an unknown rule exits 1" "no rule with id 999999" \
+    rule set 999999 --shadow on
+is "the refused rule sets changed nothing" \
+    "$(rule_flags "$FW_RULE")" "t|f|f|closed|rule|-3"
+
+# --- the schema's own checks --------------------------------------------
+
+sql_fails "the schema refuses a gcra limit with a window_seconds" \
+    limits_parameters \
+    "INSERT INTO limits (rule_id, name, algorithm, limit_count, period_us, burst, window_seconds) VALUES ($G1_RULE, 'bad', 'gcra', 5, 1000, 0, 60)"
+sql_fails "the schema refuses a gcra limit without a burst" \
+    limits_parameters \
+    "INSERT INTO limits (rule_id, name, algorithm, limit_count, period_us) VALUES ($G1_RULE, 'bad', 'gcra', 5, 1000)"
+sql_fails "the schema refuses a gcra burst of -1" limits_parameters \
+    "INSERT INTO limits (rule_id, name, algorithm, limit_count, period_us, burst) VALUES ($G1_RULE, 'bad', 'gcra', 5, 1000, -1)"
+sql_fails "the schema refuses a gcra period beyond 366 days" \
+    limits_parameters \
+    "INSERT INTO limits (rule_id, name, algorithm, limit_count, period_us, burst) VALUES ($G1_RULE, 'bad', 'gcra', 5, 31622400000001, 0)"
+sql_fails "the schema refuses a gcra burst spanning more than 10^15us" \
+    limits_parameters \
+    "INSERT INTO limits (rule_id, name, algorithm, limit_count, period_us, burst) VALUES ($G1_RULE, 'bad', 'gcra', 1, 86400000000, 11574)"
+sql_fails "the schema refuses a fixed_window calendar of week" \
+    limits_parameters \
+    "INSERT INTO limits (rule_id, name, algorithm, limit_count, calendar) VALUES ($G1_RULE, 'bad', 'fixed_window', 5, 'week')"
+sql_fails "the schema refuses a fixed_window limit with a period" \
+    limits_parameters \
+    "INSERT INTO limits (rule_id, name, algorithm, limit_count, calendar, period_us) VALUES ($G1_RULE, 'bad', 'fixed_window', 5, 'day', 1000)"
+sql_fails "the schema refuses a token_bucket with a calendar" \
+    limits_parameters \
+    "INSERT INTO limits (rule_id, name, algorithm, bucket_capacity, refill_rate, calendar) VALUES ($G1_RULE, 'bad', 'token_bucket', 5, 1, 'day')"
+sql_fails "the schema refuses a refill rate above 10^8" limits_parameters \
+    "INSERT INTO limits (rule_id, name, algorithm, bucket_capacity, refill_rate) VALUES ($G1_RULE, 'bad', 'token_bucket', 5, 100000001)"
+sql_fails "the schema refuses a refill rate of NaN" limits_parameters \
+    "INSERT INTO limits (rule_id, name, algorithm, bucket_capacity, refill_rate) VALUES ($G1_RULE, 'bad', 'token_bucket', 5, 'NaN')"
+sql_fails "the schema refuses a sliding window of more than 366 days" \
+    limits_parameters \
+    "INSERT INTO limits (rule_id, name, algorithm, limit_count, window_seconds) VALUES ($G1_RULE, 'bad', 'sliding_window', 5, 31622401)"
+sql_fails "the schema refuses a limit_count above 10^12" limits_parameters \
+    "INSERT INTO limits (rule_id, name, algorithm, limit_count, calendar) VALUES ($G1_RULE, 'bad', 'fixed_window', 1000000000001, 'day')"
+sql_fails "the schema refuses an unknown algorithm" limits_algorithm_valid \
+    "INSERT INTO limits (rule_id, name, algorithm, limit_count, window_seconds) VALUES ($G1_RULE, 'bad', 'leaky_bucket', 5, 60)"
+is "the refused inserts left rule $G1_RULE with its one limit" \
+    "$(nlimits "$G1_RULE")" 1
+sql "INSERT INTO limits (rule_id, name, algorithm, bucket_capacity, refill_rate) VALUES ($G1_RULE, 'edge', 'token_bucket', 1000000000000, 0.000001), ($G1_RULE, 'edge2', 'token_bucket', 1, 100000000)" \
+    >"$TMP/out" 2>"$TMP/err"
+is "the schema takes the bounds themselves (rate 0.000001 and 10^8)" \
+    "$? $(nlimits "$G1_RULE")" "0 3"
+
 ctl rule remove "$TB_RULE"
 is "rule remove deletes the rule and its limits" \
     "$RC $(sql "SELECT (SELECT count(*) FROM rules WHERE id = $TB_RULE) + (SELECT count(*) FROM limits WHERE rule_id = $TB_RULE)")" \
@@ -326,7 +622,10 @@ expect_fail "rule remove of an unknown id exits 1" "no rule" \
 printf '%s\n' "LISTEN ratelimit_changes;" \
     "UPDATE api_keys SET last_used_at = now() WHERE id = $ADMIN_ID;" \
     "UPDATE api_keys SET status = 'revoked', revoked_at = now() WHERE id = $ADMIN_ID;" \
-    "UPDATE limits SET limit_count = 101 WHERE rule_id = $SW_RULE;" |
+    "UPDATE limits SET limit_count = 101 WHERE rule_id = $SW_RULE;" \
+    "UPDATE limits SET burst = 4 WHERE rule_id = $G1_RULE AND algorithm = 'gcra';" \
+    "UPDATE rules SET always = true WHERE id = $G3_RULE;" \
+    "INSERT INTO limits (rule_id, name, algorithm, limit_count, calendar) VALUES ($G3_RULE, 'n', 'fixed_window', 9, 'hour');" |
     psql -X -q -h 127.0.0.1 -p "$PORT" -U ratelimit -d ratelimit \
         >"$TMP/notify" 2>&1
 is "revoking a key notifies api_keys:<tenant id>, once" \
@@ -334,6 +633,12 @@ is "revoking a key notifies api_keys:<tenant id>, once" \
     "1 yes"
 is "changing a limit notifies limits:<rule id>" \
     "$(has notify "payload \"limits:$SW_RULE\"")" yes
+is "changing a limit's burst (a column of 002) notifies limits:<rule id>" \
+    "$(has notify "payload \"limits:$G1_RULE\"")" yes
+is "changing a rule's always flag notifies rules:<tenant id>, once" \
+    "$(grep -c "payload \"rules:$ACME_ID\"" "$TMP/notify")" 1
+is "adding a limit notifies limits:<rule id> (its count check notifies nothing)" \
+    "$(grep -c "payload \"limits:$G3_RULE\"" "$TMP/notify")" 1
 
 # --- the dev seed -----------------------------------------------------
 

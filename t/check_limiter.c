@@ -1,0 +1,902 @@
+/*
+ * check_limiter.c -- tests of src/limiter.c: the EVALSHA arguments of a
+ * check (layout, keys, parameters as lua/check.lua accepts them), the
+ * decoding of the script's reply, shadow limits, and the choice of the
+ * limit the X-RateLimit-* headers describe.
+ *
+ * Plans are put together by hand here, so that these tests do not depend
+ * on rules_plan() (tested in check_rules.c).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <check.h>              /* t/check.h: the suites, then Check */
+
+#include "ratelimit.h"
+
+#define SHA "0123456789abcdef0123456789abcdef01234567"
+#define TENANT "7f0c2d3e-1a2b-4c5d-8e9f-0a1b2c3d4e5f"
+
+static void
+limit_tb(struct rl_limit *l, long long id, const char *name,
+    long long capacity, double rate)
+{
+    memset(l, 0, sizeof(*l));
+    l->id = id;
+    snprintf(l->name, sizeof(l->name), "%s", name);
+    l->algorithm = RL_ALGO_TOKEN_BUCKET;
+    l->bucket_capacity = capacity;
+    l->refill_rate = rate;
+}
+
+static void
+limit_sw(struct rl_limit *l, long long id, const char *name,
+    long long count, long long window)
+{
+    memset(l, 0, sizeof(*l));
+    l->id = id;
+    snprintf(l->name, sizeof(l->name), "%s", name);
+    l->algorithm = RL_ALGO_SLIDING_WINDOW;
+    l->limit_count = count;
+    l->window_seconds = window;
+}
+
+static void
+limit_gcra(struct rl_limit *l, long long id, const char *name,
+    long long count, long long period_us, long long burst)
+{
+    memset(l, 0, sizeof(*l));
+    l->id = id;
+    snprintf(l->name, sizeof(l->name), "%s", name);
+    l->algorithm = RL_ALGO_GCRA;
+    l->limit_count = count;
+    l->period_us = period_us;
+    l->burst = burst;
+}
+
+static void
+limit_fw(struct rl_limit *l, long long id, const char *name,
+    long long count, int calendar)
+{
+    memset(l, 0, sizeof(*l));
+    l->id = id;
+    snprintf(l->name, sizeof(l->name), "%s", name);
+    l->algorithm = RL_ALGO_FIXED_WINDOW;
+    l->limit_count = count;
+    l->calendar = calendar;
+}
+
+static void
+rule_init(struct rl_rule *rule, long long id)
+{
+    memset(rule, 0, sizeof(*rule));
+    rule->id = id;
+    strcpy(rule->pattern, "*");
+}
+
+/* Appends every limit of rule to plan. */
+static void
+plan_add(struct rl_plan *plan, const struct rl_rule *rule)
+{
+    int i;
+
+    for (i = 0; i < rule->nlimits; i++) {
+        ck_assert_int_lt(plan->n, RL_MAX_LIMITS);
+        plan->rule[plan->n] = rule;
+        plan->limit[plan->n] = &rule->limits[i];
+        snprintf(plan->name[plan->n], sizeof(plan->name[plan->n]), "%s",
+            rule->limits[i].name);
+        plan->n++;
+    }
+}
+
+static void
+plan_of(struct rl_plan *plan, const struct rl_rule *rule)
+{
+    memset(plan, 0, sizeof(*plan));
+    plan_add(plan, rule);
+}
+
+static void
+request_set(struct check_request *req, const char *route,
+    const char *subject, long long cost, int peek)
+{
+    memset(req, 0, sizeof(*req));
+    snprintf(req->route, sizeof(req->route), "%s", route);
+    if (subject != NULL) {
+        snprintf(req->subject, sizeof(req->subject), "%s", subject);
+        req->has_subject = 1;
+    }
+    req->cost = cost;
+    req->peek = peek;
+}
+
+/* argv must equal want (argc strings) and argvlen must be their lengths. */
+static void
+assert_argv(const struct limiter_call *call, const char *const *want,
+    int argc)
+{
+    int i;
+
+    ck_assert_int_eq(call->argc, argc);
+    for (i = 0; i < argc; i++) {
+        ck_assert_msg(strcmp(call->argv[i], want[i]) == 0,
+            "argv[%d] is \"%s\", want \"%s\"", i, call->argv[i], want[i]);
+        ck_assert_uint_eq(call->argvlen[i], strlen(want[i]));
+    }
+}
+
+/* The first 32 hex characters of SHA-256 of s. */
+static void
+hash32(const char *s, char out[33])
+{
+    char hex[65];
+
+    util_sha256_hex(s, strlen(s), hex);
+    memcpy(out, hex, 32);
+    out[32] = '\0';
+}
+
+START_TEST(test_build_layout)
+{
+    static const char *const want[] = {
+        "EVALSHA", SHA, "2",
+        "rl:{" TENANT "}:42:7", "rl:{" TENANT "}:42:8",
+        "3", "0", "2",
+        "token_bucket", "10", "2", "0", "0",
+        "sliding_window", "100", "60", "0", "0",
+    };
+    struct rl_rule rule;
+    struct rl_plan plan;
+    struct check_request req;
+    struct limiter_call call;
+
+    rule_init(&rule, 42);
+    rule.nlimits = 2;
+    limit_tb(&rule.limits[0], 7, "burst", 10, 2.0);
+    limit_sw(&rule.limits[1], 8, "minute", 100, 60);
+    plan_of(&plan, &rule);
+    request_set(&req, "/api/orders", NULL, 3, 0);
+    ck_assert_int_eq(limiter_build(SHA, TENANT, &plan, &req, &call), 0);
+    assert_argv(&call, want, (int)(sizeof(want) / sizeof(want[0])));
+}
+END_TEST
+
+START_TEST(test_build_peek_and_one_limit)
+{
+    static const char *const want[] = {
+        "EVALSHA", SHA, "1", "rl:{t1}:1:9", "1000000", "1", "1",
+        "sliding_window", "5", "1", "0", "0",
+    };
+    struct rl_rule rule;
+    struct rl_plan plan;
+    struct check_request req;
+    struct limiter_call call;
+
+    rule_init(&rule, 1);
+    rule.nlimits = 1;
+    limit_sw(&rule.limits[0], 9, "second", 5, 1);
+    plan_of(&plan, &rule);
+    request_set(&req, "/", NULL, 1000000, 1);
+    ck_assert_int_eq(limiter_build(SHA, "t1", &plan, &req, &call), 0);
+    assert_argv(&call, want, (int)(sizeof(want) / sizeof(want[0])));
+}
+END_TEST
+
+START_TEST(test_build_gcra_fixed_window)
+{
+    static const char *const want[] = {
+        "EVALSHA", SHA, "3", "rl:{t}:3:1", "rl:{t}:3:2", "rl:{t}:3:3",
+        "1", "0", "3",
+        "gcra", "10", "1000000", "5", "0",
+        "fixed_window", "1000", "day", "0", "0",
+        "fixed_window", "1000000000000", "month", "0", "0",
+    };
+    struct rl_rule rule;
+    struct rl_plan plan;
+    struct check_request req;
+    struct limiter_call call;
+
+    rule_init(&rule, 3);
+    rule.nlimits = 3;
+    limit_gcra(&rule.limits[0], 1, "pace", 10, 1000000, 5);
+    limit_fw(&rule.limits[1], 2, "daily", 1000, RL_CAL_DAY);
+    limit_fw(&rule.limits[2], 3, "monthly", 1000000000000LL, RL_CAL_MONTH);
+    plan_of(&plan, &rule);
+    request_set(&req, "/", NULL, 1, 0);
+    ck_assert_int_eq(limiter_build(SHA, "t", &plan, &req, &call), 0);
+    assert_argv(&call, want, (int)(sizeof(want) / sizeof(want[0])));
+
+    /* A burst of 0 is sent as "0" (the script takes a count). */
+    rule.limits[0].burst = 0;
+    ck_assert_int_eq(limiter_build(SHA, "t", &plan, &req, &call), 0);
+    ck_assert_str_eq(call.argv[12], "0");
+}
+END_TEST
+
+START_TEST(test_build_calendars)
+{
+    static const struct {
+        int calendar;
+        const char *name;
+    } cal[] = {
+        { RL_CAL_MINUTE, "minute" }, { RL_CAL_HOUR, "hour" },
+        { RL_CAL_DAY, "day" }, { RL_CAL_MONTH, "month" },
+    };
+    struct rl_rule rule;
+    struct rl_plan plan;
+    struct check_request req;
+    struct limiter_call call;
+    size_t i;
+
+    rule_init(&rule, 3);
+    rule.nlimits = 1;
+    request_set(&req, "/", NULL, 1, 0);
+    for (i = 0; i < sizeof(cal) / sizeof(cal[0]); i++) {
+        limit_fw(&rule.limits[0], 1, "w", 5, cal[i].calendar);
+        plan_of(&plan, &rule);
+        ck_assert_int_eq(limiter_build(SHA, "t", &plan, &req, &call), 0);
+        ck_assert_str_eq(call.argv[9], cal[i].name);
+    }
+    /* A fixed window without a known calendar cannot be sent. */
+    limit_fw(&rule.limits[0], 1, "w", 5, 0);
+    ck_assert_int_eq(limiter_build(SHA, "t", &plan, &req, &call), -1);
+    limit_fw(&rule.limits[0], 1, "w", 5, RL_CAL_MONTH + 1);
+    ck_assert_int_eq(limiter_build(SHA, "t", &plan, &req, &call), -1);
+}
+END_TEST
+
+START_TEST(test_build_shadow_flag)
+{
+    struct rl_rule enforced, shadow;
+    struct rl_plan plan;
+    struct check_request req;
+    struct limiter_call call;
+
+    rule_init(&enforced, 1);
+    enforced.nlimits = 1;
+    limit_tb(&enforced.limits[0], 1, "a", 10, 1);
+    rule_init(&shadow, 2);
+    shadow.shadow = 1;
+    shadow.nlimits = 1;
+    limit_sw(&shadow.limits[0], 2, "b", 10, 1);
+    memset(&plan, 0, sizeof(plan));
+    plan_add(&plan, &enforced);
+    plan_add(&plan, &shadow);
+    request_set(&req, "/", NULL, 1, 0);
+    ck_assert_int_eq(limiter_build(SHA, "t", &plan, &req, &call), 0);
+    ck_assert_int_eq(call.argc, 3 + 2 + 3 + 5 * 2);
+    ck_assert_str_eq(call.argv[3], "rl:{t}:1:1");
+    ck_assert_str_eq(call.argv[4], "rl:{t}:2:2");
+    ck_assert_str_eq(call.argv[8], "token_bucket");
+    ck_assert_str_eq(call.argv[12], "0");
+    ck_assert_str_eq(call.argv[13], "sliding_window");
+    ck_assert_str_eq(call.argv[17], "1");
+}
+END_TEST
+
+START_TEST(test_build_per_route_and_subject)
+{
+    struct rl_rule rule;
+    struct rl_plan plan;
+    struct check_request req;
+    struct limiter_call call;
+    char r[33], s[33], want[256];
+
+    rule_init(&rule, 5);
+    rule.nlimits = 2;
+    limit_tb(&rule.limits[0], 11, "a", 10, 1);
+    limit_tb(&rule.limits[1], 12, "b", 20, 1);
+    plan_of(&plan, &rule);
+    hash32("/api/orders/17", r);
+    hash32("user@example.com", s);
+
+    /* per_route only. */
+    rule.per_route = 1;
+    request_set(&req, "/api/orders/17", NULL, 1, 0);
+    ck_assert_int_eq(limiter_build(SHA, "t", &plan, &req, &call), 0);
+    snprintf(want, sizeof(want), "rl:{t}:5:11:r%s", r);
+    ck_assert_str_eq(call.argv[3], want);
+    snprintf(want, sizeof(want), "rl:{t}:5:12:r%s", r);
+    ck_assert_str_eq(call.argv[4], want);
+
+    /* subject only. */
+    rule.per_route = 0;
+    request_set(&req, "/api/orders/17", "user@example.com", 1, 0);
+    ck_assert_int_eq(limiter_build(SHA, "t", &plan, &req, &call), 0);
+    snprintf(want, sizeof(want), "rl:{t}:5:11:s%s", s);
+    ck_assert_str_eq(call.argv[3], want);
+    ck_assert_uint_eq(call.argvlen[3], strlen(want));
+
+    /* Both: route first, then subject. */
+    rule.per_route = 1;
+    ck_assert_int_eq(limiter_build(SHA, "t", &plan, &req, &call), 0);
+    snprintf(want, sizeof(want), "rl:{t}:5:11:r%s:s%s", r, s);
+    ck_assert_str_eq(call.argv[3], want);
+    snprintf(want, sizeof(want), "rl:{t}:5:12:r%s:s%s", r, s);
+    ck_assert_str_eq(call.argv[4], want);
+
+    /* Neither: the route does not enter the key. */
+    rule.per_route = 0;
+    request_set(&req, "/api/orders/17", NULL, 1, 0);
+    ck_assert_int_eq(limiter_build(SHA, "t", &plan, &req, &call), 0);
+    ck_assert_str_eq(call.argv[3], "rl:{t}:5:11");
+}
+END_TEST
+
+START_TEST(test_build_per_route_is_per_rule)
+{
+    struct rl_rule routed, global;
+    struct rl_plan plan;
+    struct check_request req;
+    struct limiter_call call;
+    char r[33], want[256];
+
+    /* Only the limits of a per-route rule get the route in their key. */
+    rule_init(&global, 1);
+    global.nlimits = 1;
+    limit_fw(&global.limits[0], 10, "daily", 1000, RL_CAL_DAY);
+    rule_init(&routed, 2);
+    routed.per_route = 1;
+    routed.nlimits = 1;
+    limit_tb(&routed.limits[0], 20, "burst", 10, 1);
+    memset(&plan, 0, sizeof(plan));
+    plan_add(&plan, &global);
+    plan_add(&plan, &routed);
+    request_set(&req, "/x", NULL, 1, 0);
+    hash32("/x", r);
+    ck_assert_int_eq(limiter_build(SHA, "t", &plan, &req, &call), 0);
+    ck_assert_str_eq(call.argv[3], "rl:{t}:1:10");
+    snprintf(want, sizeof(want), "rl:{t}:2:20:r%s", r);
+    ck_assert_str_eq(call.argv[4], want);
+}
+END_TEST
+
+START_TEST(test_build_has_subject_governs)
+{
+    struct rl_rule rule;
+    struct rl_plan plan;
+    struct check_request req;
+    struct limiter_call call;
+
+    rule_init(&rule, 5);
+    rule.nlimits = 1;
+    limit_tb(&rule.limits[0], 11, "a", 10, 1);
+    plan_of(&plan, &rule);
+    request_set(&req, "/a", "someone", 1, 0);
+    req.has_subject = 0;
+    ck_assert_int_eq(limiter_build(SHA, "t", &plan, &req, &call), 0);
+    ck_assert_str_eq(call.argv[3], "rl:{t}:5:11");
+}
+END_TEST
+
+START_TEST(test_build_keys_are_bounded)
+{
+    struct rl_rule rule;
+    struct rl_plan plan;
+    struct check_request req;
+    struct limiter_call call;
+    char first[256];
+    size_t base = strlen("rl:{t}:5:11");
+
+    rule_init(&rule, 5);
+    rule.per_route = 1;
+    rule.nlimits = 1;
+    limit_tb(&rule.limits[0], 11, "a", 10, 1);
+    plan_of(&plan, &rule);
+    memset(&req, 0, sizeof(req));
+    memset(req.route, 'r', RL_ROUTE_MAX);
+    memset(req.subject, 's', RL_SUBJECT_MAX);
+    req.has_subject = 1;
+    req.cost = 1;
+    ck_assert_int_eq(limiter_build(SHA, "t", &plan, &req, &call), 0);
+    ck_assert_uint_eq(call.argvlen[3], base + 2 + 32 + 2 + 32);
+    ck_assert_ptr_null(strstr(call.argv[3], "rrr"));
+    ck_assert_ptr_null(strstr(call.argv[3], "sss"));
+
+    /* Different routes and subjects give different keys. */
+    snprintf(first, sizeof(first), "%s", call.argv[3]);
+    req.route[0] = 'x';
+    ck_assert_int_eq(limiter_build(SHA, "t", &plan, &req, &call), 0);
+    ck_assert_str_ne(call.argv[3], first);
+    snprintf(first, sizeof(first), "%s", call.argv[3]);
+    req.subject[0] = 'x';
+    ck_assert_int_eq(limiter_build(SHA, "t", &plan, &req, &call), 0);
+    ck_assert_str_ne(call.argv[3], first);
+}
+END_TEST
+
+START_TEST(test_build_max_limits)
+{
+    struct rl_rule rule;
+    struct rl_plan plan;
+    struct check_request req;
+    struct limiter_call call;
+    char want[256], r[33], s[33];
+    int i;
+
+    rule_init(&rule, 9223372036854775807LL);
+    rule.per_route = 1;
+    rule.nlimits = RL_MAX_LIMITS;
+    for (i = 0; i < RL_MAX_LIMITS; i++)
+        limit_tb(&rule.limits[i], 9223372036854775000LL + i, "l",
+            1000000000000LL, 12345678.5);
+    plan_of(&plan, &rule);
+    request_set(&req, "/r", "subject", 5, 0);
+    hash32("/r", r);
+    hash32("subject", s);
+    ck_assert_int_eq(limiter_build(SHA, TENANT, &plan, &req, &call), 0);
+    ck_assert_int_eq(call.argc, LIMITER_MAX_ARGS);
+    ck_assert_str_eq(call.argv[2], "8");
+    snprintf(want, sizeof(want), "rl:{%s}:9223372036854775807:"
+        "9223372036854775007:r%s:s%s", TENANT, r, s);
+    ck_assert_str_eq(call.argv[3 + 7], want);
+    ck_assert_str_eq(call.argv[3 + 8], "5");
+    ck_assert_str_eq(call.argv[3 + 8 + 2], "8");
+    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 5], "token_bucket");
+    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 4], "1000000000000");
+    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 3], "12345678.5");
+    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 2], "0");
+    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 1], "0");
+}
+END_TEST
+
+/*
+ * The refill rate must be what lua/check.lua parses as a "decimal": digits,
+ * optionally a '.' and more digits, at most 15 characters, no exponent.
+ */
+static int
+lua_decimal(const char *s)
+{
+    size_t i = 0, n = strlen(s);
+
+    if (n == 0 || n > 15)
+        return 0;
+    while (s[i] >= '0' && s[i] <= '9')
+        i++;
+    if (s[i] == '.') {
+        i++;
+        while (s[i] >= '0' && s[i] <= '9')
+            i++;
+    }
+    return i == n && strcmp(s, ".") != 0;
+}
+
+static const struct {
+    double rate;
+    const char *want;           /* NULL: only check it parses back closely */
+} rates[] = {
+    { 2.0, "2" },
+    { 0.5, "0.5" },
+    { 0.1, "0.1" },
+    { 0.2, "0.2" },
+    { 1.1, "1.1" },
+    { 1.25, "1.25" },
+    { 1000.0, "1000" },
+    { 0.000001, "0.000001" },
+    { 12345678.123456, "12345678.123456" },
+    { 100000000.0, "100000000" },
+    { 1.0 / 3.0, NULL },
+    { 2.0 / 3.0, NULL },
+    { 1e-5, NULL },
+    { 7.000000001, NULL },
+};
+
+START_TEST(test_build_refill_rate)
+{
+    struct rl_rule rule;
+    struct rl_plan plan;
+    struct check_request req;
+    struct limiter_call call;
+    const char *arg;
+    double back;
+
+    rule_init(&rule, 1);
+    rule.nlimits = 1;
+    limit_tb(&rule.limits[0], 1, "a", 10, rates[_i].rate);
+    plan_of(&plan, &rule);
+    request_set(&req, "/a", NULL, 1, 0);
+    ck_assert_int_eq(limiter_build(SHA, "t", &plan, &req, &call), 0);
+    ck_assert_int_eq(call.argc, 12);
+    arg = call.argv[9];
+    ck_assert_msg(lua_decimal(arg), "rate %.17g is sent as \"%s\", which "
+        "lua/check.lua refuses", rates[_i].rate, arg);
+    back = strtod(arg, NULL);
+    if (rates[_i].want != NULL) {
+        ck_assert_str_eq(arg, rates[_i].want);
+        /* Exactly the double the rule holds. */
+        ck_assert_msg(back == rates[_i].rate, "\"%s\" parses to %.17g, not "
+            "%.17g", arg, back, rates[_i].rate);
+    } else {
+        ck_assert_msg(fabs(back - rates[_i].rate) <= 5e-7, "\"%s\" is too "
+            "far from %.17g", arg, rates[_i].rate);
+    }
+}
+END_TEST
+
+START_TEST(test_build_bad_rate)
+{
+    static const double bad[] = { 0.0, -1.0, 1e-9, NAN, INFINITY, 1e300 };
+    struct rl_rule rule;
+    struct rl_plan plan;
+    struct check_request req;
+    struct limiter_call call;
+    size_t i;
+
+    rule_init(&rule, 1);
+    rule.nlimits = 1;
+    plan_of(&plan, &rule);
+    request_set(&req, "/a", NULL, 1, 0);
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        limit_tb(&rule.limits[0], 1, "a", 10, bad[i]);
+        ck_assert_msg(limiter_build(SHA, "t", &plan, &req, &call) == -1,
+            "rate %g was accepted as \"%s\"", bad[i],
+            call.argc > 9 ? call.argv[9] : "");
+    }
+}
+END_TEST
+
+START_TEST(test_build_empty_plan)
+{
+    struct rl_plan plan;
+    struct check_request req;
+    struct limiter_call call;
+
+    memset(&plan, 0, sizeof(plan));
+    request_set(&req, "/a", NULL, 1, 0);
+    ck_assert_int_eq(limiter_build(SHA, "t", &plan, &req, &call), -1);
+    plan.n = -1;
+    ck_assert_int_eq(limiter_build(SHA, "t", &plan, &req, &call), -1);
+    plan.n = RL_MAX_LIMITS + 1;
+    ck_assert_int_eq(limiter_build(SHA, "t", &plan, &req, &call), -1);
+}
+END_TEST
+
+START_TEST(test_build_unknown_algorithm)
+{
+    struct rl_rule rule;
+    struct rl_plan plan;
+    struct check_request req;
+    struct limiter_call call;
+
+    rule_init(&rule, 1);
+    rule.nlimits = 2;
+    limit_tb(&rule.limits[0], 1, "a", 10, 1);
+    limit_sw(&rule.limits[1], 2, "b", 10, 1);
+    plan_of(&plan, &rule);
+    request_set(&req, "/a", NULL, 1, 0);
+    ck_assert_int_eq(limiter_build(SHA, "t", &plan, &req, &call), 0);
+    rule.limits[1].algorithm = 0;
+    ck_assert_int_eq(limiter_build(SHA, "t", &plan, &req, &call), -1);
+    rule.limits[1].algorithm = RL_ALGO_FIXED_WINDOW + 1;
+    ck_assert_int_eq(limiter_build(SHA, "t", &plan, &req, &call), -1);
+    rule.limits[1].algorithm = RL_ALGO_SLIDING_WINDOW;
+    rule.limits[0].algorithm = -1;
+    ck_assert_int_eq(limiter_build(SHA, "t", &plan, &req, &call), -1);
+}
+END_TEST
+
+START_TEST(test_decode_one)
+{
+    static const long long v[] = { 1, 1700000000123LL, 1, 10, 9, 500, 0 };
+    struct rl_decision d;
+
+    ck_assert_int_eq(limiter_decode(v, 7, 1, &d), 0);
+    ck_assert_int_eq(d.allowed, 1);
+    ck_assert_int_eq(d.now_ms, 1700000000123LL);
+    ck_assert_int_eq(d.nlimits, 1);
+    ck_assert_int_eq(d.st[0].allowed, 1);
+    ck_assert_int_eq(d.st[0].shadow, 0);
+    ck_assert_int_eq(d.st[0].limit, 10);
+    ck_assert_int_eq(d.st[0].remaining, 9);
+    ck_assert_int_eq(d.st[0].reset_ms, 500);
+    ck_assert_int_eq(d.st[0].retry_after_ms, 0);
+}
+END_TEST
+
+START_TEST(test_decode_two)
+{
+    static const long long v[] = {
+        0, 1700000000999LL,
+        1, 10, 9, 500, 0,
+        0, 100, 0, 60000, 1500,
+    };
+    struct rl_decision d;
+
+    ck_assert_int_eq(limiter_decode(v, 12, 2, &d), 0);
+    ck_assert_int_eq(d.allowed, 0);
+    ck_assert_int_eq(d.now_ms, 1700000000999LL);
+    ck_assert_int_eq(d.nlimits, 2);
+    ck_assert_int_eq(d.st[0].allowed, 1);
+    ck_assert_int_eq(d.st[0].limit, 10);
+    ck_assert_int_eq(d.st[0].remaining, 9);
+    ck_assert_int_eq(d.st[1].allowed, 0);
+    ck_assert_int_eq(d.st[1].limit, 100);
+    ck_assert_int_eq(d.st[1].remaining, 0);
+    ck_assert_int_eq(d.st[1].reset_ms, 60000);
+    ck_assert_int_eq(d.st[1].retry_after_ms, 1500);
+}
+END_TEST
+
+START_TEST(test_decode_never)
+{
+    static const long long v[] = { 0, 1, 0, 5, 0, 2000, -1 };
+    struct rl_decision d;
+
+    ck_assert_int_eq(limiter_decode(v, 7, 1, &d), 0);
+    ck_assert_int_eq(d.st[0].retry_after_ms, -1);
+}
+END_TEST
+
+START_TEST(test_decode_wrong_length)
+{
+    static const long long v[] = {
+        1, 1, 1, 10, 9, 500, 0, 1, 10, 9, 500, 0, 0,
+    };
+    struct rl_decision d;
+
+    ck_assert_int_eq(limiter_decode(v, 6, 1, &d), -1);
+    ck_assert_int_eq(limiter_decode(v, 8, 1, &d), -1);
+    ck_assert_int_eq(limiter_decode(v, 0, 1, &d), -1);
+    ck_assert_int_eq(limiter_decode(v, 7, 2, &d), -1);
+    ck_assert_int_eq(limiter_decode(v, 11, 2, &d), -1);
+    ck_assert_int_eq(limiter_decode(v, 13, 2, &d), -1);
+    ck_assert_int_eq(limiter_decode(v, 2, 0, &d), -1);
+    ck_assert_int_eq(limiter_decode(v, 12, 2, &d), 0);
+}
+END_TEST
+
+START_TEST(test_decode_inconsistent)
+{
+    static const long long denied_by_nobody[] = {
+        0, 1, 1, 10, 9, 500, 0, 1, 10, 9, 500, 0,
+    };
+    static const long long bad_flag[] = { 2, 1, 1, 10, 9, 500, 0 };
+    static const long long bad_part_flag[] = { 1, 1, 2, 10, 9, 500, 0 };
+    static const long long minus_flag[] = { -1, 1, 1, 10, 9, 500, 0 };
+    struct rl_decision d;
+
+    /* A denial must come from some limit. */
+    ck_assert_int_eq(limiter_decode(denied_by_nobody, 12, 2, &d), -1);
+    ck_assert_int_eq(limiter_decode(bad_flag, 7, 1, &d), -1);
+    ck_assert_int_eq(limiter_decode(bad_part_flag, 7, 1, &d), -1);
+    ck_assert_int_eq(limiter_decode(minus_flag, 7, 1, &d), -1);
+}
+END_TEST
+
+START_TEST(test_decode_shadow_denial_allowed)
+{
+    /* Allowed overall although limit 2 denies: only a shadow limit can do
+     * that, and the plan (not the reply) says which limits are shadow. */
+    static const long long v[] = {
+        1, 1, 1, 10, 9, 500, 0, 0, 10, 0, 500, 100,
+    };
+    struct rl_decision d;
+
+    ck_assert_int_eq(limiter_decode(v, 12, 2, &d), 0);
+    ck_assert_int_eq(d.allowed, 1);
+    ck_assert_int_eq(d.st[1].allowed, 0);
+    ck_assert_int_eq(d.st[0].shadow, 0);
+    ck_assert_int_eq(d.st[1].shadow, 0);
+}
+END_TEST
+
+START_TEST(test_decode_negative)
+{
+    long long v[7];
+    struct rl_decision d;
+    int field;
+
+    /* limit, remaining, reset_ms must be >= 0; retry_after_ms >= -1. */
+    for (field = 3; field <= 6; field++) {
+        long long good[7] = { 0, 1, 0, 10, 0, 500, 100 };
+
+        memcpy(v, good, sizeof(v));
+        ck_assert_int_eq(limiter_decode(v, 7, 1, &d), 0);
+        v[field] = field == 6 ? -2 : -1;
+        ck_assert_msg(limiter_decode(v, 7, 1, &d) == -1,
+            "negative field %d accepted", field);
+    }
+}
+END_TEST
+
+START_TEST(test_apply_shadow)
+{
+    static const long long v[] = {
+        1, 1, 1, 10, 9, 500, 0, 0, 10, 0, 500, 100,
+    };
+    struct rl_rule enforced, shadow;
+    struct rl_plan plan;
+    struct rl_decision d;
+
+    rule_init(&enforced, 1);
+    enforced.nlimits = 1;
+    limit_tb(&enforced.limits[0], 1, "a", 10, 1);
+    rule_init(&shadow, 2);
+    shadow.shadow = 1;
+    shadow.nlimits = 1;
+    limit_tb(&shadow.limits[0], 2, "b", 10, 1);
+    memset(&plan, 0, sizeof(plan));
+    plan_add(&plan, &enforced);
+    plan_add(&plan, &shadow);
+
+    ck_assert_int_eq(limiter_decode(v, 12, 2, &d), 0);
+    ck_assert_int_eq(limiter_apply_shadow(&plan, &d), 1);
+    ck_assert_int_eq(d.st[0].shadow, 0);
+    ck_assert_int_eq(d.st[1].shadow, 1);
+
+    /* A shadow limit that allows is marked but reports no denial. */
+    d.st[1].allowed = 1;
+    ck_assert_int_eq(limiter_apply_shadow(&plan, &d), 0);
+    ck_assert_int_eq(d.st[1].shadow, 1);
+
+    /* An enforced denial is not a shadow denial. */
+    d.allowed = 0;
+    d.st[0].allowed = 0;
+    ck_assert_int_eq(limiter_apply_shadow(&plan, &d), 0);
+}
+END_TEST
+
+static void
+state(struct rl_limit_state *st, int allowed, long long remaining,
+    long long retry_after_ms)
+{
+    memset(st, 0, sizeof(*st));
+    st->allowed = allowed;
+    st->limit = 100;
+    st->remaining = remaining;
+    st->reset_ms = 1000;
+    st->retry_after_ms = retry_after_ms;
+}
+
+/* limiter_primary over the states in every rotation: the index it picks
+ * must follow the state the test wants. */
+static void
+assert_primary(const struct rl_limit_state *st, int n, int want)
+{
+    struct rl_decision d;
+    int shift, i;
+
+    for (shift = 0; shift < n; shift++) {
+        memset(&d, 0, sizeof(d));
+        d.nlimits = n;
+        for (i = 0; i < n; i++)
+            d.st[(i + shift) % n] = st[i];
+        d.allowed = 1;
+        for (i = 0; i < n; i++)
+            d.allowed = d.allowed && (st[i].allowed || st[i].shadow);
+        ck_assert_msg(limiter_primary(&d) == (want + shift) % n,
+            "rotation %d: picked %d, want %d", shift, limiter_primary(&d),
+            (want + shift) % n);
+    }
+}
+
+START_TEST(test_primary_single)
+{
+    struct rl_limit_state st[1];
+
+    state(&st[0], 1, 5, 0);
+    assert_primary(st, 1, 0);
+    state(&st[0], 0, 0, 100);
+    assert_primary(st, 1, 0);
+}
+END_TEST
+
+START_TEST(test_primary_denying_beats_allowing)
+{
+    struct rl_limit_state st[3];
+
+    state(&st[0], 1, 0, 0);
+    state(&st[1], 0, 50, 100);
+    state(&st[2], 1, 1, 0);
+    assert_primary(st, 3, 1);
+}
+END_TEST
+
+START_TEST(test_primary_least_remaining)
+{
+    struct rl_limit_state st[3];
+
+    state(&st[0], 1, 5, 0);
+    state(&st[1], 1, 2, 0);
+    state(&st[2], 1, 7, 0);
+    assert_primary(st, 3, 1);
+}
+END_TEST
+
+START_TEST(test_primary_longest_retry)
+{
+    struct rl_limit_state st[3];
+
+    state(&st[0], 0, 0, 100);
+    state(&st[1], 0, 0, 3000);
+    state(&st[2], 0, 0, 200);
+    assert_primary(st, 3, 1);
+
+    /* -1, "never at this cost", beats any wait. */
+    state(&st[0], 0, 0, 100);
+    state(&st[1], 0, 0, -1);
+    state(&st[2], 0, 0, 5000000);
+    assert_primary(st, 3, 1);
+
+    /* Allowing limits do not interfere. */
+    state(&st[0], 1, 0, 0);
+    state(&st[1], 0, 0, 10);
+    state(&st[2], 0, 0, 20);
+    assert_primary(st, 3, 2);
+}
+END_TEST
+
+START_TEST(test_primary_enforced_before_shadow)
+{
+    struct rl_limit_state st[3];
+
+    /* A denying shadow limit does not describe the answer... */
+    state(&st[0], 1, 50, 0);
+    state(&st[1], 0, 0, 9000);
+    st[1].shadow = 1;
+    state(&st[2], 1, 40, 0);
+    assert_primary(st, 3, 2);
+
+    /* ...even against an enforced one that denies for less long. */
+    state(&st[0], 0, 0, 10);
+    state(&st[1], 0, 0, -1);
+    st[1].shadow = 1;
+    state(&st[2], 1, 40, 0);
+    assert_primary(st, 3, 0);
+
+    /* With only shadow limits, the usual order applies among them. */
+    state(&st[0], 1, 5, 0);
+    st[0].shadow = 1;
+    state(&st[1], 0, 0, 100);
+    st[1].shadow = 1;
+    assert_primary(st, 2, 1);
+}
+END_TEST
+
+Suite *
+limiter_suite(void)
+{
+    Suite *s = suite_create("limiter");
+    TCase *tc;
+
+    tc = tcase_create("build");
+    tcase_add_test(tc, test_build_layout);
+    tcase_add_test(tc, test_build_peek_and_one_limit);
+    tcase_add_test(tc, test_build_gcra_fixed_window);
+    tcase_add_test(tc, test_build_calendars);
+    tcase_add_test(tc, test_build_shadow_flag);
+    tcase_add_test(tc, test_build_per_route_and_subject);
+    tcase_add_test(tc, test_build_per_route_is_per_rule);
+    tcase_add_test(tc, test_build_has_subject_governs);
+    tcase_add_test(tc, test_build_keys_are_bounded);
+    tcase_add_test(tc, test_build_max_limits);
+    tcase_add_loop_test(tc, test_build_refill_rate, 0,
+        (int)(sizeof(rates) / sizeof(rates[0])));
+    tcase_add_test(tc, test_build_bad_rate);
+    tcase_add_test(tc, test_build_empty_plan);
+    tcase_add_test(tc, test_build_unknown_algorithm);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("decode");
+    tcase_add_test(tc, test_decode_one);
+    tcase_add_test(tc, test_decode_two);
+    tcase_add_test(tc, test_decode_never);
+    tcase_add_test(tc, test_decode_wrong_length);
+    tcase_add_test(tc, test_decode_inconsistent);
+    tcase_add_test(tc, test_decode_shadow_denial_allowed);
+    tcase_add_test(tc, test_decode_negative);
+    tcase_add_test(tc, test_apply_shadow);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("primary");
+    tcase_add_test(tc, test_primary_single);
+    tcase_add_test(tc, test_primary_denying_beats_allowing);
+    tcase_add_test(tc, test_primary_least_remaining);
+    tcase_add_test(tc, test_primary_longest_retry);
+    tcase_add_test(tc, test_primary_enforced_before_shadow);
+    suite_add_tcase(s, tc);
+    return s;
+}

@@ -1,0 +1,28 @@
+/*
+ * check_main.c -- runs every unit test suite.
+ *
+ * The exit status is 0 when every test passed and 1 otherwise, so that
+ * "make unit" and "make test" stop on a failure.
+ */
+#include <stdlib.h>
+
+#include <check.h>         /* t/check.h: the suites, then Check */
+
+int
+main(void)
+{
+    SRunner *sr;
+    int failed;
+
+    sr = srunner_create(config_suite());
+    srunner_add_suite(sr, request_suite());
+    srunner_add_suite(sr, rules_suite());
+    srunner_add_suite(sr, cache_suite());
+    srunner_add_suite(sr, limiter_suite());
+    srunner_add_suite(sr, response_suite());
+    srunner_add_suite(sr, util_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed != 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,521 @@
+/*
+ * check_request.c -- tests of src/request.c: the JSON body of a check
+ * (route, subject, cost, peek and their bounds) and the choice of the API
+ * key among the request headers.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <check.h>              /* t/check.h: the suites, then Check */
+
+#include "ratelimit.h"
+
+static int
+parse(const char *body, struct check_request *req, char *err, size_t errlen)
+{
+    err[0] = '\0';
+    return request_parse_check(body, strlen(body), req, err, errlen);
+}
+
+static void
+parse_ok(const char *body, struct check_request *req)
+{
+    char err[256];
+
+    ck_assert_msg(parse(body, req, err, sizeof(err)) == 0,
+        "body %s: %s", body, err);
+}
+
+/* Asserts that body is refused with a reason for the client. */
+static void
+parse_bad(const char *body)
+{
+    struct check_request req;
+    char err[256];
+
+    ck_assert_msg(parse(body, &req, err, sizeof(err)) == -1,
+        "body %s was accepted", body);
+    ck_assert_msg(err[0] != '\0', "body %s: no reason given", body);
+}
+
+/* A body whose route is a string of n copies of c between pad. */
+static char *
+body_with_route(size_t n, char c, const char *pad)
+{
+    size_t plen = strlen(pad);
+    char *b = malloc(n + 2 * plen + 32), *p;
+
+    ck_assert_ptr_nonnull(b);
+    p = b;
+    p += sprintf(p, "{\"route\":\"%s", pad);
+    memset(p, c, n);
+    p += n;
+    sprintf(p, "%s\"}", pad);
+    return b;
+}
+
+static char *
+body_with_subject(size_t n)
+{
+    char *b = malloc(n + 64), *p;
+
+    ck_assert_ptr_nonnull(b);
+    p = b + sprintf(b, "{\"route\":\"/a\",\"subject\":\"");
+    memset(p, 's', n);
+    sprintf(p + n, "\"}");
+    return b;
+}
+
+START_TEST(test_valid_body)
+{
+    struct check_request req;
+
+    parse_ok("{\"route\":\"/api/orders\",\"subject\":\"user-42\","
+        "\"cost\":3,\"peek\":true}", &req);
+    ck_assert_str_eq(req.route, "/api/orders");
+    ck_assert_str_eq(req.subject, "user-42");
+    ck_assert_int_eq(req.has_subject, 1);
+    ck_assert_int_eq(req.cost, 3);
+    ck_assert_int_eq(req.peek, 1);
+}
+END_TEST
+
+START_TEST(test_minimal_body_defaults)
+{
+    struct check_request req;
+
+    memset(&req, 0x5a, sizeof(req));
+    parse_ok("{\"route\":\"/a\"}", &req);
+    ck_assert_str_eq(req.route, "/a");
+    ck_assert_int_eq(req.has_subject, 0);
+    ck_assert_int_eq(req.cost, 1);
+    ck_assert_int_eq(req.peek, 0);
+}
+END_TEST
+
+START_TEST(test_route_trimmed)
+{
+    struct check_request req;
+
+    parse_ok("{\"route\":\"  \\t/api/x y \\n \"}", &req);
+    ck_assert_str_eq(req.route, "/api/x y");
+}
+END_TEST
+
+START_TEST(test_route_empty)
+{
+    parse_bad("{\"route\":\"\"}");
+    parse_bad("{\"route\":\"   \"}");
+    parse_bad("{\"route\":\" \\t\\r\\n \"}");
+}
+END_TEST
+
+START_TEST(test_route_length)
+{
+    struct check_request req;
+    char err[256];
+    char *b;
+
+    b = body_with_route(RL_ROUTE_MAX, 'r', "");
+    parse_ok(b, &req);
+    ck_assert_uint_eq(strlen(req.route), RL_ROUTE_MAX);
+    ck_assert_int_eq(req.route[0], 'r');
+    ck_assert_int_eq(req.route[RL_ROUTE_MAX - 1], 'r');
+    free(b);
+
+    /* The bound applies after trimming. */
+    b = body_with_route(RL_ROUTE_MAX, 'r', "   ");
+    parse_ok(b, &req);
+    ck_assert_uint_eq(strlen(req.route), RL_ROUTE_MAX);
+    free(b);
+
+    b = body_with_route(RL_ROUTE_MAX + 1, 'r', "");
+    ck_assert_int_eq(parse(b, &req, err, sizeof(err)), -1);
+    ck_assert_ptr_nonnull(strstr(err, "512"));
+    free(b);
+}
+END_TEST
+
+START_TEST(test_route_missing_or_not_string)
+{
+    parse_bad("{}");
+    parse_bad("{\"subject\":\"u\"}");
+    parse_bad("{\"Route\":\"/a\"}");
+    parse_bad("{\"route\":null}");
+    parse_bad("{\"route\":42}");
+    parse_bad("{\"route\":true}");
+    parse_bad("{\"route\":[\"/a\"]}");
+    parse_bad("{\"route\":{\"path\":\"/a\"}}");
+}
+END_TEST
+
+START_TEST(test_route_nul)
+{
+    parse_bad("{\"route\":\"/a\\u0000b\"}");
+}
+END_TEST
+
+START_TEST(test_subject_length)
+{
+    struct check_request req;
+    char *b;
+
+    b = body_with_subject(RL_SUBJECT_MAX);
+    parse_ok(b, &req);
+    ck_assert_int_eq(req.has_subject, 1);
+    ck_assert_uint_eq(strlen(req.subject), RL_SUBJECT_MAX);
+    free(b);
+
+    b = body_with_subject(RL_SUBJECT_MAX + 1);
+    parse_bad(b);
+    free(b);
+}
+END_TEST
+
+START_TEST(test_subject_absent_null_empty)
+{
+    struct check_request req;
+
+    parse_ok("{\"route\":\"/a\",\"subject\":null}", &req);
+    ck_assert_int_eq(req.has_subject, 0);
+    parse_ok("{\"route\":\"/a\"}", &req);
+    ck_assert_int_eq(req.has_subject, 0);
+    parse_ok("{\"route\":\"/a\",\"subject\":\"\"}", &req);
+    ck_assert_int_eq(req.has_subject, 0);
+}
+END_TEST
+
+START_TEST(test_subject_bad)
+{
+    parse_bad("{\"route\":\"/a\",\"subject\":5}");
+    parse_bad("{\"route\":\"/a\",\"subject\":false}");
+    parse_bad("{\"route\":\"/a\",\"subject\":[\"u\"]}");
+    parse_bad("{\"route\":\"/a\",\"subject\":\"u\\u0000v\"}");
+}
+END_TEST
+
+/* Costs that are accepted, and the cost they mean. */
+static const struct {
+    const char *cost;
+    long long want;
+} good_costs[] = {
+    { NULL, 1 },
+    { "null", 1 },
+    { "1", 1 },
+    { "0", 1 },
+    { "-5", 1 },
+    { "-2.0", 1 },
+    { "1000000", 1000000 },
+    { "1000000.0", 1000000 },
+    { "7.0", 7 },
+    { "1e3", 1000 },
+    { "250", 250 },
+};
+
+START_TEST(test_cost_good)
+{
+    struct check_request req;
+    char body[128];
+
+    if (good_costs[_i].cost == NULL)
+        snprintf(body, sizeof(body), "{\"route\":\"/a\"}");
+    else
+        snprintf(body, sizeof(body), "{\"route\":\"/a\",\"cost\":%s}",
+            good_costs[_i].cost);
+    parse_ok(body, &req);
+    ck_assert_int_eq(req.cost, good_costs[_i].want);
+}
+END_TEST
+
+static const char *const bad_costs[] = {
+    "1000001", "1000000.5", "2.5", "0.5", "1e7", "1e300",
+    "9223372036854775807", "99999999999999999999",
+    "\"3\"", "true", "[3]", "{\"n\":3}",
+};
+
+START_TEST(test_cost_bad)
+{
+    char body[128];
+
+    snprintf(body, sizeof(body), "{\"route\":\"/a\",\"cost\":%s}",
+        bad_costs[_i]);
+    parse_bad(body);
+}
+END_TEST
+
+START_TEST(test_peek)
+{
+    struct check_request req;
+
+    parse_ok("{\"route\":\"/a\",\"peek\":true}", &req);
+    ck_assert_int_eq(req.peek, 1);
+    parse_ok("{\"route\":\"/a\",\"peek\":false}", &req);
+    ck_assert_int_eq(req.peek, 0);
+    parse_ok("{\"route\":\"/a\",\"peek\":null}", &req);
+    ck_assert_int_eq(req.peek, 0);
+    parse_bad("{\"route\":\"/a\",\"peek\":\"yes\"}");
+    parse_bad("{\"route\":\"/a\",\"peek\":1}");
+    parse_bad("{\"route\":\"/a\",\"peek\":\"true\"}");
+}
+END_TEST
+
+START_TEST(test_invalid_json)
+{
+    parse_bad("{\"route\":\"/a\"");
+    parse_bad("{\"route\":/a}");
+    parse_bad("{route:\"/a\"}");
+    parse_bad("route=/a");
+    parse_bad("\"/a\"");
+    parse_bad("null");
+    parse_bad("42");
+}
+END_TEST
+
+/* What json-c accepts unless told to be strict, and JSON (RFC 8259) does
+ * not: single quotes, trailing commas, comments, leading zeros,
+ * capitalised literals. */
+START_TEST(test_json_extensions_refused)
+{
+    parse_bad("{'route':'/a'}");
+    parse_bad("{\"route\":\"/a\",}");
+    parse_bad("{\"route\":\"/a\" /* comment */}");
+    parse_bad("{\"route\":\"/a\" // comment\n}");
+    parse_bad("{\"route\":\"/a\",\"cost\":012}");
+    parse_bad("{\"route\":\"/a\",\"peek\":True}");
+}
+END_TEST
+
+START_TEST(test_trailing_garbage)
+{
+    parse_bad("{\"route\":\"/a\"} x");
+    parse_bad("{\"route\":\"/a\"}}");
+    parse_bad("{\"route\":\"/a\"}{\"route\":\"/b\"}");
+    parse_bad("{\"route\":\"/a\"}\n,");
+}
+END_TEST
+
+START_TEST(test_surrounding_whitespace)
+{
+    struct check_request req;
+
+    parse_ok("{\"route\":\"/a\"}  \r\n\t", &req);
+    ck_assert_str_eq(req.route, "/a");
+    parse_ok("\n  {\"route\":\"/b\"}\n", &req);
+    ck_assert_str_eq(req.route, "/b");
+}
+END_TEST
+
+START_TEST(test_top_level_array)
+{
+    parse_bad("[{\"route\":\"/a\"}]");
+    parse_bad("[]");
+}
+END_TEST
+
+START_TEST(test_empty_body)
+{
+    struct check_request req;
+    char err[256] = "";
+
+    ck_assert_int_eq(request_parse_check("", 0, &req, err, sizeof(err)), -1);
+    ck_assert_str_ne(err, "");
+    /* The length counts, not a NUL: nothing is read past len. */
+    ck_assert_int_eq(request_parse_check("{\"route\":\"/a\"}", 0, &req, err,
+        sizeof(err)), -1);
+    parse_bad("   ");
+}
+END_TEST
+
+START_TEST(test_length_is_respected)
+{
+    static const char body[] = "{\"route\":\"/a\"}GARBAGE";
+    struct check_request req;
+    char err[256];
+
+    ck_assert_int_eq(request_parse_check(body, 14, &req, err, sizeof(err)), 0);
+    ck_assert_str_eq(req.route, "/a");
+    ck_assert_int_eq(request_parse_check(body, 13, &req, err, sizeof(err)),
+        -1);
+}
+END_TEST
+
+START_TEST(test_nul_byte_in_body)
+{
+    static const char b1[] = "{\"route\":\"/a\"}\0";
+    static const char b2[] = "{\"route\":\0\"/a\"}";
+    static const char b3[] = "{\"route\":\"/a\0b\"}";
+    struct check_request req;
+    char err[256];
+
+    ck_assert_int_eq(request_parse_check(b1, sizeof(b1) - 1, &req, err,
+        sizeof(err)), -1);
+    ck_assert_int_eq(request_parse_check(b2, sizeof(b2) - 1, &req, err,
+        sizeof(err)), -1);
+    ck_assert_int_eq(request_parse_check(b3, sizeof(b3) - 1, &req, err,
+        sizeof(err)), -1);
+}
+END_TEST
+
+START_TEST(test_deep_nesting)
+{
+    struct check_request req;
+
+    /* Shallow nesting in an unknown member is fine... */
+    parse_ok("{\"route\":\"/a\",\"x\":[[{\"y\":[1]}]]}", &req);
+    ck_assert_str_eq(req.route, "/a");
+    /* ...nesting deeper than 8 is refused. */
+    parse_bad("{\"route\":\"/a\",\"x\":[[[[[[[[[1]]]]]]]]]}");
+    parse_bad("{\"route\":\"/a\",\"x\":{\"a\":{\"b\":{\"c\":{\"d\":{\"e\":"
+        "{\"f\":{\"g\":{\"h\":1}}}}}}}}}");
+    parse_bad("[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[");
+}
+END_TEST
+
+START_TEST(test_error_does_not_echo_body)
+{
+    struct check_request req;
+    char err[256];
+
+    ck_assert_int_eq(parse("{\"route\":\"SECRETROUTE\",\"cost\":\"SECRETCOST\"}",
+        &req, err, sizeof(err)), -1);
+    ck_assert_ptr_null(strstr(err, "SECRET"));
+    ck_assert_int_eq(parse("{\"route\":\"SECRETROUTE\" SECRETJUNK", &req, err,
+        sizeof(err)), -1);
+    ck_assert_ptr_null(strstr(err, "SECRET"));
+}
+END_TEST
+
+START_TEST(test_api_key_x_api_key_wins)
+{
+    const char *key = NULL;
+
+    ck_assert_int_eq(request_api_key("k1", "Bearer k2", &key), 2);
+    ck_assert_ptr_nonnull(key);
+    ck_assert_int_eq(strncmp(key, "k1", 2), 0);
+    ck_assert_int_eq(request_api_key("abc", NULL, &key), 3);
+    ck_assert_int_eq(strncmp(key, "abc", 3), 0);
+}
+END_TEST
+
+START_TEST(test_api_key_bearer)
+{
+    const char *key = NULL;
+
+    ck_assert_int_eq(request_api_key(NULL, "Bearer xyz", &key), 3);
+    ck_assert_int_eq(strncmp(key, "xyz", 3), 0);
+    key = NULL;
+    ck_assert_int_eq(request_api_key(NULL, "bearer xyz", &key), 3);
+    ck_assert_int_eq(strncmp(key, "xyz", 3), 0);
+    key = NULL;
+    ck_assert_int_eq(request_api_key(NULL, "BEARER  xyz", &key), 3);
+    ck_assert_int_eq(strncmp(key, "xyz", 3), 0);
+    /* An empty X-API-Key does not hide the Authorization header. */
+    key = NULL;
+    ck_assert_int_eq(request_api_key("", "Bearer k2", &key), 2);
+    ck_assert_int_eq(strncmp(key, "k2", 2), 0);
+}
+END_TEST
+
+START_TEST(test_api_key_none)
+{
+    const char *key = NULL;
+
+    ck_assert_int_eq(request_api_key(NULL, "Basic abc", &key), 0);
+    ck_assert_int_eq(request_api_key(NULL, "Bearerxyz", &key), 0);
+    ck_assert_int_eq(request_api_key(NULL, "Bearer ", &key), 0);
+    ck_assert_int_eq(request_api_key(NULL, "Bearer", &key), 0);
+    ck_assert_int_eq(request_api_key(NULL, "", &key), 0);
+    ck_assert_int_eq(request_api_key("", "", &key), 0);
+    ck_assert_int_eq(request_api_key("", NULL, &key), 0);
+    ck_assert_int_eq(request_api_key(NULL, NULL, &key), 0);
+}
+END_TEST
+
+START_TEST(test_api_key_length)
+{
+    char k[RL_KEY_MAX + 16], auth[RL_KEY_MAX + 32];
+    const char *key = NULL;
+
+    memset(k, 'k', RL_KEY_MAX);
+    k[RL_KEY_MAX] = '\0';
+    ck_assert_int_eq(request_api_key(k, NULL, &key), RL_KEY_MAX);
+    ck_assert_ptr_eq(key, k);
+    snprintf(auth, sizeof(auth), "Bearer %s", k);
+    ck_assert_int_eq(request_api_key(NULL, auth, &key), RL_KEY_MAX);
+
+    k[RL_KEY_MAX] = 'k';
+    k[RL_KEY_MAX + 1] = '\0';
+    ck_assert_int_eq(request_api_key(k, NULL, &key), -1);
+    snprintf(auth, sizeof(auth), "Bearer %s", k);
+    ck_assert_int_eq(request_api_key(NULL, auth, &key), -1);
+}
+END_TEST
+
+START_TEST(test_api_key_trailing_space)
+{
+    char k[RL_KEY_MAX + 16];
+    const char *key = NULL;
+
+    ck_assert_int_eq(request_api_key("abc \t\r\n", NULL, &key), 3);
+    ck_assert_int_eq(request_api_key(NULL, "Bearer abc  ", &key), 3);
+    ck_assert_int_eq(strncmp(key, "abc", 3), 0);
+    /* Trailing white space does not count towards the bound. */
+    memset(k, 'k', RL_KEY_MAX);
+    strcpy(k + RL_KEY_MAX, "   ");
+    ck_assert_int_eq(request_api_key(k, NULL, &key), RL_KEY_MAX);
+}
+END_TEST
+
+Suite *
+request_suite(void)
+{
+    Suite *s = suite_create("request");
+    TCase *tc;
+
+    tc = tcase_create("body");
+    tcase_add_test(tc, test_valid_body);
+    tcase_add_test(tc, test_minimal_body_defaults);
+    tcase_add_test(tc, test_invalid_json);
+    tcase_add_test(tc, test_json_extensions_refused);
+    tcase_add_test(tc, test_trailing_garbage);
+    tcase_add_test(tc, test_surrounding_whitespace);
+    tcase_add_test(tc, test_top_level_array);
+    tcase_add_test(tc, test_empty_body);
+    tcase_add_test(tc, test_length_is_respected);
+    tcase_add_test(tc, test_nul_byte_in_body);
+    tcase_add_test(tc, test_deep_nesting);
+    tcase_add_test(tc, test_error_does_not_echo_body);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("route");
+    tcase_add_test(tc, test_route_trimmed);
+    tcase_add_test(tc, test_route_empty);
+    tcase_add_test(tc, test_route_length);
+    tcase_add_test(tc, test_route_missing_or_not_string);
+    tcase_add_test(tc, test_route_nul);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("subject");
+    tcase_add_test(tc, test_subject_length);
+    tcase_add_test(tc, test_subject_absent_null_empty);
+    tcase_add_test(tc, test_subject_bad);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("cost_peek");
+    tcase_add_loop_test(tc, test_cost_good, 0,
+        (int)(sizeof(good_costs) / sizeof(good_costs[0])));
+    tcase_add_loop_test(tc, test_cost_bad, 0,
+        (int)(sizeof(bad_costs) / sizeof(bad_costs[0])));
+    tcase_add_test(tc, test_peek);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("api_key");
+    tcase_add_test(tc, test_api_key_x_api_key_wins);
+    tcase_add_test(tc, test_api_key_bearer);
+    tcase_add_test(tc, test_api_key_none);
+    tcase_add_test(tc, test_api_key_length);
+    tcase_add_test(tc, test_api_key_trailing_space);
+    suite_add_tcase(s, tc);
+    return s;
+}

@@ -1,0 +1,477 @@
+/*
+ * check_rules.c -- tests of src/rules.c: which rule applies to a route
+ * (exact, then the longest prefix, then "*"; ties by priority, then id,
+ * whatever the order of the array), the plan of limits a check decides
+ * ("always" rules included, policy names unique), and the names of
+ * algorithms and calendars.
+ */
+#include <string.h>
+
+#include <check.h>              /* t/check.h: the suites, then Check */
+
+#include "ratelimit.h"
+
+static void
+rule_set(struct rl_rule *r, long long id, const char *pattern, int priority)
+{
+    memset(r, 0, sizeof(*r));
+    r->id = id;
+    ck_assert_uint_lt(strlen(pattern), sizeof(r->pattern));
+    strcpy(r->pattern, pattern);
+    r->priority = priority;
+}
+
+/* The id of the matching rule, or -1. */
+static long long
+match_id(const struct rl_rule *rules, int n, const char *route)
+{
+    int i = rules_match(rules, n, route);
+
+    ck_assert_int_ge(i, -1);
+    ck_assert_int_lt(i, n);
+    return i == -1 ? -1 : rules[i].id;
+}
+
+/* rules reversed into out. */
+static void
+reverse(const struct rl_rule *rules, int n, struct rl_rule *out)
+{
+    int i;
+
+    for (i = 0; i < n; i++)
+        out[i] = rules[n - 1 - i];
+}
+
+/* The six orders of three rules. */
+static const int orders[6][3] = {
+    { 0, 1, 2 }, { 0, 2, 1 }, { 1, 0, 2 }, { 1, 2, 0 }, { 2, 0, 1 }, { 2, 1, 0 },
+};
+
+START_TEST(test_exact_prefix_star)
+{
+    struct rl_rule base[3], r[3];
+    int i;
+
+    rule_set(&base[0], 1, "*", 0);
+    rule_set(&base[1], 2, "/api*", 0);
+    rule_set(&base[2], 3, "/api/x", 0);
+    for (i = 0; i < 3; i++)
+        r[i] = base[orders[_i][i]];
+    ck_assert_int_eq(match_id(r, 3, "/api/x"), 3);
+    ck_assert_int_eq(match_id(r, 3, "/api/y"), 2);
+    ck_assert_int_eq(match_id(r, 3, "/api"), 2);
+    ck_assert_int_eq(match_id(r, 3, "/api/x/1"), 2);
+    ck_assert_int_eq(match_id(r, 3, "/other"), 1);
+}
+END_TEST
+
+START_TEST(test_longer_prefix_wins)
+{
+    struct rl_rule base[3], r[3];
+    int i;
+
+    rule_set(&base[0], 1, "/a*", 0);
+    rule_set(&base[1], 2, "/api*", 0);
+    rule_set(&base[2], 3, "/api/v1/*", 0);
+    for (i = 0; i < 3; i++)
+        r[i] = base[orders[_i][i]];
+    ck_assert_int_eq(match_id(r, 3, "/api/v1/users"), 3);
+    ck_assert_int_eq(match_id(r, 3, "/api/v2/users"), 2);
+    ck_assert_int_eq(match_id(r, 3, "/apple"), 1);
+    ck_assert_int_eq(match_id(r, 3, "/b"), -1);
+}
+END_TEST
+
+START_TEST(test_priority_does_not_beat_specificity)
+{
+    struct rl_rule r[3], rev[3];
+
+    rule_set(&r[0], 1, "*", 100);
+    rule_set(&r[1], 2, "/a*", 50);
+    rule_set(&r[2], 3, "/a/b", 0);
+    reverse(r, 3, rev);
+    ck_assert_int_eq(match_id(r, 3, "/a/b"), 3);
+    ck_assert_int_eq(match_id(rev, 3, "/a/b"), 3);
+    ck_assert_int_eq(match_id(r, 3, "/a/c"), 2);
+    ck_assert_int_eq(match_id(rev, 3, "/a/c"), 2);
+}
+END_TEST
+
+START_TEST(test_tie_priority)
+{
+    struct rl_rule r[2], rev[2];
+
+    rule_set(&r[0], 1, "/a*", 1);
+    rule_set(&r[1], 2, "/a*", 5);
+    reverse(r, 2, rev);
+    ck_assert_int_eq(match_id(r, 2, "/abc"), 2);
+    ck_assert_int_eq(match_id(rev, 2, "/abc"), 2);
+
+    /* Priority beats the lower id. */
+    rule_set(&r[0], 1, "/x", 1);
+    rule_set(&r[1], 9, "/x", 2);
+    reverse(r, 2, rev);
+    ck_assert_int_eq(match_id(r, 2, "/x"), 9);
+    ck_assert_int_eq(match_id(rev, 2, "/x"), 9);
+
+    /* Negative priorities order too. */
+    rule_set(&r[0], 1, "*", -3);
+    rule_set(&r[1], 2, "*", -1);
+    reverse(r, 2, rev);
+    ck_assert_int_eq(match_id(r, 2, "/x"), 2);
+    ck_assert_int_eq(match_id(rev, 2, "/x"), 2);
+}
+END_TEST
+
+START_TEST(test_tie_lower_id)
+{
+    struct rl_rule base[3], r[3];
+    int i;
+
+    rule_set(&base[0], 7, "/a*", 4);
+    rule_set(&base[1], 3, "/a*", 4);
+    rule_set(&base[2], 5, "/a*", 4);
+    for (i = 0; i < 3; i++)
+        r[i] = base[orders[_i][i]];
+    ck_assert_int_eq(match_id(r, 3, "/a"), 3);
+
+    rule_set(&base[0], 7, "*", 0);
+    rule_set(&base[1], 3000000000LL, "*", 0);
+    rule_set(&base[2], 5, "*", 0);
+    for (i = 0; i < 3; i++)
+        r[i] = base[orders[_i][i]];
+    ck_assert_int_eq(match_id(r, 3, "/a"), 5);
+}
+END_TEST
+
+START_TEST(test_no_match)
+{
+    struct rl_rule r[3];
+
+    rule_set(&r[0], 1, "/a", 0);
+    rule_set(&r[1], 2, "/b*", 0);
+    rule_set(&r[2], 3, "/c/d", 0);
+    ck_assert_int_eq(rules_match(r, 3, "/c"), -1);
+    ck_assert_int_eq(rules_match(r, 3, "/ab"), -1);
+    ck_assert_int_eq(rules_match(r, 3, "/c/d/e"), -1);
+    ck_assert_int_eq(rules_match(r, 3, "/A"), -1);
+    ck_assert_int_eq(rules_match(r, 3, "b"), -1);
+}
+END_TEST
+
+START_TEST(test_star_alone)
+{
+    struct rl_rule r[1];
+
+    rule_set(&r[0], 1, "*", 0);
+    ck_assert_int_eq(rules_match(r, 1, "/anything/at/all"), 0);
+    ck_assert_int_eq(rules_match(r, 1, "/"), 0);
+    ck_assert_int_eq(rules_match(r, 1, "x"), 0);
+    ck_assert_int_eq(rules_match(r, 1, "*"), 0);
+}
+END_TEST
+
+START_TEST(test_prefix_pattern)
+{
+    struct rl_rule r[1];
+
+    rule_set(&r[0], 1, "/a*", 0);
+    ck_assert_int_eq(rules_match(r, 1, "/a"), 0);
+    ck_assert_int_eq(rules_match(r, 1, "/abc"), 0);
+    ck_assert_int_eq(rules_match(r, 1, "/a/b/c"), 0);
+    ck_assert_int_eq(rules_match(r, 1, "/b"), -1);
+    ck_assert_int_eq(rules_match(r, 1, "/"), -1);
+    ck_assert_int_eq(rules_match(r, 1, "/A"), -1);
+}
+END_TEST
+
+START_TEST(test_star_inside_is_literal)
+{
+    struct rl_rule r[1];
+
+    /* Only a trailing '*' is a wildcard. */
+    rule_set(&r[0], 1, "/a*/b", 0);
+    ck_assert_int_eq(rules_match(r, 1, "/a*/b"), 0);
+    ck_assert_int_eq(rules_match(r, 1, "/ax/b"), -1);
+}
+END_TEST
+
+START_TEST(test_exact_beats_longest_prefix)
+{
+    char route[RL_ROUTE_MAX + 1], prefix[RL_ROUTE_MAX + 1];
+    struct rl_rule r[2], rev[2];
+
+    /* The longest prefix a pattern can hold still loses to an exact
+     * match. */
+    memset(route, 'r', RL_ROUTE_MAX);
+    route[0] = '/';
+    route[RL_ROUTE_MAX] = '\0';
+    memcpy(prefix, route, RL_ROUTE_MAX - 1);
+    prefix[RL_ROUTE_MAX - 1] = '*';
+    prefix[RL_ROUTE_MAX] = '\0';
+    rule_set(&r[0], 1, route, 0);
+    rule_set(&r[1], 2, prefix, 0);
+    reverse(r, 2, rev);
+    ck_assert_int_eq(match_id(r, 2, route), 1);
+    ck_assert_int_eq(match_id(rev, 2, route), 1);
+}
+END_TEST
+
+START_TEST(test_empty_rule_list)
+{
+    struct rl_rule r[1];
+
+    rule_set(&r[0], 1, "*", 0);
+    ck_assert_int_eq(rules_match(r, 0, "/a"), -1);
+    ck_assert_int_eq(rules_match(NULL, 0, "/a"), -1);
+}
+END_TEST
+
+START_TEST(test_algorithm_names)
+{
+    static const struct {
+        int algorithm;
+        const char *name;
+    } algos[] = {
+        { RL_ALGO_TOKEN_BUCKET, "token_bucket" },
+        { RL_ALGO_SLIDING_WINDOW, "sliding_window" },
+        { RL_ALGO_GCRA, "gcra" },
+        { RL_ALGO_FIXED_WINDOW, "fixed_window" },
+    };
+    size_t i;
+
+    for (i = 0; i < sizeof(algos) / sizeof(algos[0]); i++) {
+        ck_assert_str_eq(rules_algorithm_name(algos[i].algorithm),
+            algos[i].name);
+        ck_assert_int_eq(rules_algorithm_parse(algos[i].name),
+            algos[i].algorithm);
+        ck_assert_int_eq(rules_algorithm_parse(
+            rules_algorithm_name(algos[i].algorithm)), algos[i].algorithm);
+    }
+}
+END_TEST
+
+START_TEST(test_algorithm_unknown)
+{
+    ck_assert_str_eq(rules_algorithm_name(0), "unknown");
+    ck_assert_str_eq(rules_algorithm_name(RL_ALGO_FIXED_WINDOW + 1),
+        "unknown");
+    ck_assert_str_eq(rules_algorithm_name(-1), "unknown");
+    ck_assert_int_eq(rules_algorithm_parse("unknown"), -1);
+    ck_assert_int_eq(rules_algorithm_parse(""), -1);
+    ck_assert_int_eq(rules_algorithm_parse("Token_Bucket"), -1);
+    ck_assert_int_eq(rules_algorithm_parse("token_bucket "), -1);
+    ck_assert_int_eq(rules_algorithm_parse("leaky_bucket"), -1);
+}
+END_TEST
+
+START_TEST(test_calendar_names)
+{
+    static const struct {
+        int calendar;
+        const char *name;
+    } cal[] = {
+        { RL_CAL_MINUTE, "minute" }, { RL_CAL_HOUR, "hour" },
+        { RL_CAL_DAY, "day" }, { RL_CAL_MONTH, "month" },
+    };
+    size_t i;
+
+    for (i = 0; i < sizeof(cal) / sizeof(cal[0]); i++) {
+        ck_assert_str_eq(rules_calendar_name(cal[i].calendar), cal[i].name);
+        ck_assert_int_eq(rules_calendar_parse(cal[i].name), cal[i].calendar);
+    }
+    ck_assert_str_eq(rules_calendar_name(0), "unknown");
+    ck_assert_str_eq(rules_calendar_name(RL_CAL_MONTH + 1), "unknown");
+    ck_assert_int_eq(rules_calendar_parse("week"), -1);
+    ck_assert_int_eq(rules_calendar_parse("Day"), -1);
+    ck_assert_int_eq(rules_calendar_parse(""), -1);
+    ck_assert_int_eq(rules_calendar_parse("unknown"), -1);
+}
+END_TEST
+
+/* Gives rule n limits named names[0..n-1], with ids from id_base. */
+static void
+rule_limits(struct rl_rule *r, int n, const char *const *names,
+    long long id_base)
+{
+    int i;
+
+    r->nlimits = n;
+    for (i = 0; i < n; i++) {
+        r->limits[i].id = id_base + i;
+        strcpy(r->limits[i].name, names[i]);
+        r->limits[i].algorithm = RL_ALGO_SLIDING_WINDOW;
+        r->limits[i].limit_count = 10;
+        r->limits[i].window_seconds = 60;
+    }
+}
+
+START_TEST(test_plan_most_specific_only)
+{
+    static const char *const one[] = { "default" };
+    static const char *const two[] = { "burst", "minute" };
+    struct rl_rule r[2];
+    struct rl_plan plan;
+
+    rule_set(&r[0], 1, "*", 0);
+    rule_limits(&r[0], 1, one, 10);
+    rule_set(&r[1], 2, "/api*", 0);
+    rule_limits(&r[1], 2, two, 20);
+    ck_assert_int_eq(rules_plan(r, 2, "/api/x", &plan), 2);
+    ck_assert_int_eq(plan.n, 2);
+    ck_assert_ptr_eq(plan.rule[0], &r[1]);
+    ck_assert_ptr_eq(plan.rule[1], &r[1]);
+    ck_assert_ptr_eq(plan.limit[0], &r[1].limits[0]);
+    ck_assert_ptr_eq(plan.limit[1], &r[1].limits[1]);
+    ck_assert_str_eq(plan.name[0], "burst");
+    ck_assert_str_eq(plan.name[1], "minute");
+
+    ck_assert_int_eq(rules_plan(r, 2, "/other", &plan), 1);
+    ck_assert_ptr_eq(plan.rule[0], &r[0]);
+    ck_assert_str_eq(plan.name[0], "default");
+}
+END_TEST
+
+START_TEST(test_plan_no_match)
+{
+    static const char *const one[] = { "default" };
+    struct rl_rule r[1];
+    struct rl_plan plan;
+
+    rule_set(&r[0], 1, "/a", 0);
+    rule_limits(&r[0], 1, one, 10);
+    plan.n = 5;
+    ck_assert_int_eq(rules_plan(r, 1, "/b", &plan), 0);
+    ck_assert_int_eq(plan.n, 0);
+    ck_assert_int_eq(rules_plan(r, 0, "/a", &plan), 0);
+    ck_assert_int_eq(plan.n, 0);
+}
+END_TEST
+
+START_TEST(test_plan_always_rules)
+{
+    static const char *const a[] = { "burst" };
+    static const char *const b[] = { "daily" };
+    static const char *const c[] = { "other" };
+    static const char *const d[] = { "fallback" };
+    struct rl_rule r[4];
+    struct rl_plan plan;
+    int i, has_daily = 0, has_burst = 0;
+
+    rule_set(&r[0], 1, "/api*", 0);
+    rule_limits(&r[0], 1, a, 10);
+    rule_set(&r[1], 2, "*", 0);
+    r[1].always = 1;
+    rule_limits(&r[1], 1, b, 20);
+    /* An always rule whose pattern does not match adds nothing. */
+    rule_set(&r[2], 3, "/admin*", 0);
+    r[2].always = 1;
+    rule_limits(&r[2], 1, c, 30);
+    /* A matching rule that is neither the best nor "always" adds nothing. */
+    rule_set(&r[3], 4, "/a*", 0);
+    rule_limits(&r[3], 1, d, 40);
+
+    ck_assert_int_eq(rules_plan(r, 4, "/api/x", &plan), 2);
+    for (i = 0; i < plan.n; i++) {
+        has_burst |= plan.limit[i] == &r[0].limits[0];
+        has_daily |= plan.limit[i] == &r[1].limits[0];
+        ck_assert_ptr_eq(plan.limit[i], &plan.rule[i]->limits[0]);
+    }
+    ck_assert_int_eq(has_burst, 1);
+    ck_assert_int_eq(has_daily, 1);
+    /* The most specific rule comes first. */
+    ck_assert_ptr_eq(plan.rule[0], &r[0]);
+
+    /* The always rule alone, when it is also the best match: once. */
+    ck_assert_int_eq(rules_plan(r, 4, "/zzz", &plan), 1);
+    ck_assert_ptr_eq(plan.rule[0], &r[1]);
+    ck_assert_str_eq(plan.name[0], "daily");
+}
+END_TEST
+
+START_TEST(test_plan_unique_names)
+{
+    static const char *const a[] = { "default", "minute" };
+    static const char *const b[] = { "default" };
+    struct rl_rule r[2];
+    struct rl_plan plan;
+    int i, j;
+
+    rule_set(&r[0], 7, "/api*", 0);
+    rule_limits(&r[0], 2, a, 10);
+    rule_set(&r[1], 9, "*", 0);
+    r[1].always = 1;
+    rule_limits(&r[1], 1, b, 20);
+    ck_assert_int_eq(rules_plan(r, 2, "/api", &plan), 3);
+    for (i = 0; i < plan.n; i++)
+        for (j = i + 1; j < plan.n; j++)
+            ck_assert_str_ne(plan.name[i], plan.name[j]);
+    for (i = 0; i < plan.n; i++) {
+        if (plan.limit[i] == &r[0].limits[0])
+            ck_assert_str_eq(plan.name[i], "r7-default");
+        else if (plan.limit[i] == &r[0].limits[1])
+            ck_assert_str_eq(plan.name[i], "minute");
+        else
+            ck_assert_str_eq(plan.name[i], "r9-default");
+    }
+}
+END_TEST
+
+START_TEST(test_plan_bounded)
+{
+    static const char *const names[] = {
+        "l0", "l1", "l2", "l3", "l4", "l5", "l6", "l7",
+    };
+    static const char *const more[] = { "m0", "m1", "m2" };
+    struct rl_rule r[2];
+    struct rl_plan plan;
+
+    /* Never more than RL_MAX_LIMITS limits, the best rule's first. */
+    rule_set(&r[0], 1, "/a", 0);
+    rule_limits(&r[0], RL_MAX_LIMITS - 1, names, 10);
+    rule_set(&r[1], 2, "*", 0);
+    r[1].always = 1;
+    rule_limits(&r[1], 3, more, 20);
+    ck_assert_int_eq(rules_plan(r, 2, "/a", &plan), RL_MAX_LIMITS);
+    ck_assert_ptr_eq(plan.rule[0], &r[0]);
+    ck_assert_ptr_eq(plan.limit[RL_MAX_LIMITS - 2],
+        &r[0].limits[RL_MAX_LIMITS - 2]);
+    ck_assert_ptr_eq(plan.limit[RL_MAX_LIMITS - 1], &r[1].limits[0]);
+}
+END_TEST
+
+Suite *
+rules_suite(void)
+{
+    Suite *s = suite_create("rules");
+    TCase *tc;
+
+    tc = tcase_create("match");
+    tcase_add_loop_test(tc, test_exact_prefix_star, 0, 6);
+    tcase_add_loop_test(tc, test_longer_prefix_wins, 0, 6);
+    tcase_add_test(tc, test_priority_does_not_beat_specificity);
+    tcase_add_test(tc, test_tie_priority);
+    tcase_add_loop_test(tc, test_tie_lower_id, 0, 6);
+    tcase_add_test(tc, test_no_match);
+    tcase_add_test(tc, test_star_alone);
+    tcase_add_test(tc, test_prefix_pattern);
+    tcase_add_test(tc, test_star_inside_is_literal);
+    tcase_add_test(tc, test_exact_beats_longest_prefix);
+    tcase_add_test(tc, test_empty_rule_list);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("plan");
+    tcase_add_test(tc, test_plan_most_specific_only);
+    tcase_add_test(tc, test_plan_no_match);
+    tcase_add_test(tc, test_plan_always_rules);
+    tcase_add_test(tc, test_plan_unique_names);
+    tcase_add_test(tc, test_plan_bounded);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("names");
+    tcase_add_test(tc, test_algorithm_names);
+    tcase_add_test(tc, test_algorithm_unknown);
+    tcase_add_test(tc, test_calendar_names);
+    suite_add_tcase(s, tc);
+    return s;
+}

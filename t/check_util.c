@@ -1,0 +1,191 @@
+/*
+ * check_util.c -- tests of src/util.c: the growable buffer, SHA-256 in hex,
+ * the clocks and the OS random generator.
+ */
+#include <string.h>
+
+#include <check.h>              /* t/check.h: the suites, then Check */
+
+#include "ratelimit.h"
+
+START_TEST(test_sha256_empty)
+{
+    char hex[65];
+
+    memset(hex, 'x', sizeof(hex));
+    util_sha256_hex("", 0, hex);
+    ck_assert_str_eq(hex,
+        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+}
+END_TEST
+
+START_TEST(test_sha256_abc)
+{
+    char hex[65];
+
+    util_sha256_hex("abc", 3, hex);
+    ck_assert_str_eq(hex,
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+END_TEST
+
+START_TEST(test_sha256_uses_len_not_nul)
+{
+    char a[65], b[65];
+
+    /* Only len bytes count, NUL bytes included. */
+    util_sha256_hex("abcdef", 3, a);
+    ck_assert_str_eq(a,
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    util_sha256_hex("a\0b", 3, b);
+    util_sha256_hex("a", 1, a);
+    ck_assert_str_ne(a, b);
+    ck_assert_uint_eq(strlen(b), 64);
+}
+END_TEST
+
+START_TEST(test_buf_init_empty)
+{
+    struct rl_buf b;
+
+    buf_init(&b);
+    ck_assert_ptr_null(b.data);
+    ck_assert_uint_eq(b.len, 0);
+    ck_assert_uint_eq(b.cap, 0);
+    ck_assert_int_eq(buf_puts(&b, ""), 0);
+    ck_assert_ptr_nonnull(b.data);
+    ck_assert_str_eq(b.data, "");
+    buf_free(&b);
+    ck_assert_ptr_null(b.data);
+    ck_assert_uint_eq(b.len, 0);
+}
+END_TEST
+
+START_TEST(test_buf_printf_grows)
+{
+    struct rl_buf b;
+    char chunk[301], want[1300];
+    int i;
+
+    memset(chunk, 'a', 300);
+    chunk[300] = '\0';
+    buf_init(&b);
+    want[0] = '\0';
+    for (i = 0; i < 4; i++) {
+        chunk[0] = (char)('0' + i);
+        ck_assert_int_eq(buf_printf(&b, "%s", chunk), 0);
+        strcat(want, chunk);
+        ck_assert_uint_eq(b.len, 300u * (size_t)(i + 1));
+        ck_assert_uint_gt(b.cap, b.len);
+        ck_assert_str_eq(b.data, want);
+    }
+    ck_assert_int_eq(buf_printf(&b, "-%d-%s", 42, "end"), 0);
+    strcat(want, "-42-end");
+    ck_assert_str_eq(b.data, want);
+    ck_assert_uint_eq(b.len, strlen(want));
+    buf_free(&b);
+}
+END_TEST
+
+START_TEST(test_buf_printf_one_large)
+{
+    struct rl_buf b;
+    char big[5001];
+
+    memset(big, 'z', 5000);
+    big[5000] = '\0';
+    buf_init(&b);
+    ck_assert_int_eq(buf_puts(&b, "<"), 0);
+    ck_assert_int_eq(buf_printf(&b, "%s>", big), 0);
+    ck_assert_uint_eq(b.len, 5002);
+    ck_assert_int_eq(b.data[0], '<');
+    ck_assert_int_eq(b.data[5000], 'z');
+    ck_assert_int_eq(b.data[5001], '>');
+    ck_assert_int_eq(b.data[5002], '\0');
+    buf_free(&b);
+}
+END_TEST
+
+START_TEST(test_buf_append_binary_and_reset)
+{
+    struct rl_buf b;
+
+    buf_init(&b);
+    ck_assert_int_eq(buf_append(&b, "a\0b", 3), 0);
+    ck_assert_uint_eq(b.len, 3);
+    ck_assert_int_eq(memcmp(b.data, "a\0b", 4), 0);
+    buf_reset(&b);
+    ck_assert_uint_eq(b.len, 0);
+    ck_assert_str_eq(b.data, "");
+    ck_assert_int_eq(buf_puts(&b, "again"), 0);
+    ck_assert_str_eq(b.data, "again");
+    buf_free(&b);
+}
+END_TEST
+
+START_TEST(test_random_fills)
+{
+    unsigned char a[64], b[64], zero[64];
+
+    memset(a, 0, sizeof(a));
+    memset(b, 0, sizeof(b));
+    memset(zero, 0, sizeof(zero));
+    ck_assert_int_eq(util_random(a, sizeof(a)), 0);
+    ck_assert_int_eq(util_random(b, sizeof(b)), 0);
+    /* Each has a 2^-512 chance of being all zero or equal by luck. */
+    ck_assert_int_ne(memcmp(a, zero, sizeof(a)), 0);
+    ck_assert_int_ne(memcmp(b, zero, sizeof(b)), 0);
+    ck_assert_int_ne(memcmp(a, b, sizeof(a)), 0);
+}
+END_TEST
+
+START_TEST(test_random_fills_the_tail)
+{
+    unsigned char a[1000], zero[32];
+
+    /* The last bytes are written too, not just the first read's worth. */
+    memset(a, 0, sizeof(a));
+    memset(zero, 0, sizeof(zero));
+    ck_assert_int_eq(util_random(a, sizeof(a)), 0);
+    ck_assert_int_ne(memcmp(a + sizeof(a) - 32, zero, 32), 0);
+    ck_assert_int_eq(util_random(a, 0), 0);
+}
+END_TEST
+
+START_TEST(test_clocks)
+{
+    int64_t t1, t2;
+
+    t1 = util_now_ms();
+    t2 = util_now_ms();
+    ck_assert_int_ge(t2, t1);
+    ck_assert_int_gt(util_wall_s(), 1600000000);
+}
+END_TEST
+
+Suite *
+util_suite(void)
+{
+    Suite *s = suite_create("util");
+    TCase *tc;
+
+    tc = tcase_create("sha256");
+    tcase_add_test(tc, test_sha256_empty);
+    tcase_add_test(tc, test_sha256_abc);
+    tcase_add_test(tc, test_sha256_uses_len_not_nul);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("buf");
+    tcase_add_test(tc, test_buf_init_empty);
+    tcase_add_test(tc, test_buf_printf_grows);
+    tcase_add_test(tc, test_buf_printf_one_large);
+    tcase_add_test(tc, test_buf_append_binary_and_reset);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("os");
+    tcase_add_test(tc, test_random_fills);
+    tcase_add_test(tc, test_random_fills_the_tail);
+    tcase_add_test(tc, test_clocks);
+    suite_add_tcase(s, tc);
+    return s;
+}
