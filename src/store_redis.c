@@ -59,10 +59,15 @@ ms_to_tv(long ms)
     return tv;
 }
 
-/* Drops the connection and starts the back-off.  Returns
- * STORE_UNAVAILABLE so callers can "return redis_store_fail(...)". */
+/*
+ * Drops the connection.  A failure to connect (or to load the script right
+ * after) starts the back-off, so a dead Redis costs no connect attempt per
+ * request; a failed command does not, since the next request's fresh
+ * connect tells at once whether Redis is down or was only slow this once.
+ * Returns STORE_UNAVAILABLE so callers can "return redis_store_fail(...)".
+ */
 static int
-redis_store_fail(struct redis_store *rs, const char *what)
+redis_store_fail(struct redis_store *rs, const char *what, int backoff)
 {
     const char *detail = "";
 
@@ -70,11 +75,14 @@ redis_store_fail(struct redis_store *rs, const char *what)
         detail = ((redisContext *)rs->ctx)->errstr;
     snprintf(rs->error, sizeof(rs->error), "redis %s: %s", what,
         *detail ? detail : "failed");
-    if (rs->retry_at_ms == 0 || rs->ctx != NULL)
+    if (!backoff)
+        log_warn("%s", rs->error);
+    else if (rs->retry_at_ms == 0)
         log_warn("%s; answering 503 for %ld ms before reconnecting",
             rs->error, rs->cfg->redis_backoff_ms);
     redis_store_close(rs);
-    rs->retry_at_ms = util_now_ms() + rs->cfg->redis_backoff_ms;
+    if (backoff)
+        rs->retry_at_ms = util_now_ms() + rs->cfg->redis_backoff_ms;
     return STORE_UNAVAILABLE;
 }
 
@@ -118,13 +126,13 @@ redis_store_connect(struct redis_store *rs)
     }
     rs->ctx = c;
     if (c->err)
-        return redis_store_fail(rs, "connect");
+        return redis_store_fail(rs, "connect", 1);
     if (redisSetTimeout(c, ms_to_tv(rs->cfg->redis_command_timeout_ms)) !=
         REDIS_OK)
-        return redis_store_fail(rs, "set timeout");
+        return redis_store_fail(rs, "set timeout", 1);
     r = redisCommand(c, "SCRIPT LOAD %s", embedded_check_lua);
     if (r == NULL)
-        return redis_store_fail(rs, "SCRIPT LOAD");
+        return redis_store_fail(rs, "SCRIPT LOAD", 1);
     if (r->type != REDIS_REPLY_STRING || strcmp(r->str, rs->sha) != 0) {
         snprintf(rs->error, sizeof(rs->error), "redis SCRIPT LOAD: %s",
             r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
@@ -182,7 +190,7 @@ redis_store_check(struct redis_store *rs, struct limiter_call *call,
         return STORE_UNAVAILABLE;
     r = redisCommandArgv(rs->ctx, call->argc, call->argv, call->argvlen);
     if (r == NULL)
-        return redis_store_fail(rs, "EVALSHA");
+        return redis_store_fail(rs, "EVALSHA", 0);
     if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
         const char *sha = call->argv[1];
         size_t shalen = call->argvlen[1];
@@ -199,7 +207,7 @@ redis_store_check(struct redis_store *rs, struct limiter_call *call,
         call->argv[1] = sha;
         call->argvlen[1] = shalen;
         if (r == NULL)
-            return redis_store_fail(rs, "EVAL");
+            return redis_store_fail(rs, "EVAL", 0);
     }
     rc = redis_store_decode(rs, r, nlimits, d);
     freeReplyObject(r);
@@ -216,7 +224,7 @@ redis_store_ready(struct redis_store *rs)
         return STORE_UNAVAILABLE;
     r = redisCommand(rs->ctx, "SCRIPT EXISTS %s", rs->sha);
     if (r == NULL)
-        return redis_store_fail(rs, "SCRIPT EXISTS");
+        return redis_store_fail(rs, "SCRIPT EXISTS", 0);
     ok = r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
         r->element[0]->type == REDIS_REPLY_INTEGER &&
         r->element[0]->integer == 1;
@@ -226,7 +234,7 @@ redis_store_ready(struct redis_store *rs)
          * works. */
         r = redisCommand(rs->ctx, "SCRIPT LOAD %s", embedded_check_lua);
         if (r == NULL)
-            return redis_store_fail(rs, "SCRIPT LOAD");
+            return redis_store_fail(rs, "SCRIPT LOAD", 0);
         ok = r->type == REDIS_REPLY_STRING;
         freeReplyObject(r);
         if (!ok) {

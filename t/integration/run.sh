@@ -93,7 +93,13 @@ tally() {
 
 total_pass=0
 total_fail=0
+# TESTS="api faults" runs only those files (default: every test_*.sh).
 for t in t/integration/test_*.sh; do
+    case " ${TESTS:-} " in
+    "  ") ;;
+    *" $(basename "$t" .sh | sed 's/^test_//') "*) ;;
+    *) continue ;;
+    esac
     [ -f "$t" ] || continue
     name=$(basename "$t")
     echo "run.sh: $name"

@@ -237,6 +237,10 @@ for run in 1 2; do
         eq "$ok" 100
     check "500 concurrent checks, limit 100 (run $run): 400 denied ($denied)" \
         eq "$denied" 400
+    if [ "$denied" != 400 ]; then
+        echo "    statuses: $(sort "$T_TMP/statuses" | uniq -c | tr '\n' ' ')"
+        tail -n 5 "$VAR/ratelimit-fcgi.log" | sed 's/^/    log: /'
+    fi
 done
 
 # ---------------------------------------------------------------- budgets
