@@ -1,0 +1,112 @@
+#!/bin/sh
+# test_readme.sh -- the README's commands work as written.
+#
+# `make run` and `make stop` are run for real (on their own ports and
+# directory), and the README's shell examples are run against the stack,
+# with only the addresses and the config path substituted.  Blocks are
+# picked by the heading they stand under, so moving an example in the
+# README without keeping it runnable fails here.
+set -u
+# shellcheck source-path=SCRIPTDIR
+. "$(dirname "$0")/lib.sh"
+require_stack
+
+# readme_block HEADING [N]: the Nth ```sh block under HEADING (default 1).
+readme_block() {
+    python3 - "$ROOT/README.md" "$1" "${2:-1}" <<'PY'
+import sys
+lines = open(sys.argv[1]).read().split("\n")
+heading, want = sys.argv[2], int(sys.argv[3])
+under, n, out, inside = False, 0, [], False
+for line in lines:
+    if line.startswith("#"):
+        if inside:
+            continue
+        under = line.lstrip("#").strip() == heading
+        continue
+    if not under:
+        continue
+    if line.startswith("```sh") and not inside:
+        n += 1
+        inside = n == want
+        continue
+    if line.startswith("```") and inside:
+        break
+    if inside:
+        out.append(line)
+print("\n".join(out))
+PY
+}
+
+# The commands as a user types them, pointed at this test's stack.
+localize() {
+    sed -e "s#ratelimitctl -c /etc/ratelimit-fcgi/ratelimit.conf#ratelimitctl#" \
+        -e "s#build/ratelimitctl -c var/ratelimit.conf#ratelimitctl#" \
+        -e "s#^ratelimitctl#\"\$RATELIMITCTL\" -c \"\$CONF\"#" \
+        -e "s#\$(ratelimitctl#\$(\"\$RATELIMITCTL\" -c \"\$CONF\"#g" \
+        -e "s#127.0.0.1:8080#127.0.0.1:$1#g" \
+        -e "s#acme#$2#g"
+}
+
+run_block() {
+    rb_script=$T_TMP/block.sh
+    { echo 'set -e'; cat; } >"$rb_script"
+    CONF=$3 RATELIMITCTL=$RATELIMITCTL sh "$rb_script" >"$T_TMP/block.out" \
+        2>"$T_TMP/block.err"
+    rb_rc=$?
+    check "README \"$1\" block $2 runs (exit $rb_rc)" eq "$rb_rc" 0
+    [ "$rb_rc" = 0 ] || sed 's/^/    /' "$T_TMP/block.err" | head -n 5
+}
+
+tenant=$(uniq_name acme)
+
+# Administration, then the rule examples (they use the tenant it adds).
+readme_block "Administration: ratelimitctl" | localize "$PORT" "$tenant" \
+    >"$T_TMP/admin.sh"
+run_block "Administration" 1 "$VAR/ratelimit.conf" <"$T_TMP/admin.sh"
+check "the README's key create printed a key" \
+    matches "$(cat "$T_TMP/block.out")" 'rl_[A-Za-z0-9_-]+'
+readme_block "Rules and limits" | localize "$PORT" "$tenant" \
+    >"$T_TMP/rules.sh"
+run_block "Rules and limits" 1 "$VAR/ratelimit.conf" <"$T_TMP/rules.sh"
+limits=$(psql_q "SELECT count(*) FROM limits l JOIN rules r ON r.id = l.rule_id
+    JOIN tenants t ON t.id = r.tenant_id WHERE t.name = '$tenant'")
+check "the README's examples made 6 limits for the tenant ($limits)" \
+    eq "$limits" 6
+shadow=$(psql_q "SELECT shadow FROM rules r JOIN tenants t ON t.id = r.tenant_id
+    WHERE t.name = '$tenant' AND r.always")
+check "the README's quota rule ends up enforced (shadow $shadow)" \
+    eq "$shadow" f
+
+# make run / make stop, as the README's first lines say, on other ports.
+run_var=$(mktemp -d "${TMPDIR:-/tmp}/ratelimit-readme.XXXXXX")
+run_port=$((PORT + 40))
+run_redis=$((REDIS_PORT + 40))
+run_pg=$((PG_PORT + 40))
+(cd "$ROOT" && make run VAR="$run_var" PORT=$run_port \
+    REDIS_PORT=$run_redis PG_PORT=$run_pg BUILD="$BUILD") \
+    >"$T_TMP/make-run.out" 2>&1
+rc=$?
+check "make run exits 0 ($rc)" eq "$rc" 0
+[ "$rc" = 0 ] || tail -n 20 "$T_TMP/make-run.out" | sed 's/^/    /'
+check "make run printed the demo curl example" \
+    contains "$(cat "$T_TMP/make-run.out")" "rl_demo_abc123xyz"
+
+readme_block "The two commands" 2 | localize "$run_port" acme \
+    >"$T_TMP/first.sh"
+run_block "The two commands" 2 "$run_var/ratelimit.conf" <"$T_TMP/first.sh"
+out=$(cat "$T_TMP/block.out")
+check "the README's curl example is allowed by the demo rules" \
+    contains "$out" '"allowed":true'
+check "the README's tenant list shows demo-corp" contains "$out" demo-corp
+
+(cd "$ROOT" && make stop VAR="$run_var" PORT=$run_port \
+    REDIS_PORT=$run_redis PG_PORT=$run_pg BUILD="$BUILD") \
+    >"$T_TMP/make-stop.out" 2>&1
+check "make stop exits 0" eq "$?" 0
+left=$(pgrep -f "$run_var" | wc -l)
+check "make stop left no process of that stack ($left)" eq "$left" 0
+sh "$ROOT/scripts/pg.sh" destroy "$run_var" >/dev/null 2>&1
+rm -rf "$run_var"
+
+finish
