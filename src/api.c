@@ -5,6 +5,8 @@
  *   GET  /health/live     the process answers
  *   GET  /health/ready    PostgreSQL, Redis and the script are usable
  *   GET  /metrics         Prometheus counters of the whole pool
+ *   GET  /status          php-fpm style pool status (?json)
+ *   GET  /v1/config/...   the caller's own tenant and rules
  *   any  authorizer_path  an authorizer decision as a Responder (nginx)
  *   FCGI_ROLE=AUTHORIZER  an authorizer decision (lighttpd, Apache)
  *
@@ -14,6 +16,7 @@
  * the plan for the route, one Redis call.
  */
 #include <string.h>
+#include <time.h>
 
 #include <json-c/json.h>
 
@@ -371,6 +374,213 @@ api_metrics(struct service *svc, struct rl_response *resp)
         "", svc->board->workers == 0 ? 1 : busy);
 }
 
+/* Authenticates a configuration read: any active key of the tenant. */
+static int
+api_config_auth(struct service *svc, const struct http_request *req,
+    struct rl_response *resp, struct key_info *ki)
+{
+    const char *key = NULL;
+    int keylen = request_api_key(req->x_api_key, req->authorization, &key);
+
+    switch (keylen < 0 ? AUTH_UNKNOWN :
+        auth_check_key(svc, key, (size_t)keylen, ki)) {
+    case AUTH_OK:
+        return 0;
+    case AUTH_SUSPENDED:
+        response_error(resp, 403, "tenant_suspended", "tenant is suspended");
+        return -1;
+    case AUTH_UNAVAILABLE:
+        api_unavailable(svc, resp, "key store unavailable");
+        return -1;
+    default:
+        response_error(resp, 401, "unauthorized", keylen == 0 ?
+            "missing API key" : "invalid API key");
+        return -1;
+    }
+}
+
+static struct json_object *
+api_limit_json(const struct rl_limit *l)
+{
+    struct json_object *o = json_object_new_object();
+
+    json_object_object_add(o, "id", json_object_new_int64(l->id));
+    json_object_object_add(o, "name", json_object_new_string(l->name));
+    json_object_object_add(o, "algorithm",
+        json_object_new_string(rules_algorithm_name(l->algorithm)));
+    switch (l->algorithm) {
+    case RL_ALGO_TOKEN_BUCKET:
+        json_object_object_add(o, "capacity",
+            json_object_new_int64(l->bucket_capacity));
+        json_object_object_add(o, "refill_rate",
+            json_object_new_double(l->refill_rate));
+        break;
+    case RL_ALGO_SLIDING_WINDOW:
+        json_object_object_add(o, "limit",
+            json_object_new_int64(l->limit_count));
+        json_object_object_add(o, "window_seconds",
+            json_object_new_int64(l->window_seconds));
+        break;
+    case RL_ALGO_GCRA:
+        json_object_object_add(o, "limit",
+            json_object_new_int64(l->limit_count));
+        json_object_object_add(o, "period_us",
+            json_object_new_int64(l->period_us));
+        json_object_object_add(o, "burst", json_object_new_int64(l->burst));
+        break;
+    case RL_ALGO_FIXED_WINDOW:
+        json_object_object_add(o, "limit",
+            json_object_new_int64(l->limit_count));
+        json_object_object_add(o, "calendar",
+            json_object_new_string(rules_calendar_name(l->calendar)));
+        break;
+    }
+    return o;
+}
+
+static void
+api_send_json(struct rl_response *resp, struct json_object *o)
+{
+    buf_puts(&resp->body, json_object_to_json_string_ext(o,
+        JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));
+    buf_puts(&resp->body, "\n");
+    json_object_put(o);
+}
+
+/*
+ * GET /v1/config/tenants and GET /v1/config/tenants/{id}/rules: what the
+ * caller's key may see of the configuration, which is its own tenant only.
+ * The rules come from the worker's cache, as a check would see them.
+ */
+static void
+api_config(struct service *svc, const struct http_request *req,
+    struct rl_response *resp)
+{
+    static const char base[] = "/v1/config/tenants";
+    const struct tenant_rules *tr;
+    const struct rl_rule *r;
+    struct json_object *o, *arr, *ro, *la;
+    struct key_info ki;
+    const char *rest = req->path + sizeof(base) - 1;
+    size_t restlen = req->path_len - (sizeof(base) - 1);
+    int i, j;
+
+    if (api_config_auth(svc, req, resp, &ki) == -1)
+        return;
+    if (restlen == 0) {
+        o = json_object_new_object();
+        arr = json_object_new_array();
+        ro = json_object_new_object();
+        json_object_object_add(ro, "id", json_object_new_string(ki.tenant_id));
+        json_object_object_add(ro, "name",
+            json_object_new_string(ki.tenant_name));
+        json_object_object_add(ro, "status", json_object_new_string("active"));
+        json_object_array_add(arr, ro);
+        json_object_object_add(o, "tenants", arr);
+        api_send_json(resp, o);
+        return;
+    }
+    if (restlen != 1 + RL_UUID_LEN + 6 || rest[0] != '/' ||
+        memcmp(rest + 1 + RL_UUID_LEN, "/rules", 6) != 0) {
+        response_error(resp, 404, "not_found", NULL);
+        return;
+    }
+    if (memcmp(rest + 1, ki.tenant_id, RL_UUID_LEN) != 0) {
+        response_error(resp, 403, "forbidden",
+            "a key may read its own tenant only");
+        return;
+    }
+    if ((tr = auth_tenant_rules(svc, ki.tenant_id)) == NULL) {
+        api_unavailable(svc, resp, "rule store unavailable");
+        return;
+    }
+    o = json_object_new_object();
+    json_object_object_add(o, "tenant_id", json_object_new_string(ki.tenant_id));
+    arr = json_object_new_array();
+    for (i = 0; i < tr->n; i++) {
+        r = &tr->rules[i];
+        ro = json_object_new_object();
+        json_object_object_add(ro, "id", json_object_new_int64(r->id));
+        json_object_object_add(ro, "route_pattern",
+            json_object_new_string(r->pattern));
+        json_object_object_add(ro, "priority",
+            json_object_new_int(r->priority));
+        json_object_object_add(ro, "always", json_object_new_boolean(r->always));
+        json_object_object_add(ro, "shadow", json_object_new_boolean(r->shadow));
+        json_object_object_add(ro, "failure_mode",
+            json_object_new_string(r->fail_open ? "open" : "closed"));
+        json_object_object_add(ro, "per",
+            json_object_new_string(r->per_route ? "route" : "rule"));
+        la = json_object_new_array();
+        for (j = 0; j < r->nlimits; j++)
+            json_object_array_add(la, api_limit_json(&r->limits[j]));
+        json_object_object_add(ro, "limits", la);
+        json_object_array_add(arr, ro);
+    }
+    json_object_object_add(o, "rules", arr);
+    api_send_json(resp, o);
+}
+
+/* php-fpm's pool status fields, as text or (?json) JSON. */
+static void
+api_status(struct service *svc, const struct http_request *req,
+    struct rl_response *resp)
+{
+    const struct scoreboard *b = svc->board;
+    struct json_object *o;
+    unsigned long total = 0, active = 0;
+    char start[64];
+    time_t t = (time_t)b->start_s;
+    struct tm tm;
+    int i;
+
+    for (i = 0; i < 256; i++)
+        if (b->slots[i].pid != 0) {
+            total++;
+            active += b->slots[i].busy != 0;
+        }
+    if (b->workers == 0) {
+        total = 1;
+        active = 1;
+    }
+    gmtime_r(&t, &tm);
+    strftime(start, sizeof(start), "%d/%b/%Y:%H:%M:%S +0000", &tm);
+    if (strcmp(req->query, "json") == 0) {
+        o = json_object_new_object();
+        json_object_object_add(o, "pool",
+            json_object_new_string("ratelimit-fcgi"));
+        json_object_object_add(o, "process manager",
+            json_object_new_string(b->workers == 0 ? "none" : "static"));
+        json_object_object_add(o, "start time",
+            json_object_new_int64(b->start_s));
+        json_object_object_add(o, "start since",
+            json_object_new_int64(util_wall_s() - b->start_s));
+        json_object_object_add(o, "accepted conn",
+            json_object_new_int64((int64_t)b->accepted));
+        json_object_object_add(o, "idle processes",
+            json_object_new_int64((int64_t)(total - active)));
+        json_object_object_add(o, "active processes",
+            json_object_new_int64((int64_t)active));
+        json_object_object_add(o, "total processes",
+            json_object_new_int64((int64_t)total));
+        api_send_json(resp, o);
+        return;
+    }
+    resp->content_type = "text/plain";
+    buf_printf(&resp->body,
+        "pool:                 ratelimit-fcgi\n"
+        "process manager:      %s\n"
+        "start time:           %s\n"
+        "start since:          %lld\n"
+        "accepted conn:        %lu\n"
+        "idle processes:       %lu\n"
+        "active processes:     %lu\n"
+        "total processes:      %lu\n",
+        b->workers == 0 ? "none" : "static", start,
+        (long long)(util_wall_s() - b->start_s), b->accepted, total - active,
+        active, total);
+}
+
 void
 api_handle(struct service *svc, const struct http_request *req,
     struct rl_response *resp)
@@ -400,6 +610,17 @@ api_handle(struct service *svc, const struct http_request *req,
             api_method_not_allowed(resp, "GET, HEAD");
         else
             api_metrics(svc, resp);
+    } else if (path_is(req, "/status")) {
+        if (!get)
+            api_method_not_allowed(resp, "GET, HEAD");
+        else
+            api_status(svc, req, resp);
+    } else if (req->path_len >= 18 &&
+        memcmp(req->path, "/v1/config/tenants", 18) == 0) {
+        if (!get)
+            api_method_not_allowed(resp, "GET, HEAD");
+        else
+            api_config(svc, req, resp);
     } else
         response_error(resp, 404, "not_found", NULL);
 }

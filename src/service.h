@@ -46,6 +46,7 @@ struct key_info {
     long long key_id;
     char key_prefix[16];
     char tenant_id[RL_UUID_LEN + 1];
+    char tenant_name[129];
     int admin;
     int revoked;
     int suspended;

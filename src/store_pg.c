@@ -22,7 +22,7 @@
 
 static const char sql_key[] =
     "SELECT k.id, k.key_prefix, k.tenant_id::text, k.role, k.status, "
-    "t.status FROM api_keys k JOIN tenants t ON t.id = k.tenant_id "
+    "t.status, t.name FROM api_keys k JOIN tenants t ON t.id = k.tenant_id "
     "WHERE k.key_hash = $1";
 
 static const char sql_tenant[] =
@@ -185,6 +185,8 @@ pg_store_key(struct pg_store *ps, const char *hash, struct key_info *out)
         out->admin = strcmp(PQgetvalue(res, 0, 3), "admin") == 0;
         out->revoked = strcmp(PQgetvalue(res, 0, 4), "active") != 0;
         out->suspended = strcmp(PQgetvalue(res, 0, 5), "active") != 0;
+        copy_str(out->tenant_name, sizeof(out->tenant_name),
+            PQgetvalue(res, 0, 6));
     }
     PQclear(res);
     return STORE_OK;
@@ -203,6 +205,7 @@ pg_store_tenant(struct pg_store *ps, const char *name, struct key_info *out)
         copy_str(out->tenant_id, sizeof(out->tenant_id),
             PQgetvalue(res, 0, 0));
         out->suspended = strcmp(PQgetvalue(res, 0, 1), "active") != 0;
+        copy_str(out->tenant_name, sizeof(out->tenant_name), name);
     }
     PQclear(res);
     return STORE_OK;
