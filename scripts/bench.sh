@@ -1,0 +1,651 @@
+#!/bin/sh
+# The benchmark (`make bench`): ratelimit-fcgi next to the two yardsticks of
+# DESIGN.md §9, measured in the same run on the same machine.
+#
+#   a  lighttpd -> noop probe      a libfcgi responder that answers a fixed
+#                                  200 (scripts/bench_probe.c)
+#   b  lighttpd -> evalsha probe   the same plus one EVALSHA per request: the
+#                                  ceiling of a one-round-trip design
+#   c  lighttpd -> ratelimit-fcgi  POST /v1/check, demo key, one subject
+#   d  lighttpd -> ratelimit-fcgi  the same with a new subject per request
+#                                  (new Redis keys every time)
+#
+# a, b and c send the very same request (POST /v1/check with the demo key
+# and a small JSON body); the probes read and drop the body.  Every target
+# runs 4 workers behind its own lighttpd (max-procs 1, the application
+# forks).  wrk: 16 connections, 2 threads, BENCH_SECONDS per target after a
+# 2 s warm-up.
+#
+# Besides req/s and latency it checks the budgets of DESIGN.md §3 during the
+# timed runs of c and d: Redis round trips per check (INFO commandstats) and
+# PostgreSQL queries (the stack's PostgreSQL logs every statement), and it
+# shows every worker's VmRSS before and after.  The stack runs with
+# max_requests = 0 and cache TTLs longer than the run, so that the workers
+# and their caches stay the same throughout: what is measured is the warm
+# steady state.
+#
+# Exits 0 when every target answered without errors (whatever the speed),
+# 1 when one failed, answered non-2xx, or a budget was exceeded.  The table
+# is also written to build/bench.txt.
+#
+# Environment (defaults in brackets):
+#   BENCH_SECONDS      [10]     timed run per target
+#   BENCH_PORT         [28080]  lighttpd -> ratelimit-fcgi
+#   BENCH_NOOP_PORT    [28081]  lighttpd -> noop probe
+#   BENCH_EVALSHA_PORT [28082]  lighttpd -> evalsha probe
+#   BENCH_REDIS_PORT   [26380]  the private Redis
+#   BENCH_PG_PORT      [25433]  the private PostgreSQL
+#   BUILD              [build]  where the binaries are
+# The ports differ from those of `make run` and of the tests, so the
+# benchmark can run next to them.  Everything listens on 127.0.0.1 only.
+set -eu
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+
+BUILD=${BUILD:-build}
+case $BUILD in
+/*) ;;
+*) BUILD=$ROOT/$BUILD ;;
+esac
+BENCH_SECONDS=${BENCH_SECONDS:-10}
+WARMUP_SECONDS=2
+CONNECTIONS=16
+THREADS=2
+WORKERS=4
+PORT=${BENCH_PORT:-28080}
+NOOP_PORT=${BENCH_NOOP_PORT:-28081}
+EVALSHA_PORT=${BENCH_EVALSHA_PORT:-28082}
+REDIS_PORT=${BENCH_REDIS_PORT:-26380}
+PG_PORT=${BENCH_PG_PORT:-25433}
+DEMO_KEY=rl_demo_abc123xyz
+LIGHTTPD=/usr/sbin/lighttpd
+PROBE=$BUILD/bench_probe
+RESULT=$BUILD/bench.txt
+
+say() {
+    echo "bench: $*"
+}
+
+die() {
+    echo "bench: $*" >&2
+    exit 1
+}
+
+case $BENCH_SECONDS in
+'' | *[!0-9]*) die "BENCH_SECONDS must be a whole number of seconds" ;;
+esac
+if [ "$BENCH_SECONDS" -lt 1 ] || [ "$BENCH_SECONDS" -gt 60 ]; then
+    die "BENCH_SECONDS must be 1-60"
+fi
+for f in "$BUILD/ratelimit-fcgi" "$BUILD/ratelimitctl"; do
+    [ -x "$f" ] || die "$f is missing: run make first"
+done
+for cmd in wrk redis-server redis-cli curl cc pkg-config "$LIGHTTPD"; do
+    command -v "$cmd" >/dev/null 2>&1 ||
+        die "$cmd is missing: run make deps (as root)"
+done
+
+# ---------------------------------------------------------------- helpers
+
+# Returns 0 when nothing listens on 127.0.0.1:$1 (curl: 7 = refused).
+port_free() {
+    pf_rc=0
+    curl -s -o /dev/null -m 1 "telnet://127.0.0.1:$1" </dev/null \
+        >/dev/null 2>&1 || pf_rc=$?
+    [ "$pf_rc" -eq 7 ]
+}
+
+# Prints the pids of every descendant of process $1.
+descendants() {
+    ps -e -o pid= -o ppid= | awk -v root="$1" '
+        { parent[$1] = $2; pids[NR] = $1 }
+        END {
+            for (i = 1; i <= NR; i++) {
+                p = pids[i]; q = parent[p]; hops = 0
+                while (q != "" && q != 0 && q != root && hops++ < 64)
+                    q = parent[q]
+                if (q == root && p != root)
+                    print p
+            }
+        }'
+}
+
+# Prints the children of process $1.
+children() {
+    ps -e -o pid= -o ppid= | awk -v parent="$1" '$2 == parent { print $1 }'
+}
+
+# Prints the pid in file $1 if that process is alive; returns 1 otherwise.
+pid_alive() {
+    [ -f "$1" ] || return 1
+    pa_pid=$(head -n 1 "$1" 2>/dev/null || true)
+    case $pa_pid in
+    '' | *[!0-9]*) return 1 ;;
+    esac
+    kill -0 "$pa_pid" 2>/dev/null || return 1
+    echo "$pa_pid"
+}
+
+# Waits up to $2 tenths of a second for process $1 to exit.
+# shellcheck disable=SC2317  # reached from the EXIT trap
+wait_gone() {
+    wg_n=0
+    while kill -0 "$1" 2>/dev/null; do
+        wg_n=$((wg_n + 1))
+        [ "$wg_n" -gt "$2" ] && return 1
+        sleep 0.1
+    done
+    return 0
+}
+
+# Ends processes $@: SIGTERM, up to 5 s, then SIGKILL.
+# shellcheck disable=SC2317  # reached from the EXIT trap
+end_pids() {
+    for ep_p in "$@"; do
+        kill -TERM "$ep_p" 2>/dev/null || true
+    done
+    for ep_p in "$@"; do
+        if ! wait_gone "$ep_p" 50; then
+            kill -KILL "$ep_p" 2>/dev/null || true
+            wait_gone "$ep_p" 20 || true
+        fi
+    done
+}
+
+# Sum of user and system CPU ticks of processes $@ (those still alive).
+cpu_ticks() {
+    ct_sum=0
+    for ct_p in "$@"; do
+        ct_t=$(sed 's/.*) //' "/proc/$ct_p/stat" 2>/dev/null |
+            awk '{ print $12 + $13 }') || ct_t=0
+        ct_sum=$((ct_sum + ${ct_t:-0}))
+    done
+    echo "$ct_sum"
+}
+
+# Busy CPU ticks of the whole machine (all but idle and iowait).
+machine_ticks() {
+    awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 + $9; exit }' /proc/stat
+}
+
+# VmRSS in kB of process $1, or "-" when it is gone.
+rss_kb() {
+    awk '$1 == "VmRSS:" { print $2; found = 1 } END { if (!found) print "-" }' \
+        "/proc/$1/status" 2>/dev/null || echo -
+}
+
+# Calls of Redis command $1 so far (0 when never called).  With "other"
+# it is the sum over the commands that a client sends besides EVALSHA and
+# that no script of ours calls (commandstats also counts the commands a
+# script runs, so a plain sum would not give the round trips); the INFO
+# this script itself sends is left out.
+redis_calls() {
+    redis-cli -h 127.0.0.1 -p "$REDIS_PORT" INFO commandstats | tr -d '\r' |
+        awk -F'[:,=]' -v want="$1" '
+            $1 ~ /^cmdstat_/ && $2 == "calls" {
+                name = substr($1, 9)
+                sub(/\|.*/, "", name)
+                if (name == want || (want == "other" &&
+                    name ~ /^(eval|eval_ro|evalsha_ro|fcall|fcall_ro|script|function|ping|echo|hello|auth|select|client|multi|exec|watch|unwatch|discard)$/))
+                    n += $3
+            }
+            END { print n + 0 }'
+}
+
+# Microseconds that Redis has spent in EVALSHA so far (commandstats usec).
+redis_evalsha_usec() {
+    redis-cli -h 127.0.0.1 -p "$REDIS_PORT" INFO commandstats | tr -d '\r' |
+        awk -F'[:,=]' '$1 == "cmdstat_evalsha" && $4 == "usec" { n = $5 }
+            END { print n + 0 }'
+}
+
+# Prints the CPU seconds (user + system) that the children of this shell
+# have used so far, from the second line of the times builtin ("1m2.5s
+# 0m0.25s").  $1 is a file for times's output: times must run in this
+# shell, not in the subshell of a command substitution.
+children_cpu() {
+    times >"$1"
+    awk 'NR == 2 {
+        t = 0
+        for (i = 1; i <= 2; i++) {
+            split($i, part, "m")
+            sub(/s$/, "", part[2])
+            t += part[1] * 60 + part[2]
+        }
+        print t
+    }' "$1"
+}
+
+# Statements the stack's PostgreSQL has logged so far.
+pg_statements() {
+    grep -cE 'LOG:  (statement|execute [^:]*):' "$VAR/pg.log" 2>/dev/null ||
+        true
+}
+
+# ---------------------------------------------------------------- cleanup
+
+VAR=""
+STACK_STARTED=0
+
+# Prints the last lines of every log, after a failure.
+# shellcheck disable=SC2317  # reached from the EXIT trap
+show_logs() {
+    [ -n "$VAR" ] || return 0
+    for f in "$VAR"/*.log "$VAR"/*/*.log "$VAR"/*.out; do
+        [ -f "$f" ] || continue
+        echo "---- tail of $f" >&2
+        tail -n 15 "$f" >&2
+    done
+}
+
+# Stops the lighttpd of probe $1 and every process it spawned.
+# shellcheck disable=SC2317  # reached from the EXIT trap
+stop_probe() {
+    sp_pids=""
+    if sp_pid=$(pid_alive "$VAR/probe-$1/lighttpd.pid"); then
+        sp_pids=$(descendants "$sp_pid")
+        end_pids "$sp_pid"
+    fi
+    # shellcheck disable=SC2086
+    [ -z "$sp_pids" ] || end_pids $sp_pids
+}
+
+# shellcheck disable=SC2317  # reached from the EXIT trap
+cleanup() {
+    cl_rc=$?
+    trap - EXIT INT TERM
+    set +e
+    [ "$cl_rc" -ne 1 ] || show_logs
+    if [ -n "$VAR" ] && [ -d "$VAR" ]; then
+        stop_probe noop
+        stop_probe evalsha
+        if [ "$STACK_STARTED" -eq 1 ]; then
+            stack stop >/dev/null 2>&1
+            sh scripts/pg.sh destroy "$VAR" >/dev/null 2>&1
+        fi
+        rm -rf "$VAR"
+    fi
+    exit "$cl_rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# ---------------------------------------------------------------- setup
+
+for p in "$PORT" "$NOOP_PORT" "$EVALSHA_PORT" "$REDIS_PORT" "$PG_PORT"; do
+    port_free "$p" ||
+        die "127.0.0.1:$p is in use (set BENCH_*PORT, see scripts/bench.sh)"
+done
+
+VAR=$(mktemp -d "${TMPDIR:-/tmp}/ratelimit-bench.XXXXXX")
+
+say "building $PROBE"
+# shellcheck disable=SC2046
+cc -std=gnu11 -O2 -g -Wall -Wextra -Wshadow -Wstrict-prototypes \
+    -Wmissing-prototypes -Wwrite-strings -Wpointer-arith \
+    $(pkg-config --cflags fcgi hiredis) -o "$PROBE.tmp" scripts/bench_probe.c \
+    $(pkg-config --libs fcgi hiredis) || die "building the probe failed"
+mv "$PROBE.tmp" "$PROBE"
+
+# The stack's own helper, with the benchmark's ports and settings.
+stack() {
+    VAR=$VAR PORT=$PORT REDIS_PORT=$REDIS_PORT PG_PORT=$PG_PORT \
+        BUILD=$BUILD WORKERS=$WORKERS PG_EXTRA_OPTS="-c log_statement=all" \
+        EXTRA_CONF="log_level = warn
+max_requests = 0
+key_cache_ttl = 3600
+rule_cache_ttl = 3600" sh scripts/dev-stack.sh "$@"
+}
+
+say "starting PostgreSQL, Redis and lighttpd -> ratelimit-fcgi in $VAR"
+STACK_STARTED=1
+stack start >"$VAR/stack.out" 2>&1 || die "the stack did not start"
+
+# Starts lighttpd on port $2 with the probe in mode $1 as its bin-path,
+# configured like the stack's lighttpd.
+start_probe() {
+    sp_dir=$VAR/probe-$1
+    mkdir -p "$sp_dir/htdocs"
+    case $1 in
+    noop) sp_args="noop $WORKERS" ;;
+    *) sp_args="evalsha 127.0.0.1 $REDIS_PORT $WORKERS" ;;
+    esac
+    cat >"$sp_dir/lighttpd.conf" <<EOF
+server.modules = ( "mod_fastcgi" )
+server.port = $2
+server.bind = "127.0.0.1"
+server.document-root = "$sp_dir/htdocs"
+server.errorlog = "$sp_dir/lighttpd-error.log"
+server.breakagelog = "$sp_dir/probe.log"
+server.pid-file = "$sp_dir/lighttpd.pid"
+fastcgi.server = ( "/" => ((
+    "bin-path" => "$PROBE $sp_args",
+    "socket" => "$sp_dir/fcgi.sock",
+    "check-local" => "disable",
+    "max-procs" => 1
+)) )
+EOF
+    "$LIGHTTPD" -f "$sp_dir/lighttpd.conf" || die "lighttpd for the $1 probe did not start"
+}
+
+say "starting lighttpd -> noop probe and lighttpd -> evalsha probe"
+start_probe noop "$NOOP_PORT"
+start_probe evalsha "$EVALSHA_PORT"
+
+# ---------------------------------------------------------------- wrk
+
+# The request of targets a, b and c; done() prints one machine-readable line.
+cat >"$VAR/done.lua" <<'EOF'
+function done(summary, latency, requests)
+    local e = summary.errors
+    io.write(string.format(
+        "BENCH requests=%d duration_us=%d p50_us=%d p99_us=%d " ..
+        "status_errors=%d socket_errors=%d\n",
+        summary.requests, summary.duration,
+        latency:percentile(50), latency:percentile(99),
+        e.status, e.connect + e.read + e.write + e.timeout))
+end
+EOF
+cat >"$VAR/check.lua" <<EOF
+-- POST /v1/check for the /bench rule; one subject for every request.
+wrk.method = "POST"
+wrk.path = "/v1/check"
+wrk.headers["X-API-Key"] = "$DEMO_KEY"
+wrk.headers["Content-Type"] = "application/json"
+wrk.body = '{"route":"/bench","subject":"bench"}'
+dofile("$VAR/done.lua")
+EOF
+cat >"$VAR/fresh.lua" <<EOF
+-- POST /v1/check for the /bench rule with a subject never used before:
+-- "<run tag>-<thread>-<counter>".
+wrk.method = "POST"
+wrk.path = "/v1/check"
+wrk.headers["X-API-Key"] = "$DEMO_KEY"
+wrk.headers["Content-Type"] = "application/json"
+local threads = 0
+function setup(thread)
+    threads = threads + 1
+    thread:set("thread_id", threads)
+end
+local tag, counter = "r", 0
+function init(args)
+    tag = args[1] or "r"
+end
+function request()
+    counter = counter + 1
+    return wrk.format(nil, nil, nil, string.format(
+        '{"route":"/bench","subject":"%s-%d-%d"}', tag, thread_id, counter))
+end
+dofile("$VAR/done.lua")
+EOF
+
+# Runs wrk for $2 seconds against port $1 with script $3 and argument $4;
+# wrk's output goes to $5.  Returns non-zero when wrk failed.  (timeout
+# --foreground: wrk stays in our process group and gets a Ctrl-C.)
+run_wrk() {
+    timeout --foreground $(($2 + 30)) \
+        wrk -t "$THREADS" -c "$CONNECTIONS" -d "${2}s" --latency -s "$3" "http://127.0.0.1:$1/v1/check" -- "$4" \
+        >"$5" 2>&1
+}
+
+# Prints the value of field $2 of the BENCH line in wrk output $1.
+wrk_field() {
+    awk -v want="$2" '$1 == "BENCH" {
+        for (i = 2; i <= NF; i++)
+            if (index($i, want "=") == 1)
+                print substr($i, length(want) + 2)
+    }' "$1"
+}
+
+# Prints the pid of the lighttpd whose pid file is $1; dies when it is not
+# running.
+lighttpd_pid() {
+    pid_alive "$1" || die "lighttpd ($1) is not running"
+}
+
+# The workers of ratelimit-fcgi: the children of its master, which is the
+# child of the stack's lighttpd.
+app_workers() {
+    for aw_m in $(children "$(lighttpd_pid "$VAR/lighttpd.pid")"); do
+        children "$aw_m"
+    done | sort -n
+}
+
+TICK=$(getconf CLK_TCK)
+LOADAVG=$(cut -d' ' -f1-3 /proc/loadavg)
+FAILED=0
+ROWS=$VAR/rows
+CPUROWS=$VAR/cpurows
+: >"$ROWS"
+: >"$CPUROWS"
+
+# Benchmarks one target: $1 label, $2 port, $3 lighttpd pid file, $4 wrk
+# script, $5 a tag when the target is ratelimit-fcgi (budgets and worker
+# memory are measured then, the memory into $VAR/rss.TAG.before and .after).
+bench_target() {
+    bt_name=$1 bt_port=$2 bt_pidfile=$3 bt_script=$4 bt_ours=$5
+    bt_out=$VAR/wrk-$(printf '%s' "$bt_name" | tr -c 'a-z0-9' '_').txt
+    say "$bt_name: warm-up ${WARMUP_SECONDS} s, then ${BENCH_SECONDS} s"
+    if ! run_wrk "$bt_port" "$WARMUP_SECONDS" "$bt_script" w "$bt_out.warm" ||
+        [ "$(wrk_field "$bt_out.warm" requests)" = "" ] ||
+        [ "$(wrk_field "$bt_out.warm" requests)" -eq 0 ]; then
+        cat "$bt_out.warm" >&2
+        echo "bench: $bt_name did not answer during the warm-up" >&2
+        FAILED=1
+        printf '%s|-|-|-|failed|-|-\n' "$bt_name" >>"$ROWS"
+        return 0
+    fi
+    # Let requests still in flight from the warm-up finish.
+    sleep 0.3
+
+    [ -z "$bt_ours" ] || worker_rss >"$VAR/rss.$bt_ours.before"
+    bt_lpid=$(lighttpd_pid "$bt_pidfile")
+    bt_app=$(descendants "$bt_lpid")
+    bt_redis=$(pid_alive "$VAR/redis.pid" || true)
+    bt_evalsha0=$(redis_calls evalsha)
+    bt_other0=$(redis_calls other)
+    bt_usec0=$(redis_evalsha_usec)
+    bt_pg0=$(pg_statements)
+    bt_l0=$(cpu_ticks "$bt_lpid")
+    # shellcheck disable=SC2086
+    bt_a0=$(cpu_ticks $bt_app)
+    # shellcheck disable=SC2086
+    bt_r0=$(cpu_ticks $bt_redis)
+    bt_m0=$(machine_ticks)
+    children_cpu "$VAR/times" >"$VAR/times.before"
+    bt_wrk_ok=1
+    run_wrk "$bt_port" "$BENCH_SECONDS" "$bt_script" r "$bt_out" ||
+        bt_wrk_ok=0
+    children_cpu "$VAR/times" >"$VAR/times.after"
+    bt_w0=$(cat "$VAR/times.before")
+    bt_w1=$(cat "$VAR/times.after")
+    bt_m1=$(machine_ticks)
+    bt_l1=$(cpu_ticks "$bt_lpid")
+    # shellcheck disable=SC2086
+    bt_a1=$(cpu_ticks $bt_app)
+    # shellcheck disable=SC2086
+    bt_r1=$(cpu_ticks $bt_redis)
+    [ -z "$bt_ours" ] || worker_rss >"$VAR/rss.$bt_ours.after"
+    sleep 0.3
+    bt_evalsha1=$(redis_calls evalsha)
+    bt_other1=$(redis_calls other)
+    bt_usec1=$(redis_evalsha_usec)
+    bt_pg1=$(pg_statements)
+
+    bt_req=$(wrk_field "$bt_out" requests)
+    bt_dur=$(wrk_field "$bt_out" duration_us)
+    bt_p50=$(wrk_field "$bt_out" p50_us)
+    bt_p99=$(wrk_field "$bt_out" p99_us)
+    bt_status=$(wrk_field "$bt_out" status_errors)
+    bt_sock=$(wrk_field "$bt_out" socket_errors)
+    if [ "$bt_wrk_ok" -eq 0 ] || [ -z "$bt_req" ] || [ "$bt_req" -eq 0 ]; then
+        cat "$bt_out" >&2
+        echo "bench: $bt_name: wrk failed or no request completed" >&2
+        FAILED=1
+        printf '%s|-|-|-|failed|-|-\n' "$bt_name" >>"$ROWS"
+        return 0
+    fi
+    if [ "$bt_status" -ne 0 ] || [ "$bt_sock" -ne 0 ]; then
+        cat "$bt_out" >&2
+        echo "bench: $bt_name: $bt_status non-2xx answers, $bt_sock socket errors" >&2
+        FAILED=1
+    fi
+
+    bt_rt=- bt_pg=-
+    bt_evalsha=$((bt_evalsha1 - bt_evalsha0))
+    bt_other=$((bt_other1 - bt_other0))
+    if [ "$bt_evalsha" -gt 0 ] || [ -n "$bt_ours" ]; then
+        bt_rt=$(awk -v c="$bt_evalsha" -v r="$bt_req" \
+            'BEGIN { printf "%.3f", c / r }')
+        # Up to one request per connection may still have been in flight
+        # when wrk stopped counting: it reached Redis but not the total.
+        # Errors are reported above; a 503 makes no Redis call.
+        if [ "$bt_status" -eq 0 ] && [ "$bt_sock" -eq 0 ] && {
+            [ "$bt_evalsha" -lt "$bt_req" ] ||
+            [ "$bt_evalsha" -gt $((bt_req + 2 * CONNECTIONS)) ] ||
+            [ "$bt_other" -gt 0 ]
+        }; then
+            echo "bench: $bt_name: $bt_evalsha EVALSHA and $bt_other other" \
+                "Redis commands for $bt_req requests: not one round trip each" >&2
+            FAILED=1
+        fi
+    fi
+    if [ -n "$bt_ours" ]; then
+        bt_pg=$((bt_pg1 - bt_pg0))
+        if [ "$bt_pg" -ne 0 ]; then
+            echo "bench: $bt_name: $bt_pg PostgreSQL statements with warm caches" >&2
+            FAILED=1
+        fi
+    fi
+    printf '%s|%s|%s|%s|%s|%s|%s\n' "$bt_name" \
+        "$(awk -v r="$bt_req" -v d="$bt_dur" 'BEGIN { printf "%.0f", r / (d / 1e6) }')" \
+        "$(awk -v v="$bt_p50" 'BEGIN { printf "%.2f", v / 1000 }')" \
+        "$(awk -v v="$bt_p99" 'BEGIN { printf "%.2f", v / 1000 }')" \
+        "$bt_status$([ "$bt_sock" -eq 0 ] || echo "/$bt_sock")" "$bt_rt" \
+        "$bt_pg" >>"$ROWS"
+    printf '%s|%s|%s|%s|%s|%s|%s|%s|%s\n' "$bt_name" $((bt_l1 - bt_l0)) \
+        $((bt_a1 - bt_a0)) $((bt_r1 - bt_r0)) \
+        "$(awk -v a="$bt_w0" -v b="$bt_w1" -v t="$TICK" \
+            'BEGIN { printf "%.0f", (b - a) * t }')" \
+        $((bt_m1 - bt_m0)) "$bt_dur" "$bt_req" \
+        "$(awk -v u=$((bt_usec1 - bt_usec0)) -v c="$bt_evalsha" \
+            'BEGIN { if (c > 0) printf "%.1f", u / c; else print "-" }')" \
+        >>"$CPUROWS"
+}
+
+# VmRSS of every worker, as "pid:kB" words.
+worker_rss() {
+    for wr_p in $(app_workers); do
+        printf '%s:%s ' "$wr_p" "$(rss_kb "$wr_p")"
+    done
+}
+
+bench_target "a noop probe" "$NOOP_PORT" "$VAR/probe-noop/lighttpd.pid" \
+    "$VAR/check.lua" ""
+bench_target "b evalsha probe" "$EVALSHA_PORT" \
+    "$VAR/probe-evalsha/lighttpd.pid" "$VAR/check.lua" ""
+bench_target "c ratelimit-fcgi" "$PORT" "$VAR/lighttpd.pid" \
+    "$VAR/check.lua" c
+bench_target "d ratelimit-fcgi, new subjects" "$PORT" "$VAR/lighttpd.pid" \
+    "$VAR/fresh.lua" d
+REDIS_KEYS=$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" DBSIZE 2>/dev/null || echo "?")
+REDIS_MEM=$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" INFO memory 2>/dev/null |
+    tr -d '\r' | sed -n 's/^used_memory_human://p')
+
+# ---------------------------------------------------------------- report
+
+{
+    echo "ratelimit-fcgi benchmark, $(date -u '+%Y-%m-%d %H:%M UTC')," \
+        "commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+    echo "$(nproc) CPUs; wrk $CONNECTIONS connections, $THREADS threads," \
+        "${BENCH_SECONDS} s per target after ${WARMUP_SECONDS} s warm-up;" \
+        "$WORKERS workers each;" \
+        "load average before: $LOADAVG"
+    echo "ratelimit-fcgi: log_level warn, max_requests 0, cache TTLs 3600 s" \
+        "(warm steady state)"
+    echo "ratios are ours / probe: for req/s higher is better, for latency lower"
+    echo
+    awk -F'|' '
+        BEGIN {
+            printf "%-31s %8s %7s %7s %8s %12s %8s\n", "target", "req/s",
+                "p50 ms", "p99 ms", "non-2xx", "EVALSHA/req", "PG stmts"
+        }
+        { printf "%-31s %8s %7s %7s %8s %12s %8s\n", $1, $2, $3, $4, $5, $6, $7 }
+    ' "$ROWS"
+    echo "non-2xx: answers >= 400 (wrk's count), then \"/socket errors\" if any;"
+    echo "EVALSHA/req and PG stmts: in Redis and PostgreSQL during the timed run"
+    echo
+    awk -F'|' '
+        { rps[substr($1, 1, 1)] = $2; p50[substr($1, 1, 1)] = $3
+          p99[substr($1, 1, 1)] = $4 }
+        function ratio(x, y) {
+            return (x + 0 > 0 && y + 0 > 0) ? sprintf("%.2f", x / y) : "-"
+        }
+        END {
+            printf "ratios c (ours) / b (evalsha probe): req/s %s, p50 %s, p99 %s\n",
+                ratio(rps["c"], rps["b"]), ratio(p50["c"], p50["b"]),
+                ratio(p99["c"], p99["b"])
+            printf "ratios c (ours) / a (noop probe):    req/s %s, p50 %s, p99 %s\n",
+                ratio(rps["c"], rps["a"]), ratio(p50["c"], p50["a"]),
+                ratio(p99["c"], p99["a"])
+            printf "ratios d (new subjects) / c:          req/s %s, p50 %s, p99 %s\n",
+                ratio(rps["d"], rps["c"]), ratio(p50["d"], p50["c"]),
+                ratio(p99["d"], p99["c"])
+        }
+    ' "$ROWS"
+    echo
+    echo "Where the time goes: CPU microseconds per request during the timed run"
+    echo "(rest: the kernel outside these processes, and anything else running"
+    echo "on the machine; busy: of all $(nproc) CPUs; in script: time Redis reports"
+    echo "per EVALSHA, part of the redis column):"
+    awk -F'|' -v tick="$TICK" '
+        BEGIN {
+            printf "%-31s %8s %6s %6s %6s %6s %6s %6s %9s\n", "target",
+                "lighttpd", "app", "redis", "wrk", "rest", "total", "busy",
+                "in script"
+        }
+        $8 > 0 && $7 > 0 {
+            us = 1e6 / tick / $8
+            rest = $6 - $2 - $3 - $4 - $5
+            if (rest < 0) rest = 0
+            printf "%-31s %8.0f %6.0f %6.0f %6.0f %6.0f %6.0f %5.0f%% %9s\n",
+                $1, $2 * us, $3 * us, $4 * us, $5 * us, rest * us, $6 * us,
+                100 * $6 / tick / ($7 / 1e6) / ncpu, $9
+        }
+    ' ncpu="$(nproc)" "$CPUROWS"
+    echo "(d builds every request in wrk's Lua, so its wrk column is higher)"
+    echo
+    echo "ratelimit-fcgi workers, VmRSS kB, around the timed runs of c and d:"
+    echo "  pid       before c   after c  before d   after d"
+    cat "$VAR"/rss.c.before "$VAR"/rss.c.after "$VAR"/rss.d.before \
+        "$VAR"/rss.d.after 2>/dev/null | tr ' ' '\n' | awk -F: '
+        NF == 2 {
+            if (!($1 in seen)) { seen[$1] = 1; order[++n] = $1 }
+            v[$1] = v[$1] sprintf(" %9s", $2)
+            cnt[$1]++
+        }
+        END {
+            for (i = 1; i <= n; i++)
+                printf "  %-8s%s\n", order[i], v[order[i]]
+            for (i = 1; i <= n; i++)
+                if (cnt[order[i]] != 4) {
+                    print "  (workers changed during the runs)"
+                    break
+                }
+            if (n == 0)
+                print "  (no workers found)"
+        }'
+    echo "Redis after the run: $REDIS_KEYS keys, ${REDIS_MEM:-?} used"
+    if [ "$FAILED" -ne 0 ]; then
+        echo
+        echo "FAILED: a target failed, answered non-2xx or exceeded a budget (see above)"
+    fi
+} >"$VAR/table"
+
+echo
+cat "$VAR/table"
+cp "$VAR/table" "$RESULT.tmp" && mv "$RESULT.tmp" "$RESULT"
+say "written to $RESULT"
+exit "$FAILED"
