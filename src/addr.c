@@ -65,13 +65,13 @@ addr_parse_list(const char *s, struct addr_net *nets, int max, char *err,
         while (*p != '\0' && *p != ',' && !isspace((unsigned char)*p))
             p++;
         if (n == max) {
-            snprintf(err, errlen, "trusted_proxies: more than %d entries",
+            snprintf(err, errlen, "more than %d entries",
                 max);
             return -1;
         }
         if (addr_parse_one(start, (size_t)(p - start), &nets[n]) == -1) {
-            snprintf(err, errlen, "trusted_proxies: \"%.*s\" is not an "
-                "address or network", (int)(p - start), start);
+            snprintf(err, errlen, "\"%.*s\" is not an address or network",
+                (int)(p - start), start);
             return -1;
         }
         n++;

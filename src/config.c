@@ -319,12 +319,15 @@ config_set_one(struct rl_config *cfg, const struct config_key *k,
     if (strcmp(key, "redis") == 0)
         return config_check_address(key, value, 0, err, errlen);
     if (strcmp(key, "trusted_proxies") == 0) {
+        char msg[128];
         int n = addr_parse_list(value, cfg->trusted,
-            (int)(sizeof(cfg->trusted) / sizeof(cfg->trusted[0])), err,
-            errlen);
+            (int)(sizeof(cfg->trusted) / sizeof(cfg->trusted[0])), msg,
+            sizeof(msg));
 
-        if (n == -1)
+        if (n == -1) {
+            errf(err, errlen, "trusted_proxies: %s", msg);
             return -1;
+        }
         cfg->ntrusted = n;
     }
     if (strcmp(key, "authorizer_path") == 0 && value[0] != '\0' &&

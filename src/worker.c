@@ -12,10 +12,13 @@
  * does not retry a read or write interrupted by a signal: the request in
  * hand completes, then the worker leaves.
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <fcgiapp.h>
@@ -150,6 +153,31 @@ worker_request(const struct rl_config *cfg, FCGX_Request *fr,
     }
 }
 
+/*
+ * FCGI_WEB_SERVER_ADDRS names the web servers allowed to connect.  libfcgi
+ * checks it itself, but only for IPv4 peers; this covers IPv6 peers (an
+ * IPv4-mapped peer is matched as IPv4).  Returns 1 when the peer of fd may
+ * talk to us.
+ */
+static int
+worker_peer_allowed(const struct addr_net *nets, int n, int fd)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    char ip[INET6_ADDRSTRLEN];
+
+    if (n <= 0 || getpeername(fd, (struct sockaddr *)&ss, &len) == -1 ||
+        ss.ss_family != AF_INET6)
+        return 1;
+    if (inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, ip,
+        sizeof(ip)) == NULL)
+        return 0;
+    if (addr_match(nets, n, ip))
+        return 1;
+    log_warn("connection from %s refused: not in FCGI_WEB_SERVER_ADDRS", ip);
+    return 0;
+}
+
 int
 worker_run(const struct rl_config *cfg, int listen_fd,
     struct scoreboard_slot *slot, struct scoreboard *board)
@@ -160,14 +188,23 @@ worker_run(const struct rl_config *cfg, int listen_fd,
     FCGX_Request fr;
     sigset_t stopset;
     unsigned long served = 0;
+    struct addr_net web_servers[32];
+    const char *allowed = getenv("FCGI_WEB_SERVER_ADDRS");
+    char err[160];
     char *body;
-    int too_large;
+    int too_large, nweb = 0;
 
     if (FCGX_Init() != 0) {
         log_error("FCGX_Init failed");
         return 1;
     }
     worker_signals(&stopset);
+    if (allowed != NULL && *allowed != '\0' &&
+        (nweb = addr_parse_list(allowed, web_servers, 32, err,
+        sizeof(err))) == -1) {
+        log_error("FCGI_WEB_SERVER_ADDRS: %s", err);
+        return 1;
+    }
     if (board == NULL) {
         /* No master (workers = 0): this process is the whole pool. */
         static struct scoreboard solo;
@@ -193,6 +230,16 @@ worker_run(const struct rl_config *cfg, int listen_fd,
             slot->busy = 1;
         }
         __atomic_add_fetch(&board->accepted, 1, __ATOMIC_RELAXED);
+        if (!worker_peer_allowed(web_servers, nweb, fr.ipcFd)) {
+            response_reset(&resp);
+            response_error(&resp, 403, "forbidden", NULL);
+            worker_write(&fr, &resp, 0);
+            FCGX_Finish_r(&fr);
+            if (slot != NULL)
+                slot->busy = 0;
+            sigprocmask(SIG_UNBLOCK, &stopset, NULL);
+            continue;
+        }
         worker_request(cfg, &fr, &req);
         /* An authorizer gets no request body. */
         req.body_len = req.authorizer ? 0 : worker_read_body(fr.in,

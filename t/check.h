@@ -23,5 +23,6 @@ Suite *cache_suite(void);
 Suite *limiter_suite(void);
 Suite *response_suite(void);
 Suite *util_suite(void);
+Suite *addr_suite(void);
 
 #endif /* RL_T_CHECK_H */
