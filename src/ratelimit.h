@@ -352,7 +352,8 @@ void response_error(struct rl_response *r, int status, const char *code,
 void response_decision(struct rl_response *r, const struct rl_plan *plan,
     const struct rl_decision *d);
 
-/* Seconds a client is told to wait for limit state st (at least 1). */
+/* Seconds a client is told to wait for limit state st: at least 1, or -1
+ * when the cost can never pass (then no Retry-After is sent). */
 long long response_retry_after_s(const struct rl_limit_state *st);
 
 /* ------------------------------------------------------------------ */

@@ -119,9 +119,10 @@ response_retry_after_s(const struct rl_limit_state *st)
 {
     long long s;
 
-    /* -1: this cost can never pass; point at the full reset instead. */
-    s = ceil_div_ms(st->retry_after_ms == -1 ? st->reset_ms :
-        st->retry_after_ms);
+    /* -1: this cost can never pass, so there is no time to wait for. */
+    if (st->retry_after_ms == -1)
+        return -1;
+    s = ceil_div_ms(st->retry_after_ms);
     return s < 1 ? 1 : s;
 }
 
@@ -165,7 +166,7 @@ response_policy(const struct rl_limit *l, long long limit, long long *q,
 static long long
 response_effective_s(const struct rl_limit_state *st)
 {
-    if (!st->allowed)
+    if (!st->allowed && st->retry_after_ms != -1)
         return response_retry_after_s(st);
     return ceil_div_ms(st->reset_ms);
 }
@@ -241,7 +242,8 @@ response_decision(struct rl_response *r, const struct rl_plan *plan,
     response_header(r, "X-RateLimit-Remaining", "%lld", st->remaining);
     response_header(r, "X-RateLimit-Reset", "%lld",
         now_s + ceil_div_ms(st->reset_ms));
-    if (!d->allowed)
+    /* A cost that can never pass gets no Retry-After: waiting won't help. */
+    if (!d->allowed && st->retry_after_ms != -1)
         response_header(r, "Retry-After", "%lld", response_retry_after_s(st));
 
     buf_init(&policy);

@@ -115,6 +115,9 @@ expect_error "cost 1000001" 400 invalid_request
 # cannot grant it.
 check_req "$DEMO_KEY" "$(check_body /misc/1 "$SUBJECT" 1000000)"
 check "cost 1000000: valid (429, not 400)" eq "$STATUS" 429
+check "cost 1000000: can never pass, so retry_after is -1" \
+    eq "$(json_field retry_after)" -1
+check "cost 1000000: and no Retry-After header" eq "$(header Retry-After)" ""
 
 # A valid JSON body of exactly 9000 bytes (max_body_size is 8192).
 head="{\"route\":\"/a\",\"subject\":\"$SUBJECT\",\"pad\":\""
