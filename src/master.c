@@ -52,6 +52,7 @@ master_spawn(struct master *m, int i, const sigset_t *oldmask)
     int rc;
 
     memset(slot, 0, sizeof(*slot));
+    fflush(NULL);
     if ((pid = fork()) == -1) {
         log_error("fork: %s", strerror(errno));
         return -1;
@@ -64,7 +65,9 @@ master_spawn(struct master *m, int i, const sigset_t *oldmask)
         sigprocmask(SIG_SETMASK, oldmask, NULL);
         slot->pid = getpid();
         rc = worker_run(m->cfg, m->listen_fd, slot, m->board);
-        _exit(rc);
+        /* exit(), not _exit(): a sanitizer build checks for leaks at exit,
+         * and stdio was flushed before fork. */
+        exit(rc);
     }
     slot->pid = pid;
     m->started_ms[i] = util_now_ms();
