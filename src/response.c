@@ -162,13 +162,19 @@ response_policy(const struct rl_limit *l, long long limit, long long *q,
     }
 }
 
-/* Seconds within which "remaining" applies (the t of RateLimit). */
+/* Seconds within which "remaining" applies (the t of RateLimit): the
+ * wait on a denial; else until the full reset, but never more than the
+ * window w the policy announces (a sliding window's full reset lies at the
+ * end of the next window, and "r within t" holds within w as well). */
 static long long
-response_effective_s(const struct rl_limit_state *st)
+response_effective_s(const struct rl_limit_state *st, long long w)
 {
+    long long t;
+
     if (!st->allowed && st->retry_after_ms != -1)
         return response_retry_after_s(st);
-    return ceil_div_ms(st->reset_ms);
+    t = ceil_div_ms(st->reset_ms);
+    return t > w ? w : t;
 }
 
 static struct json_object *
@@ -257,7 +263,7 @@ response_decision(struct rl_response *r, const struct rl_plan *plan,
         buf_printf(&policy, "%s\"%s\";q=%lld;w=%lld", sep, plan->name[i], q,
             w);
         buf_printf(&state, "%s\"%s\";r=%lld;t=%lld", sep, plan->name[i],
-            d->st[i].remaining, response_effective_s(&d->st[i]));
+            d->st[i].remaining, response_effective_s(&d->st[i], w));
     }
     response_header(r, "RateLimit-Policy", "%s", policy.data);
     response_header(r, "RateLimit", "%s", state.data);

@@ -489,6 +489,46 @@ START_TEST(test_retry_after)
 }
 END_TEST
 
+/* A sliding window's full reset can lie a window and more ahead; the t of
+ * RateLimit never announces more than the policy's w. */
+START_TEST(test_effective_window_capped)
+{
+    struct rl_rule rule;
+    struct rl_plan plan;
+    struct rl_decision d;
+    struct rl_response r;
+    struct sf_item policy[SF_MAX_ITEMS], st[SF_MAX_ITEMS];
+
+    memset(&rule, 0, sizeof(rule));
+    rule.id = 3;
+    rule.nlimits = 1;
+    rule.limits[0].id = 1;
+    strcpy(rule.limits[0].name, "perminute");
+    rule.limits[0].algorithm = RL_ALGO_SLIDING_WINDOW;
+    rule.limits[0].limit_count = 8;
+    rule.limits[0].window_seconds = 60;
+    plan_of(&plan, &rule);
+    memset(&d, 0, sizeof(d));
+    d.allowed = 1;
+    d.now_ms = NOW_MS;
+    d.nlimits = 1;
+    state(&d.st[0], 1, 8, 7, 105500, 0);
+    response_init(&r);
+    response_decision(&r, &plan, &d);
+    ck_assert_int_eq(sf_headers(&r, policy, st), 1);
+    ck_assert_int_eq(sf_param(&policy[0], "w"), 60);
+    ck_assert_int_eq(sf_param(&st[0], "t"), 60);
+    response_free(&r);
+
+    state(&d.st[0], 1, 8, 7, 30500, 0);
+    response_init(&r);
+    response_decision(&r, &plan, &d);
+    ck_assert_int_eq(sf_headers(&r, policy, st), 1);
+    ck_assert_int_eq(sf_param(&st[0], "t"), 31);
+    response_free(&r);
+}
+END_TEST
+
 START_TEST(test_two_limits)
 {
     struct rl_rule rule;
@@ -863,6 +903,7 @@ response_suite(void)
     tcase_add_test(tc, test_allowed_single);
     tcase_add_test(tc, test_zero_remaining_kept);
     tcase_add_test(tc, test_denied);
+    tcase_add_test(tc, test_effective_window_capped);
     tcase_add_loop_test(tc, test_retry_after, 0,
         (int)(sizeof(retry_cases) / sizeof(retry_cases[0])));
     tcase_add_test(tc, test_two_limits);
