@@ -192,9 +192,8 @@ api_check(struct service *svc, const struct http_request *req,
  * The authorizer decision on the original request.  Under the AUTHORIZER
  * role a denial is answered with its real status (lighttpd and
  * mod_authnz_fcgi pass it to the client; mod_fcgid turns it into 401).
- * As an nginx auth_request subrequest only 2xx, 401 and 403 are allowed,
- * so a denial is 403 with "X-RateLimit-Status: limited" (or "unavailable")
- * for the shipped nginx configuration to turn into 429 (or 503).
+ * The route is the path the web server will serve, normalized, so that
+ * "/%70rotected" or "//protected" cannot slip past a "/protected*" rule.
  */
 static void
 api_authorize(struct service *svc, const struct http_request *req,
@@ -205,8 +204,8 @@ api_authorize(struct service *svc, const struct http_request *req,
     struct rl_plan plan;
     struct key_info ki;
     const char *key = NULL, *what = NULL, *subject;
-    char client[64];
-    int keylen, rc, nginx = req->auth_subrequest;
+    char client[64], path[RL_ROUTE_MAX + 1];
+    int keylen, rc, plen;
     size_t n;
 
     memset(&creq, 0, sizeof(creq));
@@ -228,11 +227,10 @@ api_authorize(struct service *svc, const struct http_request *req,
         break;
     case AUTH_SUSPENDED:
         response_error(resp, 403, "tenant_suspended", "tenant is suspended");
-        if (nginx)
-            response_header(resp, "X-RateLimit-Status", "suspended");
         return;
     case AUTH_UNAVAILABLE:
-        goto unavailable;
+        api_unavailable(svc, resp, "key store unavailable");
+        return;
     default:
         response_error(resp, 401, "unauthorized", keylen == 0 ?
             "missing API key" : "invalid API key");
@@ -247,15 +245,16 @@ api_authorize(struct service *svc, const struct http_request *req,
     /* Route: the path (or "METHOD path") of the original request. */
     n = 0;
     if (strcmp(svc->cfg->authorizer_route, "method_path") == 0)
-        n = (size_t)snprintf(creq.route, sizeof(creq.route), "%s ",
+        n = (size_t)snprintf(creq.route, sizeof(creq.route), "%.32s ",
             req->method);
-    if (n + req->path_len > RL_ROUTE_MAX || req->path_len == 0) {
-        response_error(resp, 400, "invalid_request", "request path is empty "
-            "or longer than 512 bytes");
+    plen = request_normalize_path(req->path, req->path_len, path,
+        sizeof(path));
+    if (plen == -1 || n + (size_t)plen > RL_ROUTE_MAX) {
+        response_error(resp, 400, "invalid_request", "request path is not "
+            "absolute, badly escaped or longer than 512 bytes");
         return;
     }
-    memcpy(creq.route + n, req->path, req->path_len);
-    creq.route[n + req->path_len] = '\0';
+    memcpy(creq.route + n, path, (size_t)plen + 1);
 
     /* Subject: the key when there is one, else the client's address. */
     if (keylen > 0)
@@ -271,11 +270,12 @@ api_authorize(struct service *svc, const struct http_request *req,
     case DECIDE_NO_RULE:
         return;
     case DECIDE_FAIL_OPEN:
-        response_header(resp, nginx ? "X-RateLimit-Status" :
+        response_header(resp, req->auth_subrequest ? "X-RateLimit-Status" :
             "Variable-RateLimit-Status", "fail-open");
         return;
     case DECIDE_UNAVAILABLE:
-        goto unavailable;
+        api_unavailable(svc, resp, what);
+        return;
     }
     response_decision(resp, &plan, &d);
     if (d.allowed) {
@@ -289,17 +289,48 @@ api_authorize(struct service *svc, const struct http_request *req,
         response_header(resp, "Variable-RateLimit-Reset", "%lld",
             d.now_ms / 1000 + (st->reset_ms + 999) / 1000);
         buf_reset(&resp->body);
-    } else if (nginx) {
-        resp->status = 403;
-        response_header(resp, "X-RateLimit-Status", "limited");
+        /* Apache copies an authorizer's headers into the response it
+         * serves: the protected content decides its own caching. */
+        resp->no_store = 0;
     }
-    return;
-unavailable:
-    api_unavailable(svc, resp, what ? what : "key store unavailable");
-    if (nginx) {
-        resp->status = 403;
-        response_header(resp, "X-RateLimit-Status", "unavailable");
+}
+
+/*
+ * nginx's auth_request accepts only 2xx, 401 and 403 from a subrequest and
+ * turns anything else into 500.  Every other answer becomes 403 with
+ * X-RateLimit-Status naming it (limited, unavailable, invalid, suspended,
+ * forbidden, error), which the shipped nginx configuration turns back into
+ * 429, 503, 400 or 403.
+ */
+static void
+api_authorize_nginx(struct rl_response *resp)
+{
+    const char *marker;
+
+    switch (resp->status) {
+    case 200:
+    case 401:
+        return;
+    case 403:
+        marker = resp->error != NULL &&
+            strcmp(resp->error, "tenant_suspended") == 0 ? "suspended" :
+            "forbidden";
+        break;
+    case 429:
+        marker = "limited";
+        break;
+    case 503:
+        marker = "unavailable";
+        break;
+    case 400:
+        marker = "invalid";
+        break;
+    default:
+        marker = "error";
+        break;
     }
+    resp->status = 403;
+    response_header(resp, "X-RateLimit-Status", "%s", marker);
 }
 
 static void
@@ -588,9 +619,11 @@ api_handle(struct service *svc, const struct http_request *req,
     int get = method_is(req, "GET") || method_is(req, "HEAD");
 
     COUNT(svc, requests);
-    if (req->authorizer || req->auth_subrequest)
+    if (req->authorizer || req->auth_subrequest) {
         api_authorize(svc, req, resp);
-    else if (path_is(req, "/v1/check")) {
+        if (req->auth_subrequest)
+            api_authorize_nginx(resp);
+    } else if (path_is(req, "/v1/check")) {
         if (!method_is(req, "POST"))
             api_method_not_allowed(resp, "POST");
         else

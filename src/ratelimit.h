@@ -167,6 +167,16 @@ struct check_request {
 int request_parse_check(const char *body, size_t len,
     struct check_request *out, char *err, size_t errlen);
 
+/* The path a web server serves for a raw request path (without the query
+ * string): %XX decoded (except %2F, kept as "%2F", and %00, refused),
+ * runs of '/' merged, "." and ".." segments resolved.  So "/%70rotected",
+ * "//protected" and "/a/../protected" all give "/protected" and match the
+ * same rules.  Returns the length written to out (NUL terminated), or -1
+ * when the path is not absolute, holds a bad escape or NUL, or does not
+ * fit in outlen. */
+int request_normalize_path(const char *path, size_t len, char *out,
+    size_t outlen);
+
 /* Picks the API key from X-API-Key or "Authorization: Bearer".  Either
  * header may be NULL.  Returns the key's length, 0 when there is none and
  * -1 when it is longer than RL_KEY_MAX. */
@@ -331,6 +341,8 @@ struct rl_response {
     struct rl_buf headers;      /* "Name: value\r\n" lines */
     struct rl_buf body;
     const char *content_type;
+    int no_store;               /* send Cache-Control: no-store */
+    const char *error;          /* the "error" code of an error answer */
 };
 
 void response_init(struct rl_response *r);

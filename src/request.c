@@ -185,3 +185,87 @@ request_api_key(const char *x_api_key, const char *authorization,
     *key = k;
     return (int)n;
 }
+
+static int
+hexval(int c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+int
+request_normalize_path(const char *path, size_t len, char *out,
+    size_t outlen)
+{
+    size_t i, n = 0, seg;
+    int hi, lo, c;
+
+    if (len == 0 || path[0] != '/' || outlen < 2)
+        return -1;
+    /* Decode into out, merging slashes on the way. */
+    for (i = 0; i < len; i++) {
+        c = (unsigned char)path[i];
+        if (c == '%') {
+            if (i + 2 >= len)
+                return -1;
+            hi = hexval((unsigned char)path[i + 1]);
+            lo = hexval((unsigned char)path[i + 2]);
+            if (hi < 0 || lo < 0)
+                return -1;
+            c = hi * 16 + lo;
+            i += 2;
+            if (c == 0)
+                return -1;
+            if (c == '/') {
+                /* An encoded slash is not a separator to the server. */
+                if (n + 3 >= outlen)
+                    return -1;
+                memcpy(out + n, "%2F", 3);
+                n += 3;
+                continue;
+            }
+        } else if (c == '\0')
+            return -1;
+        if (c == '/' && n > 0 && out[n - 1] == '/')
+            continue;
+        if (n + 1 >= outlen)
+            return -1;
+        out[n++] = (char)c;
+    }
+    out[n] = '\0';
+
+    /* Resolve "." and ".." segments in place (RFC 3986 5.2.4). */
+    {
+        size_t r = 0, w = 0;
+
+        while (r < n) {
+            /* out[r] is '/': look at the segment after it. */
+            seg = r + 1;
+            while (seg < n && out[seg] != '/')
+                seg++;
+            if (seg - r == 2 && out[r + 1] == '.') {
+                if (seg == n)
+                    out[w++] = '/';
+            } else if (seg - r == 3 && out[r + 1] == '.' &&
+                out[r + 2] == '.') {
+                while (w > 0 && out[--w] != '/')
+                    ;
+                if (seg == n)
+                    out[w++] = '/';
+            } else {
+                memmove(out + w, out + r, seg - r);
+                w += seg - r;
+            }
+            r = seg;
+        }
+        if (w == 0)
+            out[w++] = '/';
+        out[w] = '\0';
+        return (int)w;
+    }
+}

@@ -24,6 +24,8 @@ response_init(struct rl_response *r)
 {
     r->status = 200;
     r->content_type = "application/json";
+    r->no_store = 1;
+    r->error = NULL;
     buf_init(&r->headers);
     buf_init(&r->body);
 }
@@ -40,6 +42,8 @@ response_reset(struct rl_response *r)
 {
     r->status = 200;
     r->content_type = "application/json";
+    r->no_store = 1;
+    r->error = NULL;
     buf_reset(&r->headers);
     buf_reset(&r->body);
 }
@@ -102,6 +106,7 @@ response_error(struct rl_response *r, int status, const char *code,
     struct json_object *o = json_object_new_object();
 
     r->status = status;
+    r->error = code;
     json_object_object_add(o, "error", json_object_new_string(code));
     if (message != NULL)
         json_object_object_add(o, "message", json_object_new_string(message));

@@ -143,17 +143,28 @@ static PGresult *
 pg_store_exec(struct pg_store *ps, const char *stmt, const char *param)
 {
     PGresult *res;
+    int reused = ps->conn != NULL, attempt;
 
-    if (pg_store_connect(ps) != STORE_OK)
-        return NULL;
-    ps->queries++;
-    res = PQexecPrepared(ps->conn, stmt, 1, &param, NULL, NULL, 0);
-    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+    for (attempt = 0; attempt < 2; attempt++) {
+        if (pg_store_connect(ps) != STORE_OK)
+            return NULL;
+        ps->queries++;
+        res = PQexecPrepared(ps->conn, stmt, 1, &param, NULL, NULL, 0);
+        if (PQresultStatus(res) == PGRES_TUPLES_OK)
+            return res;
+        /* A connection that broke while idle (PostgreSQL restarted): the
+         * lookups are read-only, so one retry on a new one is safe. */
+        if (attempt == 0 && reused && PQstatus(ps->conn) == CONNECTION_BAD) {
+            log_info("postgresql: the connection was closed; reconnecting");
+            PQclear(res);
+            pg_store_close(ps);
+            continue;
+        }
         pg_store_fail(ps, stmt, PQresultErrorMessage(res));
         PQclear(res);
         return NULL;
     }
-    return res;
+    return NULL;
 }
 
 static void

@@ -14,6 +14,7 @@
  * NOSCRIPT reply is answered by one EVAL of the full text (which also puts
  * it back in the script cache) and the check goes on.
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
@@ -179,16 +180,40 @@ bad:
     return STORE_BAD_REPLY;
 }
 
+/*
+ * Whether a failed command met a connection the server had closed (end of
+ * file, reset, broken pipe): then it was not executed.  A timeout is not
+ * such a case -- the script may be running -- and is never retried.
+ */
+static int
+redis_store_closed(const redisContext *c, int err)
+{
+    return c->err == REDIS_ERR_EOF || (c->err == REDIS_ERR_IO &&
+        (err == ECONNRESET || err == EPIPE));
+}
+
 int
 redis_store_check(struct redis_store *rs, struct limiter_call *call,
     int nlimits, struct rl_decision *d)
 {
     redisReply *r;
-    int rc;
+    int rc, reused;
 
+    reused = rs->ctx != NULL;
     if (redis_store_connect(rs) != STORE_OK)
         return STORE_UNAVAILABLE;
     r = redisCommandArgv(rs->ctx, call->argc, call->argv, call->argvlen);
+    if (r == NULL && reused && redis_store_closed(rs->ctx, errno)) {
+        /* Redis restarted (or a failover closed us) while this worker was
+         * idle: the command never reached the old server.  One fresh
+         * connection and one retry, so a restart costs no 503s. */
+        log_info("redis: the connection was closed (%s); reconnecting",
+            ((redisContext *)rs->ctx)->errstr);
+        redis_store_close(rs);
+        if (redis_store_connect(rs) != STORE_OK)
+            return STORE_UNAVAILABLE;
+        r = redisCommandArgv(rs->ctx, call->argc, call->argv, call->argvlen);
+    }
     if (r == NULL)
         return redis_store_fail(rs, "EVALSHA", 0);
     if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {

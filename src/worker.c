@@ -106,8 +106,8 @@ worker_write(FCGX_Request *fr, const struct rl_response *resp, int head)
     int n;
 
     n = snprintf(line, sizeof(line), "Status: %d %s\r\nContent-Type: %s\r\n"
-        "Cache-Control: no-store\r\n", resp->status,
-        response_reason(resp->status), resp->content_type);
+        "%s", resp->status, response_reason(resp->status), resp->content_type,
+        resp->no_store ? "Cache-Control: no-store\r\n" : "");
     FCGX_PutStr(line, n, fr->out);
     if (resp->headers.len > 0)
         FCGX_PutStr(resp->headers.data, (int)resp->headers.len, fr->out);

@@ -467,6 +467,65 @@ START_TEST(test_api_key_trailing_space)
 }
 END_TEST
 
+static const struct {
+    const char *in;
+    const char *want;           /* NULL: refused */
+} norm_cases[] = {
+    { "/protected/index.html", "/protected/index.html" },
+    { "/%70rotected/index.html", "/protected/index.html" },
+    { "/%70%72otected/x", "/protected/x" },
+    { "//protected//x", "/protected/x" },
+    { "/a/../protected/x", "/protected/x" },
+    { "/./protected/./x", "/protected/x" },
+    { "/%2e%2e/protected", "/protected" },
+    { "/../../protected", "/protected" },
+    { "/a/b/..", "/a/" },
+    { "/a/.", "/a/" },
+    { "/", "/" },
+    { "/..", "/" },
+    { "/a%2Fb", "/a%2Fb" },
+    { "/a%2fb", "/a%2Fb" },
+    { "/a%20b", "/a b" },
+    { "/a..b/.c", "/a..b/.c" },
+    { "/a%00b", NULL },
+    { "/a%zzb", NULL },
+    { "/a%2", NULL },
+    { "/a%", NULL },
+    { "relative", NULL },
+    { "", NULL },
+};
+
+START_TEST(test_normalize_path)
+{
+    char out[64];
+    const char *in = norm_cases[_i].in;
+    int n = request_normalize_path(in, strlen(in), out, sizeof(out));
+
+    if (norm_cases[_i].want == NULL) {
+        ck_assert_msg(n == -1, "\"%s\" gave \"%s\"", in, out);
+        return;
+    }
+    ck_assert_int_eq(n, (int)strlen(norm_cases[_i].want));
+    ck_assert_str_eq(out, norm_cases[_i].want);
+}
+END_TEST
+
+START_TEST(test_normalize_path_bounds)
+{
+    char out[8];
+
+    ck_assert_int_eq(request_normalize_path("/abcdef", 7, out, sizeof(out)),
+        7);
+    ck_assert_int_eq(request_normalize_path("/abcdefg", 8, out, sizeof(out)),
+        -1);
+    /* Decoding only shortens, but "%2F" must still fit. */
+    ck_assert_int_eq(request_normalize_path("/abc%2F", 7, out, sizeof(out)),
+        7);
+    ck_assert_int_eq(request_normalize_path("/abcd%2F", 8, out, sizeof(out)),
+        -1);
+}
+END_TEST
+
 Suite *
 request_suite(void)
 {
@@ -516,6 +575,9 @@ request_suite(void)
     tcase_add_test(tc, test_api_key_none);
     tcase_add_test(tc, test_api_key_length);
     tcase_add_test(tc, test_api_key_trailing_space);
+    tcase_add_loop_test(tc, test_normalize_path, 0,
+        (int)(sizeof(norm_cases) / sizeof(norm_cases[0])));
+    tcase_add_test(tc, test_normalize_path_bounds);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -63,6 +63,17 @@ check "after SCRIPT FLUSH: still 200" all_status 200
 check "after SCRIPT FLUSH: scripts are cached again (10 checks, $((after - before)) script calls)" \
     le $((after - before)) $((10 + WORKERS))
 
+# ---------------------------------------------------------------- Redis restart
+
+# Every worker holds a connection; Redis restarts while they are idle.  The
+# first command on each old connection meets a closed socket: the worker
+# must reconnect and retry at once, not answer 503.
+par_checks 16 4 "$DEMO_KEY" "$body"
+stack restart-redis >/dev/null
+check "Redis restarted" eq "$(rcli ping 2>/dev/null)" PONG
+par_checks 24 6 "$DEMO_KEY" "$body"
+check "after a Redis restart: no 503, all 200 ($(statuses))" all_status 200
+
 # ---------------------------------------------------------------- Redis down
 
 stack stop-redis >/dev/null

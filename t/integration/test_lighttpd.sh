@@ -325,6 +325,13 @@ get "$A/downloads/file.txt" -H "X-API-Key: $KEY_A"
 expect_429 "authorizer, static, the 4th request"
 check "authorizer, static: the 429 comes with the authorizer's JSON" \
     contains "$(header Content-Type)" application/json
+# The same file spelled otherwise is the same route: no way around a rule.
+for spelling in /%64ownloads/file.txt //downloads/file.txt \
+    /x/../downloads/file.txt /./downloads/./file.txt; do
+    get "$A$spelling" --path-as-is -H "X-API-Key: $KEY_A"
+    check "authorizer, static: $spelling is limited too ($STATUS)" \
+        eq "$STATUS" 429
+done
 get "$A/downloads/file.txt" -H "Authorization: Bearer $KEY_A2"
 check "authorizer, static: another key (Bearer) is counted apart ($STATUS)" \
     eq "$STATUS" 200
