@@ -63,6 +63,10 @@ die() {
     exit 1
 }
 
+# pid_alive, wait_gone, end_pids, descendants
+# shellcheck source-path=SCRIPTDIR source=proc.sh
+. "$ROOT/scripts/proc.sh"
+
 # Makes VAR absolute, creating it when asked to ($1 = create|nocreate).
 # Returns 1 when it does not exist and was not to be created.
 var_resolve() {
@@ -75,29 +79,6 @@ var_resolve() {
     export VAR
 }
 
-# Prints the pid in file $1 if that process is alive; returns 1 otherwise.
-pid_alive() {
-    [ -f "$1" ] || return 1
-    pa_pid=$(head -n 1 "$1" 2>/dev/null || true)
-    case $pa_pid in
-    '' | *[!0-9]*) return 1 ;;
-    esac
-    kill -0 "$pa_pid" 2>/dev/null || return 1
-    echo "$pa_pid"
-}
-
-# Waits up to $2 tenths of a second for process $1 to exit.  Returns 1 if
-# it is still there.
-wait_gone() {
-    wg_n=0
-    while kill -0 "$1" 2>/dev/null; do
-        wg_n=$((wg_n + 1))
-        [ "$wg_n" -gt "$2" ] && return 1
-        sleep 0.1
-    done
-    return 0
-}
-
 # Ends process $1: SIGTERM, up to $2 tenths of a second, then SIGKILL.
 end_pid() {
     kill -TERM "$1" 2>/dev/null || return 0
@@ -105,21 +86,6 @@ end_pid() {
         kill -KILL "$1" 2>/dev/null || true
         wait_gone "$1" 20 || true
     fi
-}
-
-# Prints the pids of every descendant of process $1.
-descendants() {
-    ps -e -o pid= -o ppid= | awk -v root="$1" '
-        { parent[$1] = $2; pids[NR] = $1 }
-        END {
-            for (i = 1; i <= NR; i++) {
-                p = pids[i]; q = parent[p]; hops = 0
-                while (q != "" && q != 0 && q != root && hops++ < 64)
-                    q = parent[q]
-                if (q == root && p != root)
-                    print p
-            }
-        }'
 }
 
 # Prints the pids of ratelimit-fcgi processes started for this VAR.
@@ -292,15 +258,8 @@ lighttpd_stop() {
     # lighttpd stops its bin-path backend; make sure that the master and
     # every worker are gone too.
     ls_pids="$ls_pids $(fcgi_pids)"
-    for ls_p in $ls_pids; do
-        kill -TERM "$ls_p" 2>/dev/null || true
-    done
-    for ls_p in $ls_pids; do
-        if ! wait_gone "$ls_p" 50; then
-            kill -KILL "$ls_p" 2>/dev/null || true
-            wait_gone "$ls_p" 20 || true
-        fi
-    done
+    # shellcheck disable=SC2086 # a list of pids
+    end_pids $ls_pids
     rm -f "$VAR"/fcgi.sock*
 }
 

@@ -902,6 +902,40 @@ ctl_tenant_id(struct ctl *ctl, const char *name, char id[RL_UUID_LEN + 1])
     return 0;
 }
 
+/*
+ * The start of the commands that take a row id: parses s into id (what
+ * names the argument in messages), then connects.  Returns 0, or an exit
+ * status after printing why.
+ */
+static int
+ctl_parse_id_connect(struct ctl *ctl, const struct ctl_command *cmd,
+    const char *what, const char *s, long long *id)
+{
+    char err[256];
+
+    if (ctl_parse_id(what, s, id, err, sizeof(err)) == -1)
+        return ctl_usage_error(cmd, "%s", err);
+    return ctl_connect(ctl);
+}
+
+/*
+ * Runs a statement for the number of rows it returns (or changes, with
+ * RETURNING).  Returns that number, or -1 with the error kept in ctl.
+ */
+static int
+ctl_query_rows(struct ctl *ctl, const char *sql, int nparams,
+    const char *const *params)
+{
+    PGresult *res = ctl_query(ctl, sql, nparams, params);
+    int n;
+
+    if (res == NULL)
+        return -1;
+    n = PQntuples(res);
+    PQclear(res);
+    return n;
+}
+
 /* ------------------------------------------------------------------ */
 /* Output */
 
@@ -952,6 +986,47 @@ ctl_print_fields(const char *const *names, const char *const *values, int n)
             width = strlen(names[i]);
     for (i = 0; i < n; i++)
         printf("%-*s  %s\n", (int)width, names[i], values[i]);
+}
+
+/*
+ * Runs a query and prints its rows as a table under headers (the "list"
+ * commands).  Returns CTL_EXIT_OK, or CTL_EXIT_FAIL after printing the
+ * database error.
+ */
+static int
+ctl_print_query(struct ctl *ctl, const char *sql, int nparams,
+    const char *const *params, const char *const *headers)
+{
+    PGresult *res = ctl_query(ctl, sql, nparams, params);
+
+    if (res == NULL)
+        return ctl_db_fail(ctl);
+    ctl_print_table(res, headers);
+    PQclear(res);
+    return CTL_EXIT_OK;
+}
+
+/*
+ * "key list TENANT" and "rule list TENANT": checks the name, connects,
+ * looks the tenant up and prints the rows of sql, whose $1 is the tenant's
+ * id, under headers.  Returns an exit status, having printed why on
+ * failure.
+ */
+static int
+ctl_print_tenant_query(struct ctl *ctl, const struct ctl_command *cmd,
+    const char *tenant, const char *sql, const char *const *headers)
+{
+    char id[RL_UUID_LEN + 1], err[256];
+    const char *params[1] = { id };
+    int rc;
+
+    if (ctl_check_tenant_name(tenant, err, sizeof(err)) == -1)
+        return ctl_usage_error(cmd, "%s", err);
+    if ((rc = ctl_connect(ctl)) != 0)
+        return rc;
+    if ((rc = ctl_tenant_id(ctl, tenant, id)) != 0)
+        return rc;
+    return ctl_print_query(ctl, sql, 1, params, headers);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1086,26 +1161,20 @@ ctl_cmd_tenant_list(struct ctl *ctl, const struct ctl_command *cmd,
 {
     static const char *const headers[] = { "ID", "NAME", "STATUS", "KEYS",
         "RULES", "CREATED" };
-    PGresult *res;
     int rc;
 
     (void)cmd;
     (void)a;
     if ((rc = ctl_connect(ctl)) != 0)
         return rc;
-    res = ctl_query(ctl,
+    return ctl_print_query(ctl,
         "SELECT t.id, t.name, t.status, "
         "  (SELECT count(*) FROM api_keys k "
         "   WHERE k.tenant_id = t.id AND k.status = 'active'), "
         "  (SELECT count(*) FROM rules r WHERE r.tenant_id = t.id), "
         "  to_char(t.created_at AT TIME ZONE 'UTC', "
         "          'YYYY-MM-DD HH24:MI:SS') "
-        "FROM tenants t ORDER BY t.name", 0, NULL);
-    if (res == NULL)
-        return ctl_db_fail(ctl);
-    ctl_print_table(res, headers);
-    PQclear(res);
-    return CTL_EXIT_OK;
+        "FROM tenants t ORDER BY t.name", 0, NULL, headers);
 }
 
 /* tenant suspend / tenant resume: the status is the command's verb. */
@@ -1118,19 +1187,16 @@ ctl_cmd_tenant_status(struct ctl *ctl, const struct ctl_command *cmd,
         "active";
     const char *params[2] = { name, status };
     char err[256];
-    PGresult *res;
     int rc, n;
 
     if (ctl_check_tenant_name(name, err, sizeof(err)) == -1)
         return ctl_usage_error(cmd, "%s", err);
     if ((rc = ctl_connect(ctl)) != 0)
         return rc;
-    res = ctl_query(ctl, "UPDATE tenants SET status = $2 WHERE name = $1 "
+    n = ctl_query_rows(ctl, "UPDATE tenants SET status = $2 WHERE name = $1 "
         "RETURNING id", 2, params);
-    if (res == NULL)
+    if (n == -1)
         return ctl_db_fail(ctl);
-    n = PQntuples(res);
-    PQclear(res);
     if (n == 0)
         return ctl_fail("no tenant named \"%s\" (see '" CTL_NAME
             " tenant list')", name);
@@ -1244,29 +1310,13 @@ ctl_cmd_key_list(struct ctl *ctl, const struct ctl_command *cmd,
 {
     static const char *const headers[] = { "ID", "PREFIX", "ROLE", "STATUS",
         "CREATED", "LAST_USED" };
-    char id[RL_UUID_LEN + 1], err[256];
-    const char *params[1];
-    PGresult *res;
-    int rc;
 
-    if (ctl_check_tenant_name(a->pos[0], err, sizeof(err)) == -1)
-        return ctl_usage_error(cmd, "%s", err);
-    if ((rc = ctl_connect(ctl)) != 0)
-        return rc;
-    if ((rc = ctl_tenant_id(ctl, a->pos[0], id)) != 0)
-        return rc;
-    params[0] = id;
-    res = ctl_query(ctl,
+    return ctl_print_tenant_query(ctl, cmd, a->pos[0],
         "SELECT id, key_prefix, role, status, "
         "  to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'), "
         "  coalesce(to_char(last_used_at AT TIME ZONE 'UTC', "
         "                   'YYYY-MM-DD HH24:MI:SS'), 'never') "
-        "FROM api_keys WHERE tenant_id = $1::uuid ORDER BY id", 1, params);
-    if (res == NULL)
-        return ctl_db_fail(ctl);
-    ctl_print_table(res, headers);
-    PQclear(res);
-    return CTL_EXIT_OK;
+        "FROM api_keys WHERE tenant_id = $1::uuid ORDER BY id", headers);
 }
 
 static int
@@ -1275,32 +1325,25 @@ ctl_cmd_key_revoke(struct ctl *ctl, const struct ctl_command *cmd,
 {
     const char *params[1] = { a->pos[0] };
     long long id;
-    char err[256];
-    PGresult *res;
     int rc, n;
 
-    if (ctl_parse_id("KEY_ID", a->pos[0], &id, err, sizeof(err)) == -1)
-        return ctl_usage_error(cmd, "%s", err);
-    if ((rc = ctl_connect(ctl)) != 0)
+    if ((rc = ctl_parse_id_connect(ctl, cmd, "KEY_ID", a->pos[0],
+        &id)) != 0)
         return rc;
-    res = ctl_query(ctl, "UPDATE api_keys "
+    n = ctl_query_rows(ctl, "UPDATE api_keys "
         "SET status = 'revoked', revoked_at = now() "
         "WHERE id = $1::bigint AND status = 'active' RETURNING id",
         1, params);
-    if (res == NULL)
+    if (n == -1)
         return ctl_db_fail(ctl);
-    n = PQntuples(res);
-    PQclear(res);
     if (n > 0) {
         printf("key %lld revoked\n", id);
         return CTL_EXIT_OK;
     }
-    res = ctl_query(ctl, "SELECT status FROM api_keys WHERE id = $1::bigint",
-        1, params);
-    if (res == NULL)
+    n = ctl_query_rows(ctl,
+        "SELECT status FROM api_keys WHERE id = $1::bigint", 1, params);
+    if (n == -1)
         return ctl_db_fail(ctl);
-    n = PQntuples(res);
-    PQclear(res);
     if (n == 0)
         return ctl_fail("no key with id %lld", id);
     printf("key %lld was already revoked\n", id);
@@ -1850,21 +1893,10 @@ ctl_cmd_rule_list(struct ctl *ctl, const struct ctl_command *cmd,
     static const char *const headers[] = { "ID", "ROUTE", "PRIORITY",
         "ENABLED", "ALWAYS", "SHADOW", "FAILURE", "PER", "LIMIT_ID", "LIMIT",
         "ALGORITHM", "PARAMETERS" };
-    char id[RL_UUID_LEN + 1], err[256];
-    const char *params[1];
-    PGresult *res;
-    int rc;
 
-    if (ctl_check_tenant_name(a->pos[0], err, sizeof(err)) == -1)
-        return ctl_usage_error(cmd, "%s", err);
-    if ((rc = ctl_connect(ctl)) != 0)
-        return rc;
-    if ((rc = ctl_tenant_id(ctl, a->pos[0], id)) != 0)
-        return rc;
-    params[0] = id;
     /* A GCRA period is shown in the largest unit that divides it, the way
      * --period takes it (ctl_format_duration does the same). */
-    res = ctl_query(ctl,
+    return ctl_print_tenant_query(ctl, cmd, a->pos[0],
         "SELECT r.id, r.route_pattern, r.priority, "
         "  CASE WHEN r.enabled THEN 'yes' ELSE 'no' END, "
         "  CASE WHEN r.always THEN 'yes' ELSE 'no' END, "
@@ -1892,12 +1924,7 @@ ctl_cmd_rule_list(struct ctl *ctl, const struct ctl_command *cmd,
         "         || l.calendar "
         "  END "
         "FROM rules r LEFT JOIN limits l ON l.rule_id = r.id "
-        "WHERE r.tenant_id = $1::uuid ORDER BY r.id, l.id", 1, params);
-    if (res == NULL)
-        return ctl_db_fail(ctl);
-    ctl_print_table(res, headers);
-    PQclear(res);
-    return CTL_EXIT_OK;
+        "WHERE r.tenant_id = $1::uuid ORDER BY r.id, l.id", headers);
 }
 
 static int
@@ -1906,21 +1933,16 @@ ctl_cmd_rule_remove(struct ctl *ctl, const struct ctl_command *cmd,
 {
     const char *params[1] = { a->pos[0] };
     long long id;
-    char err[256];
-    PGresult *res;
     int rc, n;
 
-    if (ctl_parse_id("RULE_ID", a->pos[0], &id, err, sizeof(err)) == -1)
-        return ctl_usage_error(cmd, "%s", err);
-    if ((rc = ctl_connect(ctl)) != 0)
+    if ((rc = ctl_parse_id_connect(ctl, cmd, "RULE_ID", a->pos[0],
+        &id)) != 0)
         return rc;
     /* The rule's limits go with it (ON DELETE CASCADE), atomically. */
-    res = ctl_query(ctl, "DELETE FROM rules WHERE id = $1::bigint "
+    n = ctl_query_rows(ctl, "DELETE FROM rules WHERE id = $1::bigint "
         "RETURNING id", 1, params);
-    if (res == NULL)
+    if (n == -1)
         return ctl_db_fail(ctl);
-    n = PQntuples(res);
-    PQclear(res);
     if (n == 0)
         return ctl_fail("no rule with id %lld", id);
     printf("rule %lld removed\n", id);
@@ -1982,14 +2004,13 @@ ctl_cmd_limit_remove(struct ctl *ctl, const struct ctl_command *cmd,
     const struct ctl_args *a)
 {
     const char *params[2];
-    char err[256], rule_id[24], name[CTL_LIMIT_NAME_MAX + 1];
+    char rule_id[24], name[CTL_LIMIT_NAME_MAX + 1];
     long long id, nlimits;
     PGresult *res;
     int rc;
 
-    if (ctl_parse_id("LIMIT_ID", a->pos[0], &id, err, sizeof(err)) == -1)
-        return ctl_usage_error(cmd, "%s", err);
-    if ((rc = ctl_connect(ctl)) != 0)
+    if ((rc = ctl_parse_id_connect(ctl, cmd, "LIMIT_ID", a->pos[0],
+        &id)) != 0)
         return rc;
 
     params[0] = a->pos[0];

@@ -16,8 +16,12 @@
 #   json_field NAME [JSON]  a top-level field of $BODY (or JSON): strings
 #                       raw, everything else as JSON; "<absent>" and status 1
 #                       when there is no such field
+#   fetch URL [CURL-ARG...]
+#                       like req, for any URL, with curl's own arguments
 #   check_req KEY BODY  req POST /v1/check with the key in X-API-Key
 #   finish              prints "N passed, M failed" for this file and exits
+# and, at the end, what the test files that run servers of their own
+# (lighttpd, nginx, Apache, ratelimit-fcgi on its own socket) share.
 # Variable names inside helpers carry a per-function prefix, since POSIX sh
 # has no local variables.
 
@@ -156,6 +160,23 @@ matches() {
 
 # ---------------------------------------------------------------- HTTP
 
+# curl_request URL [CURL-ARG...]: one request; sets STATUS (000 when
+# nothing answered), BODY and TIME (seconds), and keeps the headers for
+# `header`.  The part that req and fetch share.
+curl_request() {
+    cr_url=$1
+    shift
+    rm -f "$T_TMP/headers" "$T_TMP/body"
+    cr_out=$(curl -s -m 10 -D "$T_TMP/headers" -o "$T_TMP/body" \
+        -w '%{http_code} %{time_total}' "$@" "$cr_url") || true
+    STATUS=${cr_out%% *}
+    # shellcheck disable=SC2034 # used by the test files
+    TIME=${cr_out#* }
+    [ -n "$STATUS" ] || STATUS=000
+    BODY=$(cat "$T_TMP/body" 2>/dev/null || true)
+    touch "$T_TMP/headers"
+}
+
 # req METHOD PATH [BODY|-] [HEADER...]: BODY "-" (or none) sends no body.
 req() {
     R_METHOD=$1
@@ -176,19 +197,29 @@ req() {
     if [ "$rq_body" != - ]; then
         set -- "$@" --data-raw "$rq_body"
     fi
-    rm -f "$T_TMP/headers" "$T_TMP/body"
-    rq_out=$(curl -s -m 10 -X "$R_METHOD" -D "$T_TMP/headers" \
-        -o "$T_TMP/body" -w '%{http_code} %{time_total}' "$@" \
-        "$BASE_URL$R_PATH") || true
-    STATUS=${rq_out%% *}
-    # shellcheck disable=SC2034 # used by the test files
-    TIME=${rq_out#* }
-    [ -n "$STATUS" ] || STATUS=000
-    BODY=
-    if [ -f "$T_TMP/body" ]; then
-        BODY=$(cat "$T_TMP/body")
-    fi
-    touch "$T_TMP/headers"
+    curl_request "$BASE_URL$R_PATH" -X "$R_METHOD" "$@"
+}
+
+# fetch URL [CURL-ARG...]: one request to any server, with curl's own
+# arguments (-X, -H, --data-raw, --interface...); sets what req sets.  A
+# failed check shows it as "curl URL".
+fetch() {
+    R_METHOD=curl
+    R_PATH=$1
+    curl_request "$@"
+}
+
+# request_statuses N [CURL-ARG...]: N requests one after another (the URL
+# among the arguments); prints their statuses, each after a blank.
+request_statuses() {
+    rs_n=$1
+    shift
+    rs_out=
+    while [ "$rs_n" -gt 0 ]; do
+        rs_out="$rs_out $(curl -s -m 10 -o /dev/null -w '%{http_code}' "$@")"
+        rs_n=$((rs_n - 1))
+    done
+    echo "$rs_out"
 }
 
 # header NAME [FILE]: the value of NAME in the final response of FILE
@@ -344,6 +375,27 @@ stack() {
     sh "$ROOT/scripts/dev-stack.sh" "$@"
 }
 
+# stop_redis, start_redis: stop and start the stack's Redis.  REDIS_DOWN is
+# 1 in between, so that restore_redis, in a cleanup, can start it again
+# when a test file ends while it is stopped.
+REDIS_DOWN=0
+
+stop_redis() {
+    stack stop-redis >/dev/null 2>&1
+    REDIS_DOWN=1
+}
+
+start_redis() {
+    stack start-redis >/dev/null 2>&1
+    REDIS_DOWN=0
+}
+
+restore_redis() {
+    if [ "$REDIS_DOWN" = 1 ]; then
+        start_redis
+    fi
+}
+
 # How many scripts Redis has run (EVALSHA and EVAL, calls ever made).
 script_calls() {
     rcli INFO commandstats | tr -d '\r' | awk -F '[:,=]' '
@@ -438,4 +490,156 @@ count_lines() {
     else
         printf '%s\n' "$1" | wc -l | tr -d ' '
     fi
+}
+
+# ---------------------------------------------------------------- servers
+
+# Helpers for the test files that run servers of their own (lighttpd,
+# nginx, Apache, ratelimit-fcgi on its own socket) next to the stack.
+
+# end_pids PID... (SIGTERM to all, up to 5 s for each, then SIGKILL) and
+# the other process helpers of the stack's scripts.
+# shellcheck source-path=SCRIPTDIR source=../../scripts/proc.sh
+. "$ROOT/scripts/proc.sh"
+
+# The pids of the processes a test file started itself, for serve_dir.
+PIDS=
+
+# serve_dir PREFIX: sets D to a new world-readable directory (the servers
+# may run as nobody) /tmp/PREFIX.XXXXXX, and arranges that when this file
+# exits, however it ends, the processes in PIDS are stopped (end_pids) and
+# D is removed.  An interrupt exits 130 through the same path.
+serve_dir() {
+    D=$(mktemp -d "/tmp/$1.XXXXXX")
+    chmod 755 "$D"
+    trap 'end_pids $PIDS; rm -rf "$D"' EXIT
+    trap 'exit 130' INT TERM
+}
+
+# alive PID: the process exists and is not a zombie.
+alive() {
+    al_st=$(ps -o stat= -p "$1" 2>/dev/null) || return 1
+    case $al_st in
+    '' | Z*) return 1 ;;
+    esac
+    return 0
+}
+
+# stop_process PID SIGNAL: sends SIGNAL, waits up to 10 s for the process
+# to end (SIGKILL then) and reaps it.  Nothing when PID is empty.
+stop_process() {
+    [ -n "$1" ] || return 0
+    kill -"$2" "$1" 2>/dev/null || true
+    sp_n=0
+    while alive "$1"; do
+        sp_n=$((sp_n + 1))
+        if [ "$sp_n" -gt 100 ]; then
+            kill -KILL "$1" 2>/dev/null || true
+            break
+        fi
+        sleep 0.1
+    done
+    wait "$1" 2>/dev/null || true
+}
+
+# show_logs DIR: the tail of every log in DIR, after a server failed to
+# start.
+show_logs() {
+    for sl_f in "$1"/*.log; do
+        [ -f "$sl_f" ] || continue
+        echo "---- tail of $sl_f"
+        tail -n 15 "$sl_f"
+    done
+}
+
+# app_conf_lines OUT LINE...: writes OUT, the stack's ratelimit.conf with
+# the "key = value" LINEs in place of the lines that set those keys (the
+# loader refuses a key set twice).  OUT is world-readable, for an
+# application that runs as nobody.
+app_conf_lines() {
+    ac_out=$1
+    shift
+    ac_keys=" "
+    for ac_line in "$@"; do
+        ac_keys="$ac_keys$(printf '%s' "${ac_line%%=*}" | tr -d ' \t') "
+    done
+    awk -v keys="$ac_keys" '{
+        k = $0
+        sub(/^[ \t]*/, "", k)
+        sub(/[ \t]*=.*$/, "", k)
+        if (index(keys, " " k " ") == 0)
+            print
+    }' "$VAR/ratelimit.conf" >"$ac_out"
+    printf '%s\n' "$@" >>"$ac_out"
+    chmod 644 "$ac_out"
+}
+
+# app_conf OUT KEY=VALUE...: app_conf_lines with each value as a quoted
+# string (KEY = "VALUE").
+app_conf() {
+    ac_file=$1
+    shift
+    for ac_kv in "$@"; do
+        set -- "$@" "${ac_kv%%=*} = \"${ac_kv#*=}\""
+        shift
+    done
+    app_conf_lines "$ac_file" "$@"
+}
+
+# app_start NAME CONF [VAR=VALUE...]: starts ratelimit-fcgi -c CONF in the
+# background, with the VARs in its environment and its output in
+# $D/NAME.log; sets APP_PID and adds it to PIDS.
+app_start() {
+    as_name=$1
+    as_conf=$2
+    shift 2
+    env "$@" "$BUILD/ratelimit-fcgi" -c "$as_conf" >"$D/$as_name.log" 2>&1 &
+    APP_PID=$!
+    PIDS="$PIDS $APP_PID"
+}
+
+# lighttpd_start CONF LOG PORT: checks CONF with lighttpd -tt (its output,
+# kept beside CONF as NAME.tt, is shown when CONF is refused), then runs
+# lighttpd -D with it in the background, its output appended to LOG; sets
+# LT_PID (empty when CONF was refused) and adds it to PIDS.  Waits (at most
+# 5 s) until 127.0.0.1:PORT answers; returns 1 when it does not.
+lighttpd_start() {
+    LT_PID=
+    if ! /usr/sbin/lighttpd -tt -f "$1" >"${1%.conf}.tt" 2>&1; then
+        cat "${1%.conf}.tt"
+        return 1
+    fi
+    /usr/sbin/lighttpd -D -f "$1" >>"$2" 2>&1 &
+    LT_PID=$!
+    PIDS="$PIDS $LT_PID"
+    ls_n=0
+    until [ "$(curl -s -o /dev/null -m 1 -w '%{http_code}' \
+        "http://127.0.0.1:$3/" 2>/dev/null)" != 000 ]; do
+        ls_n=$((ls_n + 1))
+        [ "$ls_n" -gt 50 ] && return 1
+        sleep 0.1
+    done
+}
+
+# stack_touch: 4 x WORKERS requests for /health/ready to the stack's
+# lighttpd, WORKERS at a time.  A worker of the stack that still holds a
+# Redis connection from before a Redis restart fails its next use of it
+# once (503); this spends those failures here, while Redis is down or just
+# back, instead of in a later test file.
+stack_touch() {
+    st_cfg=$T_TMP/touch.conf
+    : >"$st_cfg"
+    st_i=0
+    while [ "$st_i" -lt $((WORKERS * 4)) ]; do
+        printf 'url = "%s/health/ready"\noutput = "/dev/null"\n' \
+            "$BASE_URL" >>"$st_cfg"
+        st_i=$((st_i + 1))
+    done
+    curl -s -m 10 --parallel --parallel-max "$WORKERS" -K "$st_cfg" \
+        >/dev/null 2>&1 || true
+}
+
+# filled FILE: no @PLACEHOLDER@ is left in FILE.
+filled() {
+    ! grep -q '@[A-Z_]*@' "$1"
 }

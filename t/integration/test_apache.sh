@@ -62,32 +62,6 @@ GROUP=$(id -gn nobody 2>/dev/null || echo nogroup)
 HTTPD_PID=
 PROXY_APP_PID=
 AUTHNZ_APP_PID=
-REDIS_DOWN=0
-
-# alive PID: the process exists and is not a zombie.
-alive() {
-    al_st=$(ps -o stat= -p "$1" 2>/dev/null) || return 1
-    case $al_st in
-    '' | Z*) return 1 ;;
-    esac
-    return 0
-}
-
-# stop_pid PID SIGNAL: sends SIGNAL, waits up to 10 s, then SIGKILL.
-stop_pid() {
-    [ -n "$1" ] || return 0
-    kill -"$2" "$1" 2>/dev/null || true
-    sp_n=0
-    while alive "$1"; do
-        sp_n=$((sp_n + 1))
-        if [ "$sp_n" -gt 100 ]; then
-            kill -KILL "$1" 2>/dev/null || true
-            break
-        fi
-        sleep 0.1
-    done
-    wait "$1" 2>/dev/null || true
-}
 
 # The pids of the processes mod_fcgid started from our configuration.
 fcgid_app_pids() {
@@ -96,66 +70,26 @@ fcgid_app_pids() {
 }
 
 cleanup() {
-    stop_pid "$HTTPD_PID" TERM
+    stop_process "$HTTPD_PID" TERM
     HTTPD_PID=
     # mod_fcgid stops its processes with Apache; make sure.
     for cl_p in $(fcgid_app_pids); do
-        stop_pid "$cl_p" TERM
+        stop_process "$cl_p" TERM
     done
-    stop_pid "$PROXY_APP_PID" TERM
-    stop_pid "$AUTHNZ_APP_PID" TERM
+    stop_process "$PROXY_APP_PID" TERM
+    stop_process "$AUTHNZ_APP_PID" TERM
     PROXY_APP_PID=
     AUTHNZ_APP_PID=
-    if [ "$REDIS_DOWN" = 1 ]; then
-        stack start-redis >/dev/null 2>&1 || true
-        REDIS_DOWN=0
-    fi
+    restore_redis
     rm -rf "$A"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-show_logs() {
-    for sl_f in "$A"/*.log; do
-        [ -f "$sl_f" ] || continue
-        echo "---- tail of $sl_f"
-        tail -n 15 "$sl_f"
-    done
-}
-
-# fetch URL [CURL_ARG...]: one request; sets STATUS and BODY and keeps the
-# headers for `header`.
-fetch() {
-    # shellcheck disable=SC2034 # R_METHOD and R_PATH are shown by check()
-    R_METHOD=GET
-    R_PATH=$1
-    ft_url=$1
-    shift
-    rm -f "$T_TMP/headers" "$T_TMP/body"
-    STATUS=$(curl -s -m 10 -D "$T_TMP/headers" -o "$T_TMP/body" \
-        -w '%{http_code}' "$@" "$ft_url") || true
-    [ -n "$STATUS" ] || STATUS=000
-    BODY=$(cat "$T_TMP/body" 2>/dev/null || true)
-    touch "$T_TMP/headers"
-}
-
 # post_check URL KEY BODY: POST /v1/check.
 post_check() {
     fetch "$1" -X POST -H "X-API-Key: $2" -H 'Content-Type: application/json' \
         --data-raw "$3"
-}
-
-# statuses N URL [CURL_ARG...]: N requests one after another; prints the
-# statuses separated by blanks.
-statuses() {
-    st_n=$1
-    shift
-    st_out=
-    while [ "$st_n" -gt 0 ]; do
-        st_out="$st_out $(curl -s -m 10 -o /dev/null -w '%{http_code}' "$@")"
-        st_n=$((st_n - 1))
-    done
-    echo "$st_out"
 }
 
 # wait_status URL CODE [CURL_ARG...]: repeats a request for up to 15 s
@@ -173,49 +107,6 @@ wait_status() {
         alive "$HTTPD_PID" || return 1
         sleep 0.2
     done
-}
-
-# app_conf OUT LINE...: the stack's ratelimit.conf with the keys of the
-# given "key = value" lines replaced (the loader refuses a key set twice).
-app_conf() {
-    ac_out=$1
-    shift
-    ac_keys=" "
-    for ac_line in "$@"; do
-        ac_keys="$ac_keys$(printf '%s' "${ac_line%%=*}" | tr -d ' \t') "
-    done
-    awk -v keys="$ac_keys" '{
-        k = $0
-        sub(/^[ \t]*/, "", k)
-        sub(/[ \t]*=.*$/, "", k)
-        if (index(keys, " " k " ") == 0)
-            print
-    }' "$VAR/ratelimit.conf" >"$ac_out"
-    printf '%s\n' "$@" >>"$ac_out"
-    chmod 644 "$ac_out"
-}
-
-# stack_touch: 4 x WORKERS requests for /health/ready to the stack's
-# lighttpd, WORKERS at a time.  A worker of the stack that still holds a
-# Redis connection from before a Redis restart fails its next use of it
-# once (503); this spends those failures here, while Redis is down or just
-# back, instead of in a later test file.
-stack_touch() {
-    st_cfg=$T_TMP/touch.conf
-    : >"$st_cfg"
-    st_i=0
-    while [ "$st_i" -lt $((WORKERS * 4)) ]; do
-        printf 'url = "%s/health/ready"\noutput = "/dev/null"\n' \
-            "$BASE_URL" >>"$st_cfg"
-        st_i=$((st_i + 1))
-    done
-    curl -s -m 10 --parallel --parallel-max "$WORKERS" -K "$st_cfg" \
-        >/dev/null 2>&1 || true
-}
-
-# filled FILE: no @PLACEHOLDER@ is left in FILE.
-filled() {
-    ! grep -q '@[A-Z_]*@' "$1"
 }
 
 # ---------------------------------------------------------------- data
@@ -238,17 +129,17 @@ check "tenants, keys and rules created" \
 
 # ---------------------------------------------------------------- start
 
-app_conf "$A/fcgid-app.conf" \
+app_conf_lines "$A/fcgid-app.conf" \
     'listen = ""' \
     "workers = 0" \
     "max_requests = 0" \
     "anonymous_tenant = $anon_fcgid"
-app_conf "$A/proxy-app.conf" \
+app_conf_lines "$A/proxy-app.conf" \
     "listen = unix:$SOCKET" \
     "listen_mode = 0660" \
     "listen_group = $GROUP" \
     "workers = 2"
-app_conf "$A/authnz-app.conf" \
+app_conf_lines "$A/authnz-app.conf" \
     "listen = 127.0.0.1:$APP_TCP_PORT" \
     "workers = 2" \
     "anonymous_tenant = $anon_authnz" \
@@ -342,7 +233,7 @@ HTTPD_PID=$!
 wait_status "$PROXY_URL/health/ready" 200
 check "mod_proxy_fcgi: /health/ready is 200" eq "$STATUS" 200
 if [ "$STATUS" != 200 ]; then
-    show_logs
+    show_logs "$A"
     finish
 fi
 
@@ -410,7 +301,8 @@ check "mod_fcgid access checker: the 401 is not the content" \
     ne "$BODY" "protected content"
 fetch "$FCGID_URL/protected/index.html" -H "X-API-Key: rl_no_such_key_0123456789"
 check "mod_fcgid access checker: unknown key, 401" eq "$STATUS" 401
-got=$(statuses 4 --interface 127.0.0.2 "$FCGID_URL/protected/index.html")
+got=$(request_statuses 4 --interface 127.0.0.2 \
+    "$FCGID_URL/protected/index.html")
 check "mod_fcgid access checker: no key, by address: 3 x 200 then 401 ($got)" \
     eq "$got" " 200 200 200 401"
 
@@ -487,7 +379,7 @@ check "mod_authnz_fcgi: unknown key, error unauthorized" \
     eq "$(json_field error)" unauthorized
 
 page=$AUTHNZ_URL/protected/index.html
-got=$(statuses 4 --interface 127.0.0.2 "$page")
+got=$(request_statuses 4 --interface 127.0.0.2 "$page")
 check "mod_authnz_fcgi: no key, from 127.0.0.2: 3 x 200 then 429 ($got)" \
     eq "$got" " 200 200 200 429"
 check "Apache saw the client as 127.0.0.2" \
@@ -495,8 +387,8 @@ check "Apache saw the client as 127.0.0.2" \
 fetch "$page" --interface 127.0.0.3
 check "mod_authnz_fcgi: no key, from 127.0.0.3: its own count (200)" \
     eq "$STATUS" 200
-got=$(statuses 4 --interface 127.0.0.5 -H 'X-Forwarded-For: 192.0.2.10' \
-    "$page")
+got=$(request_statuses 4 --interface 127.0.0.5 \
+    -H 'X-Forwarded-For: 192.0.2.10' "$page")
 check "mod_authnz_fcgi: trusted proxy, client 192.0.2.10: 3 x 200 then 429 ($got)" \
     eq "$got" " 200 200 200 429"
 fetch "$page" --interface 127.0.0.5 -H 'X-Forwarded-For: 192.0.2.11'
@@ -508,8 +400,7 @@ check "mod_authnz_fcgi: untrusted X-Forwarded-For ignored (200)" \
 
 # ---------------------------------------------------------------- Redis down
 
-stack stop-redis >/dev/null 2>&1
-REDIS_DOWN=1
+stop_redis
 check "Redis is stopped" ne "$(rcli ping 2>/dev/null)" PONG
 stack_touch
 fetch "$AUTHNZ_URL/protected/index.html" -H "X-API-Key: $key_down"
@@ -523,8 +414,7 @@ check "Redis down: mod_fcgid answers 401 (its only refusal)" eq "$STATUS" 401
 post_check "$PROXY_URL/v1/check" "$key_down" "$(check_body /resp/down)"
 check "Redis down: mod_proxy_fcgi answers 503" eq "$STATUS" 503
 
-stack start-redis >/dev/null 2>&1
-REDIS_DOWN=0
+start_redis
 wait_status "$AUTHNZ_URL/protected/index.html" 200 -H "X-API-Key: $key_down"
 check "Redis back: mod_authnz_fcgi allows again (200)" eq "$STATUS" 200
 sleep 0.3
@@ -532,12 +422,12 @@ stack_touch
 
 # ---------------------------------------------------------------- app down
 
-stop_pid "$AUTHNZ_APP_PID" TERM
+stop_process "$AUTHNZ_APP_PID" TERM
 AUTHNZ_APP_PID=
 fetch "$AUTHNZ_URL/protected/index.html" -H "X-API-Key: $key_down"
 check "application stopped: mod_authnz_fcgi fails closed (500)" \
     eq "$STATUS" 500
-stop_pid "$PROXY_APP_PID" TERM
+stop_process "$PROXY_APP_PID" TERM
 PROXY_APP_PID=
 post_check "$PROXY_URL/v1/check" "$key_down" "$(check_body /resp/down)"
 check "application stopped: mod_proxy_fcgi answers 503" eq "$STATUS" 503

@@ -19,8 +19,7 @@
 require_stack
 
 CONF_DIR=$ROOT/conf
-D=$(mktemp -d /tmp/rl-lighttpd.XXXXXX)
-chmod 755 "$D"
+serve_dir rl-lighttpd
 P_MAIN=$((PORT + 1))
 P_BP=$((PORT + 2))
 P_EXT=$((PORT + 3))
@@ -30,77 +29,27 @@ P_NOANON=$((PORT + 6))
 P_ORDER=$((PORT + 7))
 RL_SOCK=$D/rl.sock
 
-PIDS=""
-cleanup() {
-    for cl_p in $PIDS; do
-        kill -TERM "$cl_p" 2>/dev/null || true
-    done
-    for cl_p in $PIDS; do
-        cl_n=0
-        while kill -0 "$cl_p" 2>/dev/null && [ "$cl_n" -lt 50 ]; do
-            sleep 0.1
-            cl_n=$((cl_n + 1))
-        done
-        kill -KILL "$cl_p" 2>/dev/null || true
-    done
-    rm -rf "$D"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
 # ---------------------------------------------------------------- helpers
 
-# app_conf FILE KEY=VALUE...: the stack's ratelimit.conf with these keys
-# set (the loader refuses a key set twice, so the old lines go).
-app_conf() {
-    ac_file=$1
-    shift
-    ac_keys=
-    for ac_kv in "$@"; do
-        ac_keys="$ac_keys ${ac_kv%%=*}"
-    done
-    awk -v keys="$ac_keys" '
-        BEGIN { n = split(keys, k, " "); for (i = 1; i <= n; i++) skip[k[i]] = 1 }
-        { key = $1; sub(/=.*/, "", key) }
-        !(key in skip)' "$VAR/ratelimit.conf" >"$ac_file"
-    for ac_kv in "$@"; do
-        printf '%s = "%s"\n' "${ac_kv%%=*}" "${ac_kv#*=}" >>"$ac_file"
-    done
-}
+# The servers (serve_dir, app_conf, app_start, lighttpd_start) come from
+# lib.sh.
 
-# app_start NAME CONF: ratelimit-fcgi on its own (listen set in CONF);
-# waits (at most 5 s) for its socket.  Sets APP_PID.
-app_start() {
-    "$BUILD/ratelimit-fcgi" -c "$2" >"$D/$1.log" 2>&1 &
-    APP_PID=$!
-    PIDS="$PIDS $APP_PID"
-    as_sock=$(sed -n 's/^listen = "unix:\(.*\)"$/\1/p' "$2")
-    as_n=0
-    until [ -S "$as_sock" ] || [ "$as_n" -gt 50 ]; do
-        as_n=$((as_n + 1))
+# app_start_unix NAME CONF: app_start, then waits (at most 5 s) for the
+# Unix socket that CONF listens on.
+app_start_unix() {
+    app_start "$1" "$2"
+    au_sock=$(sed -n 's/^listen = "unix:\(.*\)"$/\1/p' "$2")
+    au_n=0
+    until [ -S "$au_sock" ] || [ "$au_n" -gt 50 ]; do
+        au_n=$((au_n + 1))
         sleep 0.1
     done
 }
 
-# lt_start NAME PORT: checks and starts lighttpd with $D/NAME.conf in the
-# foreground (in the background of this script); sets LT_PID.  Waits (at
-# most 5 s) until PORT answers.
+# lt_start NAME PORT: lighttpd_start with $D/NAME.conf (see base_conf),
+# its output in $D/NAME-error.log.
 lt_start() {
-    LT_PID=
-    if ! /usr/sbin/lighttpd -tt -f "$D/$1.conf" >"$D/$1.tt" 2>&1; then
-        cat "$D/$1.tt"
-        return 1
-    fi
-    /usr/sbin/lighttpd -D -f "$D/$1.conf" >>"$D/$1-error.log" 2>&1 &
-    LT_PID=$!
-    PIDS="$PIDS $LT_PID"
-    ls_n=0
-    until [ "$(curl -s -o /dev/null -m 1 -w '%{http_code}' \
-        "http://127.0.0.1:$2/" 2>/dev/null)" != 000 ]; do
-        ls_n=$((ls_n + 1))
-        [ "$ls_n" -gt 50 ] && return 1
-        sleep 0.1
-    done
+    lighttpd_start "$D/$1.conf" "$D/$1-error.log" "$2"
 }
 
 # base_conf NAME PORT [LINES]: the server part of a lighttpd.conf that
@@ -115,22 +64,6 @@ server.pid-file = "$D/$1.pid"
 ${3:-}
 include "$D/$1-fragment.conf"
 EOF
-}
-
-# get URL [CURL-ARGS...]: sets STATUS and BODY, and keeps the headers for
-# lib.sh's `header`.
-get() {
-    R_METHOD=curl
-    R_PATH=$1
-    gt_url=$1
-    shift
-    rm -f "$T_TMP/headers" "$T_TMP/body"
-    gt_out=$(curl -s -m 10 -D "$T_TMP/headers" -o "$T_TMP/body" \
-        -w '%{http_code}' "$@" "$gt_url") || true
-    STATUS=$gt_out
-    [ -n "$STATUS" ] || STATUS=000
-    BODY=$(cat "$T_TMP/body" 2>/dev/null || true)
-    touch "$T_TMP/headers"
 }
 
 # envval NAME: NAME's value in the environment a CGI program printed
@@ -148,7 +81,7 @@ n_times() {
     shift
     ALL=
     while [ "$nt_n" -gt 0 ]; do
-        get "$@"
+        fetch "$@"
         ALL="$ALL $STATUS"
         nt_n=$((nt_n - 1))
     done
@@ -210,7 +143,7 @@ checks_3_then_429() {
     c3_all=
     # shellcheck disable=SC2034 # the loop variable is not needed
     for c3_i in 1 2 3 4; do
-        get "$2" -H "X-API-Key: $KEY_A" -H 'Content-Type: application/json' \
+        fetch "$2" -H "X-API-Key: $KEY_A" -H 'Content-Type: application/json' \
             --data-raw "$(check_body /v1/x "$c3_subj")"
         c3_all="$c3_all $STATUS"
     done
@@ -230,7 +163,7 @@ base_conf bp "$P_MAIN"
 if lt_start bp "$P_MAIN"; then
     BP_PID=$LT_PID
     n=0
-    until get "http://127.0.0.1:$P_BP/health/ready" && [ "$STATUS" = 200 ] ||
+    until fetch "http://127.0.0.1:$P_BP/health/ready" && [ "$STATUS" = 200 ] ||
         [ "$n" -gt 50 ]; do
         n=$((n + 1))
         sleep 0.1
@@ -238,7 +171,7 @@ if lt_start bp "$P_MAIN"; then
     check "bin-path: GET /health/ready on the API listener is 200" \
         eq "$STATUS" 200
     checks_3_then_429 "bin-path" "http://127.0.0.1:$P_BP/v1/check"
-    get "http://127.0.0.1:$P_MAIN/v1/check" -H "X-API-Key: $KEY_A" \
+    fetch "http://127.0.0.1:$P_MAIN/v1/check" -H "X-API-Key: $KEY_A" \
         --data-raw "$(check_body /v1/x s)"
     check "bin-path: the main site does not serve the API ($STATUS)" \
         eq "$STATUS" 404
@@ -246,6 +179,7 @@ if lt_start bp "$P_MAIN"; then
         '$2 == p && $3 == "ratelimit-fcgi" { print $1 }')
     check "bin-path: max-procs 1 spawns one master ($(count_lines "$masters"))" \
         eq "$(count_lines "$masters")" 1
+    # shellcheck disable=SC2012 # the names are lighttpd's: bp.sock-N
     check "bin-path: ... on one socket ($(ls "$D"/bp.sock* 2>/dev/null | tr '\n' ' '))" \
         eq "$(ls "$D"/bp.sock* 2>/dev/null)" "$D/bp.sock-0"
     workers=$(ps -e -o ppid= -o comm= | awk -v p="$masters" \
@@ -255,6 +189,7 @@ if lt_start bp "$P_MAIN"; then
         grep -q "listening on fd 0" "$D/bp-error.log"
     kill -TERM "$BP_PID"
     n=0
+    # shellcheck disable=SC2009 # any process with bp-app.conf in its arguments
     while [ "$n" -lt 50 ] && ps -e -o args= | grep -q "[c] $D/bp-app.conf"; do
         n=$((n + 1))
         sleep 0.1
@@ -271,13 +206,13 @@ fi
 # authorizer below.
 app_conf "$D/rl.conf" "listen=unix:$RL_SOCK" workers=2 \
     "anonymous_tenant=$TENANT_ANON" trusted_proxies=127.0.0.2
-app_start rl "$D/rl.conf"
+app_start_unix rl "$D/rl.conf"
 sed -e "s#127.0.0.1:8080#127.0.0.1:$P_EXT#" \
     -e "s#/run/ratelimit/fcgi.sock#$RL_SOCK#" \
     "$CONF_DIR/lighttpd-socket.conf" >"$D/ext-fragment.conf"
 base_conf ext "$P_EXT"
 if lt_start ext "$P_EXT"; then
-    get "http://127.0.0.1:$P_EXT/health/ready"
+    fetch "http://127.0.0.1:$P_EXT/health/ready"
     check "external socket: GET /health/ready is 200" eq "$STATUS" 200
     checks_3_then_429 "external socket" "http://127.0.0.1:$P_EXT/v1/check"
     workers=$(ps -e -o ppid= -o comm= | awk -v p="$APP_PID" \
@@ -321,31 +256,31 @@ check "authorizer, static: 3 requests with a key are served ($ALL)" \
 check "authorizer, static: the client gets the file" eq "$BODY" "protected file"
 check "authorizer, static: no X-RateLimit-* reach the client on 200" \
     eq "$(header X-RateLimit-Limit)" ""
-get "$A/downloads/file.txt" -H "X-API-Key: $KEY_A"
+fetch "$A/downloads/file.txt" -H "X-API-Key: $KEY_A"
 expect_429 "authorizer, static, the 4th request"
 check "authorizer, static: the 429 comes with the authorizer's JSON" \
     contains "$(header Content-Type)" application/json
 # The same file spelled otherwise is the same route: no way around a rule.
 for spelling in /%64ownloads/file.txt //downloads/file.txt \
     /x/../downloads/file.txt /./downloads/./file.txt; do
-    get "$A$spelling" --path-as-is -H "X-API-Key: $KEY_A"
+    fetch "$A$spelling" --path-as-is -H "X-API-Key: $KEY_A"
     check "authorizer, static: $spelling is limited too ($STATUS)" \
         eq "$STATUS" 429
 done
-get "$A/downloads/file.txt" -H "Authorization: Bearer $KEY_A2"
+fetch "$A/downloads/file.txt" -H "Authorization: Bearer $KEY_A2"
 check "authorizer, static: another key (Bearer) is counted apart ($STATUS)" \
     eq "$STATUS" 200
-get "$A/downloads/file.txt" -H "X-API-Key: rl_no_such_key_0123456789"
+fetch "$A/downloads/file.txt" -H "X-API-Key: rl_no_such_key_0123456789"
 check "authorizer, static: an unknown key gets 401 ($STATUS)" eq "$STATUS" 401
 check "authorizer, static: error unauthorized" \
     eq "$(json_field error)" unauthorized
-get "$A/downloads/file.txt"
+fetch "$A/downloads/file.txt"
 check "authorizer, static: no key, anonymous tenant without a rule for it: served ($STATUS)" \
     eq "$STATUS" 200
 
 # (c) CGI: the program sees the decision in its environment.
 now=$(date +%s)
-get "$A/cgi-bin/env.sh?q=1" -H "X-API-Key: $KEY_A" --data-raw 'hello=body'
+fetch "$A/cgi-bin/env.sh?q=1" -H "X-API-Key: $KEY_A" --data-raw 'hello=body'
 check "authorizer, CGI: 200" eq "$STATUS" 200
 check "authorizer, CGI: RATELIMIT_LIMIT=5 in the program's environment" \
     eq "$(envval RATELIMIT_LIMIT)" 5
@@ -358,10 +293,10 @@ check "authorizer, CGI: RATELIMIT_RESET is unix seconds, at most 2 windows ahead
     eq "$(ge "$reset" "$now" && le "$reset" $((now + 121)) && echo y)" y
 check "authorizer, CGI: the POST body reaches the program" \
     eq "$(envval BODY)" hello=body
-get "$A/cgi-bin/env.sh" -H "X-API-Key: $KEY_A"
+fetch "$A/cgi-bin/env.sh" -H "X-API-Key: $KEY_A"
 check "authorizer, CGI: the next request sees RATELIMIT_REMAINING=3" \
     eq "$(envval RATELIMIT_REMAINING)" 3
-get "$A/cgi-bin/env.sh" -H "X-API-Key: $KEY_N"
+fetch "$A/cgi-bin/env.sh" -H "X-API-Key: $KEY_N"
 check "authorizer, CGI: a key whose tenant has no matching rule is served ($STATUS)" \
     eq "$STATUS" 200
 check "authorizer, CGI: ... without RATELIMIT_* values" \
@@ -372,9 +307,9 @@ check "authorizer, CGI: ... without RATELIMIT_* values" \
 # anon SOURCE [XFF]: sets R to "STATUS/REMAINING" (or STATUS).
 anon() {
     if [ -n "${2:-}" ]; then
-        get "$A/cgi-bin/env.sh" --interface "$1" -H "X-Forwarded-For: $2"
+        fetch "$A/cgi-bin/env.sh" --interface "$1" -H "X-Forwarded-For: $2"
     else
-        get "$A/cgi-bin/env.sh" --interface "$1"
+        fetch "$A/cgi-bin/env.sh" --interface "$1"
     fi
     R=$STATUS
     if [ "$STATUS" = 200 ]; then
@@ -423,7 +358,7 @@ check "authorizer, mod_proxy: the answer is the proxied application's" \
     eq "$(envval SERVER_PORT)" "$P_APP"
 check "authorizer, mod_proxy: the proxied application gets no RATELIMIT_* (documented)" \
     eq "$(envval RATELIMIT_LIMIT)" "<absent>"
-get "$A/app/env.sh" -H "X-API-Key: $KEY_A"
+fetch "$A/app/env.sh" -H "X-API-Key: $KEY_A"
 expect_429 "authorizer, mod_proxy, the 4th request"
 
 # The pitfall the file warns about: mod_proxy loaded before mod_fastcgi
@@ -431,7 +366,7 @@ expect_429 "authorizer, mod_proxy, the 4th request"
 cp "$D/auth-fragment.conf" "$D/order-fragment.conf"
 base_conf order "$P_ORDER" 'server.modules += ( "mod_proxy" )'
 if lt_start order "$P_ORDER"; then
-    get "http://127.0.0.1:$P_ORDER/app/env.sh" -H "X-API-Key: $KEY_A"
+    fetch "http://127.0.0.1:$P_ORDER/app/env.sh" -H "X-API-Key: $KEY_A"
     check "pitfall: with mod_proxy loaded first, the authorizer is bypassed ($STATUS for a limited key)" \
         eq "$STATUS" 200
     stop_order=$LT_PID
@@ -440,12 +375,12 @@ fi
 
 # Without anonymous_tenant, a request without a key is refused.
 app_conf "$D/noanon.conf" "listen=unix:$D/noanon.sock" workers=1
-app_start noanon "$D/noanon.conf"
+app_start_unix noanon "$D/noanon.conf"
 sed -e "s#$RL_SOCK#$D/noanon.sock#g" "$D/auth-fragment.conf" \
     >"$D/noanon-fragment.conf"
 base_conf noanon "$P_NOANON"
 if lt_start noanon "$P_NOANON"; then
-    get "http://127.0.0.1:$P_NOANON/downloads/file.txt"
+    fetch "http://127.0.0.1:$P_NOANON/downloads/file.txt"
     check "authorizer without anonymous_tenant: no key gets 401 ($STATUS)" \
         eq "$STATUS" 401
     check "authorizer without anonymous_tenant: message missing API key" \
@@ -454,19 +389,19 @@ fi
 
 # Redis down: 503 with Retry-After, then back to 200 once Redis is.
 stack stop-redis >/dev/null 2>&1
-get "$A/downloads/file.txt" -H "X-API-Key: $KEY_A3"
+fetch "$A/downloads/file.txt" -H "X-API-Key: $KEY_A3"
 check "authorizer, Redis stopped: 503 ($STATUS)" eq "$STATUS" 503
 check "authorizer, Redis stopped: Retry-After" ge "$(header Retry-After)" 1
 check "authorizer, Redis stopped: error service_unavailable" \
     eq "$(json_field error)" service_unavailable
-get "$A/cgi-bin/env.sh" -H "X-API-Key: $KEY_FO"
+fetch "$A/cgi-bin/env.sh" -H "X-API-Key: $KEY_FO"
 check "authorizer, Redis stopped, rule with --failure-mode open: served ($STATUS)" \
     eq "$STATUS" 200
 check "authorizer, fail-open: the program sees RATELIMIT_STATUS=fail-open" \
     eq "$(envval RATELIMIT_STATUS)" fail-open
 stack start-redis >/dev/null 2>&1
 n=0
-until get "$A/downloads/file.txt" -H "X-API-Key: $KEY_A3" &&
+until fetch "$A/downloads/file.txt" -H "X-API-Key: $KEY_A3" &&
     [ "$STATUS" = 200 ] || [ "$n" -gt 50 ]; do
     n=$((n + 1))
     sleep 0.1

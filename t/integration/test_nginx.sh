@@ -38,126 +38,17 @@ SOCKET=$D/run/fcgi.sock
 
 APP_PID=
 NGX_PID=
-REDIS_DOWN=0
-
-# alive PID: the process exists and is not a zombie.
-alive() {
-    al_st=$(ps -o stat= -p "$1" 2>/dev/null) || return 1
-    case $al_st in
-    '' | Z*) return 1 ;;
-    esac
-    return 0
-}
-
-# stop_pid PID SIGNAL: sends SIGNAL, waits up to 10 s, then SIGKILL.
-stop_pid() {
-    [ -n "$1" ] || return 0
-    kill -"$2" "$1" 2>/dev/null || true
-    sp_n=0
-    while alive "$1"; do
-        sp_n=$((sp_n + 1))
-        if [ "$sp_n" -gt 100 ]; then
-            kill -KILL "$1" 2>/dev/null || true
-            break
-        fi
-        sleep 0.1
-    done
-    wait "$1" 2>/dev/null || true
-}
 
 cleanup() {
-    stop_pid "$NGX_PID" QUIT
-    stop_pid "$APP_PID" TERM
+    stop_process "$NGX_PID" QUIT
+    stop_process "$APP_PID" TERM
     NGX_PID=
     APP_PID=
-    if [ "$REDIS_DOWN" = 1 ]; then
-        stack start-redis >/dev/null 2>&1 || true
-        REDIS_DOWN=0
-    fi
+    restore_redis
     rm -rf "$D"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-
-# show_logs: the logs of this file's servers, after a failure to start.
-show_logs() {
-    for sl_f in "$D"/*.log; do
-        [ -f "$sl_f" ] || continue
-        echo "---- tail of $sl_f"
-        tail -n 15 "$sl_f"
-    done
-}
-
-# fetch URL [CURL_ARG...]: one request; sets STATUS and BODY and keeps the
-# headers for `header`.
-fetch() {
-    # shellcheck disable=SC2034 # R_METHOD and R_PATH are shown by check()
-    R_METHOD=GET
-    R_PATH=$1
-    ft_url=$1
-    shift
-    rm -f "$T_TMP/headers" "$T_TMP/body"
-    STATUS=$(curl -s -m 10 -D "$T_TMP/headers" -o "$T_TMP/body" \
-        -w '%{http_code}' "$@" "$ft_url") || true
-    [ -n "$STATUS" ] || STATUS=000
-    BODY=$(cat "$T_TMP/body" 2>/dev/null || true)
-    touch "$T_TMP/headers"
-}
-
-# statuses N URL [CURL_ARG...]: N requests one after another; prints the
-# statuses separated by blanks.
-statuses() {
-    st_n=$1
-    shift
-    st_out=
-    while [ "$st_n" -gt 0 ]; do
-        st_out="$st_out $(curl -s -m 10 -o /dev/null -w '%{http_code}' "$@")"
-        st_n=$((st_n - 1))
-    done
-    echo "$st_out"
-}
-
-# app_conf OUT LINE...: the stack's ratelimit.conf with the keys of the
-# given "key = value" lines replaced (the loader refuses a key set twice).
-app_conf() {
-    ac_out=$1
-    shift
-    ac_keys=" "
-    for ac_line in "$@"; do
-        ac_keys="$ac_keys$(printf '%s' "${ac_line%%=*}" | tr -d ' \t') "
-    done
-    awk -v keys="$ac_keys" '{
-        k = $0
-        sub(/^[ \t]*/, "", k)
-        sub(/[ \t]*=.*$/, "", k)
-        if (index(keys, " " k " ") == 0)
-            print
-    }' "$VAR/ratelimit.conf" >"$ac_out"
-    printf '%s\n' "$@" >>"$ac_out"
-}
-
-# stack_touch: 4 x WORKERS requests for /health/ready to the stack's
-# lighttpd, WORKERS at a time.  A worker of the stack that still holds a
-# Redis connection from before a Redis restart fails its next use of it
-# once (503); this spends those failures here, while Redis is down or just
-# back, instead of in a later test file.
-stack_touch() {
-    st_cfg=$T_TMP/touch.conf
-    : >"$st_cfg"
-    st_i=0
-    while [ "$st_i" -lt $((WORKERS * 4)) ]; do
-        printf 'url = "%s/health/ready"\noutput = "/dev/null"\n' \
-            "$BASE_URL" >>"$st_cfg"
-        st_i=$((st_i + 1))
-    done
-    curl -s -m 10 --parallel --parallel-max "$WORKERS" -K "$st_cfg" \
-        >/dev/null 2>&1 || true
-}
-
-# filled FILE: no @PLACEHOLDER@ is left in FILE.
-filled() {
-    ! grep -q '@[A-Z_]*@' "$1"
-}
 
 # ---------------------------------------------------------------- data
 
@@ -183,7 +74,7 @@ check "tenants, keys and rules created" matches "$key$key2$key3" '^rl_.*rl_.*rl_
 
 # The application: its own socket, for nginx's user; 127.0.0.5 is a proxy
 # whose X-Forwarded-For is believed.
-app_conf "$D/ratelimit.conf" \
+app_conf_lines "$D/ratelimit.conf" \
     "listen = unix:$SOCKET" \
     "listen_mode = 0660" \
     "listen_group = $(id -gn nobody 2>/dev/null || echo nogroup)" \
@@ -258,7 +149,7 @@ while :; do
 done
 check "nginx -> application: /health/ready is 200" eq "$STATUS" 200
 if [ "$STATUS" != 200 ]; then
-    show_logs
+    show_logs "$D"
     finish
 fi
 if [ "$(id -u)" = 0 ]; then
@@ -378,7 +269,7 @@ check "auth_request: suspended tenant, error tenant_suspended" \
 
 # The rules see the path nginx matched, however the client spelled it.
 key4=$(new_key "$tenant")
-got=$(statuses 3 -H "X-API-Key: $key4" "$page")
+got=$(request_statuses 3 -H "X-API-Key: $key4" "$page")
 check "auth_request: a fourth key, 3 x 200 ($got)" eq "$got" " 200 200 200"
 fetch "$AUTH_URL/%70rotected/index.html" -H "X-API-Key: $key4"
 check "auth_request: /%70rotected/ is the same path (429)" eq "$STATUS" 429
@@ -394,7 +285,7 @@ check "auth_request: /x/../protected/./index.html is the same path (429)" \
 
 # No key: the anonymous tenant's rule, counted per client address.  curl
 # binds its side of the connection to other loopback addresses.
-got=$(statuses 4 --interface 127.0.0.2 "$page")
+got=$(request_statuses 4 --interface 127.0.0.2 "$page")
 check "anonymous from 127.0.0.2: 3 x 200 then 429 ($got)" \
     eq "$got" " 200 200 200 429"
 check "nginx saw the client as 127.0.0.2" grep -q '^127\.0\.0\.2 ' \
@@ -405,8 +296,8 @@ check "anonymous from 127.0.0.3: remaining 2" \
     eq "$(header X-RateLimit-Remaining)" 2
 
 # 127.0.0.5 is a trusted proxy: its X-Forwarded-For names the client.
-got=$(statuses 4 --interface 127.0.0.5 -H 'X-Forwarded-For: 192.0.2.10' \
-    "$page")
+got=$(request_statuses 4 --interface 127.0.0.5 \
+    -H 'X-Forwarded-For: 192.0.2.10' "$page")
 check "trusted proxy, client 192.0.2.10: 3 x 200 then 429 ($got)" \
     eq "$got" " 200 200 200 429"
 fetch "$page" --interface 127.0.0.5 -H 'X-Forwarded-For: 192.0.2.11'
@@ -421,17 +312,16 @@ check "trusted proxy, trusted hops skipped: 192.0.2.10 is still limited (429)" \
 fetch "$page" --interface 127.0.0.6 -H 'X-Forwarded-For: 192.0.2.10'
 check "untrusted client naming a limited address: not limited (200)" \
     eq "$STATUS" 200
-got=$(statuses 3 --interface 127.0.0.6 -H 'X-Forwarded-For: 198.51.100.1' \
-    "$page")
-got2=$(statuses 1 --interface 127.0.0.6 -H 'X-Forwarded-For: 198.51.100.2' \
-    "$page")
+got=$(request_statuses 3 --interface 127.0.0.6 \
+    -H 'X-Forwarded-For: 198.51.100.1' "$page")
+got2=$(request_statuses 1 --interface 127.0.0.6 \
+    -H 'X-Forwarded-For: 198.51.100.2' "$page")
 check "untrusted client changing X-Forwarded-For is still one client ($got /$got2)" \
     eq "$got /$got2" " 200 200 429 / 429"
 
 # ---------------------------------------------------------------- Redis down
 
-stack stop-redis >/dev/null 2>&1
-REDIS_DOWN=1
+stop_redis
 check "Redis is stopped" ne "$(rcli ping 2>/dev/null)" PONG
 stack_touch
 fetch "$page" -H "X-API-Key: $key3"
@@ -443,8 +333,7 @@ fetch "$RESP_URL/v1/check" -X POST -H "X-API-Key: $key3" \
     -H 'Content-Type: application/json' --data-raw "$(check_body /resp/down)"
 check "Redis down: responder answers 503" eq "$STATUS" 503
 
-stack start-redis >/dev/null 2>&1
-REDIS_DOWN=0
+start_redis
 n=0
 while :; do
     fetch "$page" -H "X-API-Key: $key3"
@@ -459,7 +348,7 @@ stack_touch
 
 # ---------------------------------------------------------------- app down
 
-stop_pid "$APP_PID" TERM
+stop_process "$APP_PID" TERM
 APP_PID=
 fetch "$page" -H "X-API-Key: $key3"
 check "application stopped: auth_request fails closed (500)" eq "$STATUS" 500

@@ -20,9 +20,7 @@
 require_stack
 
 CONF_DIR=$ROOT/conf
-# World-readable, so that the application can run as nobody.
-D=$(mktemp -d /tmp/rl-socket.XXXXXX)
-chmod 755 "$D"
+serve_dir rl-socket
 P_LT=$((PORT + 11))
 P_TCP4=$((PORT + 12))
 P_TCP6=$((PORT + 13))
@@ -37,55 +35,10 @@ if [ "$(id -u)" != 0 ]; then
     SOCK_GROUP=$RUN_GROUP
 fi
 
-PIDS=""
-cleanup() {
-    for cl_p in $PIDS; do
-        kill -TERM "$cl_p" 2>/dev/null || true
-    done
-    for cl_p in $PIDS; do
-        cl_n=0
-        while kill -0 "$cl_p" 2>/dev/null && [ "$cl_n" -lt 50 ]; do
-            sleep 0.1
-            cl_n=$((cl_n + 1))
-        done
-        kill -KILL "$cl_p" 2>/dev/null || true
-    done
-    rm -rf "$D"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
 # ---------------------------------------------------------------- helpers
 
-# app_conf FILE KEY=VALUE...: the stack's ratelimit.conf with these keys
-# set (the loader refuses a key set twice, so the old lines go).
-app_conf() {
-    ac_file=$1
-    shift
-    ac_keys=
-    for ac_kv in "$@"; do
-        ac_keys="$ac_keys ${ac_kv%%=*}"
-    done
-    awk -v keys="$ac_keys" '
-        BEGIN { n = split(keys, k, " "); for (i = 1; i <= n; i++) skip[k[i]] = 1 }
-        { key = $1; sub(/=.*/, "", key) }
-        !(key in skip)' "$VAR/ratelimit.conf" >"$ac_file"
-    for ac_kv in "$@"; do
-        printf '%s = "%s"\n' "${ac_kv%%=*}" "${ac_kv#*=}" >>"$ac_file"
-    done
-    chmod 644 "$ac_file"
-}
-
-# app_start NAME CONF [VAR=VALUE...]: starts ratelimit-fcgi on its own,
-# with its log in $D/NAME.log; sets APP_PID.
-app_start() {
-    as_name=$1
-    as_conf=$2
-    shift 2
-    env "$@" "$BUILD/ratelimit-fcgi" -c "$as_conf" >"$D/$as_name.log" 2>&1 &
-    APP_PID=$!
-    PIDS="$PIDS $APP_PID"
-}
+# The servers (serve_dir, app_conf, app_start, lighttpd_start) come from
+# lib.sh.
 
 # stop_pid PID: SIGTERM, then up to 5 s; returns 1 if it had to be killed.
 stop_pid() {
@@ -195,23 +148,8 @@ server.document-root = "$D"
 server.errorlog = "$D/$lf_name-lighttpd.log"
 include "$D/$lf_name-fragment.conf"
 EOF
-    if ! /usr/sbin/lighttpd -tt -f "$D/$lf_name-lighttpd.conf" \
-        >"$D/$lf_name-lighttpd.tt" 2>&1; then
-        cat "$D/$lf_name-lighttpd.tt"
-        LT_PID=
-        return 1
-    fi
-    /usr/sbin/lighttpd -D -f "$D/$lf_name-lighttpd.conf" \
-        >>"$D/$lf_name-lighttpd.log" 2>&1 &
-    LT_PID=$!
-    PIDS="$PIDS $LT_PID"
-    lf_n=0
-    until [ "$(curl -s -o /dev/null -m 1 -w '%{http_code}' \
-        "http://127.0.0.1:$P_LT/" 2>/dev/null)" != 000 ]; do
-        lf_n=$((lf_n + 1))
-        [ "$lf_n" -gt 50 ] && return 1
-        sleep 0.1
-    done
+    lighttpd_start "$D/$lf_name-lighttpd.conf" "$D/$lf_name-lighttpd.log" \
+        "$P_LT"
 }
 
 # lt_req METHOD PATH [CURL-ARGS...]: a request to the lighttpd of
@@ -220,15 +158,7 @@ lt_req() {
     R_METHOD=$1
     R_PATH=$2
     shift 2
-    rm -f "$T_TMP/headers" "$T_TMP/body"
-    lr_out=$(curl -s -m 10 -X "$R_METHOD" -D "$T_TMP/headers" \
-        -o "$T_TMP/body" -w '%{http_code} %{time_total}' "$@" \
-        "http://127.0.0.1:$P_LT$R_PATH") || true
-    STATUS=${lr_out%% *}
-    TIME=${lr_out#* }
-    [ -n "$STATUS" ] || STATUS=000
-    BODY=$(cat "$T_TMP/body" 2>/dev/null || true)
-    touch "$T_TMP/headers"
+    curl_request "http://127.0.0.1:$P_LT$R_PATH" -X "$R_METHOD" "$@"
 }
 
 perm() {
