@@ -52,182 +52,221 @@
 -- very last of exactly 3 + 5 * n + 1 arguments; production callers never
 -- send it.
 
-local CHECK_MAX_LIMITS = 8
-local CHECK_MAX_MS = 1e15
--- The latest time the test hook accepts (2^52 microseconds, in 2112), so
--- that sums of times and durations stay exact.
-local CHECK_MAX_NOW_US = 2 ^ 52
-local CHECK_NOW_PREFIX = '__now_us='
+--
+-- Redis runs the whole script on every call, so this driver is straight-line
+-- code that dispatches on the algorithm name with if/elseif. It makes no
+-- tables but the reply and, for a call that may write, one list of what to
+-- store, and it calls as few functions as it can: the validation checks a
+-- number's syntax with one pattern, and a valid number is converted where
+-- it is used by arithmetic (s + 0), which gives what tonumber(s) gives but
+-- costs half as much (tonumber() converts the string twice).
 
-local check_algorithms = {
-    token_bucket = token_bucket,
-    sliding_window = sliding_window,
-    gcra = gcra,
-    fixed_window = fixed_window,
-}
+local keys, argv = KEYS, ARGV
+local argc = #argv
 
 local function check_error(message)
     return redis.error_reply('ERR ratelimit: ' .. message)
 end
 
--- Parses a strictly formatted number: kind 'integer' takes decimal digits
--- only, 'decimal' also a fraction ("2", "0.5", ".5"), 'count' digits only
--- and also zero. Returns nil for anything else, for zero (except as a
--- count), and for values too large to stay exact.
-local function check_parse_number(s, kind)
-    if type(s) ~= 'string' or #s > 15 then
-        return nil
-    end
-    if not (s:match('^%d+$') or
-            (kind == 'decimal' and
-             (s:match('^%d+%.%d*$') or s:match('^%.%d+$')))) then
-        return nil
-    end
-    local v = tonumber(s)
-    if v == nil or v < 0 or (v == 0 and kind ~= 'count') then
-        return nil
-    end
-    return v
+-- Integers are decimal digits only, at most 15 of them so that they stay
+-- exact; a positive one has a digit other than 0, which the pattern
+-- '^0*[1-9]%d*$' (at most 15 characters) checks in one go. The usual cost
+-- of 1 needs no pattern at all.
+local cost = argv[1]
+if cost == '1' then
+    cost = 1
+elseif cost ~= nil and #cost <= 15 and cost:find('^0*[1-9]%d*$') then
+    cost = cost + 0
+else
+    return check_error('cost must be an integer >= 1')
 end
-
--- Parses one algorithm parameter described by spec (an entry of the
--- algorithm's params). Returns its value, or nil and an error message.
-local function check_parse_param(s, spec)
-    if spec.kind == 'zero' then
-        if s ~= '0' then
-            return nil, spec.name .. ' must be 0'
-        end
-        return 0
-    end
-    if spec.kind == 'name' then
-        for _, name in ipairs(spec.names) do
-            if s == name then
-                return s
-            end
-        end
-        return nil, spec.name .. ' must be one of ' ..
-            table.concat(spec.names, ', ')
-    end
-    local v = check_parse_number(s, spec.kind)
-    if v == nil then
-        if spec.kind == 'count' then
-            return nil, spec.name .. ' must be an integer >= 0'
-        end
-        return nil, spec.name .. ' must be a positive ' .. spec.kind
-    end
-    return v
+local peek = argv[2]
+if peek ~= '0' and peek ~= '1' then
+    return check_error('peek must be 0 or 1')
 end
-
--- Parses the test hook argument. Returns the time in microseconds, or nil.
-local function check_parse_now(s)
-    if s:sub(1, #CHECK_NOW_PREFIX) ~= CHECK_NOW_PREFIX then
-        return nil
-    end
-    local digits = s:sub(#CHECK_NOW_PREFIX + 1)
-    if not digits:match('^%d+$') or #digits > 16 then
-        return nil
-    end
-    local v = tonumber(digits)
-    if v > CHECK_MAX_NOW_US then
-        return nil
-    end
-    return v
+local n = argv[3]
+if n == '1' then
+    n = 1
+elseif n ~= nil and #n <= 15 and n:find('^0*[1-8]$') then
+    n = n + 0
+else
+    return check_error('number of limits must be 1..8')
 end
-
-local function check_run(keys, argv)
-    local cost = check_parse_number(argv[1], 'integer')
-    if cost == nil then
-        return check_error('cost must be an integer >= 1')
-    end
-    local peek = argv[2]
-    if peek ~= '0' and peek ~= '1' then
-        return check_error('peek must be 0 or 1')
-    end
-    local n = check_parse_number(argv[3], 'integer')
-    if n == nil or n > CHECK_MAX_LIMITS then
-        return check_error('number of limits must be 1..' .. CHECK_MAX_LIMITS)
-    end
-    if n ~= #keys then
-        return check_error('number of limits does not match number of keys')
-    end
-    local now_us
-    if #argv == 3 + 5 * n + 1 then
-        now_us = check_parse_now(argv[#argv])
-        if now_us == nil then
-            return check_error('expected 5 arguments per limit (or a last ' ..
-                CHECK_NOW_PREFIX .. '<microseconds> test argument)')
+if n ~= #keys then
+    return check_error('number of limits does not match number of keys')
+end
+local now_us
+if argc == 3 + 5 * n + 1 then
+    -- The test hook: at most 16 digits, and no later than 2^52
+    -- microseconds (in 2112), so that sums of times and durations stay
+    -- exact.
+    local digits = argv[argc]:match('^__now_us=(%d+)$')
+    if digits ~= nil and #digits <= 16 then
+        now_us = digits + 0
+        if now_us > 2 ^ 52 then
+            now_us = nil
         end
-    elseif #argv ~= 3 + 5 * n then
-        return check_error('expected 5 arguments per limit')
     end
-
-    local limits = {}
-    for i = 1, n do
-        local base = 4 + 5 * (i - 1)
-        local algorithm = check_algorithms[argv[base]]
-        if algorithm == nil then
-            return check_error('unknown algorithm for limit ' .. i)
-        end
-        local p = {}
-        for j = 1, 3 do
-            local spec = algorithm.params[j]
-            local v, message = check_parse_param(argv[base + j], spec)
-            if v == nil then
-                return check_error('limit ' .. i .. ': ' .. message)
-            end
-            p[spec.name] = v
-        end
-        if algorithm.prepare ~= nil then
-            local message = algorithm.prepare(p)
-            if message ~= nil then
-                return check_error('limit ' .. i .. ': ' .. message)
-            end
-        end
-        local shadow = argv[base + 4]
-        if shadow ~= '0' and shadow ~= '1' then
-            return check_error('limit ' .. i .. ': shadow must be 0 or 1')
-        end
-        limits[i] = { algorithm = algorithm, p = p, shadow = shadow == '1' }
-    end
-
     if now_us == nil then
-        local time = redis.call('TIME')
-        now_us = tonumber(time[1]) * 1e6 + tonumber(time[2])
+        return check_error('expected 5 arguments per limit (or a last ' ..
+            '__now_us=<microseconds> test argument)')
     end
+elseif argc ~= 3 + 5 * n then
+    return check_error('expected 5 arguments per limit')
+end
 
-    -- Evaluate every limit first; write only once all enforced ones allow.
-    local results = {}
-    local allowed = true
-    for i = 1, n do
-        local l = limits[i]
-        results[i] = l.algorithm.evaluate(keys[i], l.p, cost, now_us)
-        if not results[i].allowed and not l.shadow then
-            allowed = false
+-- Validate every limit before anything is read or written. Limit i has
+-- its algorithm at argv[5 * i - 1], then p1, p2, p3 and shadow. A decimal
+-- (the rate) is digits with at most one '.', at most 15 characters, and
+-- positive when some digit is not 0.
+for i = 1, n do
+    local base = 5 * i - 1
+    local algorithm = argv[base]
+    local p1, p2, p3 = argv[base + 1], argv[base + 2], argv[base + 3]
+    local message
+    if algorithm == 'token_bucket' then
+        if #p1 > 15 or not p1:find('^0*[1-9]%d*$') then
+            message = 'capacity must be a positive integer'
+        elseif #p2 > 15 or not p2:find('^%d*%.?%d*$') or
+                not p2:find('[1-9]') then
+            message = 'rate must be a positive decimal'
+        elseif p3 ~= '0' then
+            message = 'p3 must be 0'
         end
+    elseif algorithm == 'sliding_window' then
+        if #p1 > 15 or not p1:find('^0*[1-9]%d*$') then
+            message = 'limit must be a positive integer'
+        elseif #p2 > 15 or not p2:find('^0*[1-9]%d*$') then
+            message = 'window must be a positive integer'
+        elseif p3 ~= '0' then
+            message = 'p3 must be 0'
+        end
+    elseif algorithm == 'gcra' then
+        if #p1 > 15 or not p1:find('^0*[1-9]%d*$') then
+            message = 'limit must be a positive integer'
+        elseif #p2 > 15 or not p2:find('^0*[1-9]%d*$') then
+            message = 'period must be a positive integer'
+        elseif #p3 > 15 or not p3:find('^%d+$') then
+            message = 'burst must be an integer >= 0'
+        elseif (p3 + 1) * math.ceil(p2 / p1) > 1e15 then
+            -- tau + T, the longest the limit may take to go from fully
+            -- used to idle, is at most about 31 years (see gcra.lua).
+            message = '(burst + 1) * period / limit must be at most ' ..
+                '1000000000000000 microseconds'
+        end
+    elseif algorithm == 'fixed_window' then
+        if #p1 > 15 or not p1:find('^0*[1-9]%d*$') then
+            message = 'limit must be a positive integer'
+        elseif p2 ~= 'minute' and p2 ~= 'hour' and p2 ~= 'day' and
+                p2 ~= 'month' then
+            message = 'unit must be one of minute, hour, day, month'
+        elseif p3 ~= '0' then
+            message = 'p3 must be 0'
+        end
+    else
+        return check_error('unknown algorithm for limit ' .. i)
     end
-    if allowed and peek == '0' then
-        -- Every enforced limit allows here, so this charges all of them and
-        -- the shadow limits that allow.
-        for i = 1, n do
-            local l = limits[i]
-            if results[i].allowed then
-                l.algorithm.commit(keys[i], l.p, results[i], now_us)
+    local shadow = argv[base + 4]
+    if message == nil and shadow ~= '0' and shadow ~= '1' then
+        message = 'shadow must be 0 or 1'
+    end
+    if message ~= nil then
+        return check_error('limit ' .. i .. ': ' .. message)
+    end
+end
+
+if now_us == nil then
+    -- Lua converts the two decimal strings of TIME itself.
+    local time = redis.call('TIME')
+    now_us = time[1] * 1e6 + time[2]
+end
+
+-- Evaluate every limit first, straight into the reply; write only once all
+-- enforced ones allow. pending[4 * i - 3 ..] keeps what the commit function
+-- of limit i takes after the key (a peek needs none of it). The two tables
+-- are made at the size of one limit or of three, since growing a table
+-- costs more than filling it; the reply's slots are nil until filled, and
+-- Redis ends the reply at the first nil. The parameters are valid numbers
+-- now (but for the unit of fixed_window).
+--
+-- Durations are capped so that absurd parameters (a huge capacity with a
+-- tiny rate) cannot overflow Redis' conversion to a 64-bit integer.
+local reply, pending
+if n == 1 then
+    reply = { 1, 0, nil, nil, nil, nil, nil }
+    if peek == '0' then
+        pending = { false, false, false, false }
+    end
+else
+    reply = { 1, 0, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil,
+        nil, nil, nil, nil }
+    if peek == '0' then
+        pending = { false, false, false, false, false, false, false, false,
+            false, false, false, false }
+    end
+end
+reply[2] = math.floor(now_us / 1000)
+for i = 1, n do
+    local base = 5 * i - 1
+    local algorithm = argv[base]
+    local p1, p2 = argv[base + 1] + 0, argv[base + 2]
+    local allowed, limit, remaining, reset_ms, retry_ms, s1, s2, s3, s4
+    if algorithm == 'token_bucket' then
+        allowed, limit, remaining, reset_ms, retry_ms, s1, s2 =
+            token_bucket_evaluate(keys[i], p1, p2 + 0, cost, now_us)
+    elseif algorithm == 'sliding_window' then
+        allowed, limit, remaining, reset_ms, retry_ms, s1, s2, s3, s4 =
+            sliding_window_evaluate(keys[i], p1, p2 + 0, cost, now_us)
+    elseif algorithm == 'gcra' then
+        allowed, limit, remaining, reset_ms, retry_ms, s1 =
+            gcra_evaluate(keys[i], p1, p2 + 0, argv[base + 3] + 0, cost,
+                now_us)
+    else
+        allowed, limit, remaining, reset_ms, retry_ms, s1, s2, s3 =
+            fixed_window_evaluate(keys[i], p1, p2, cost, now_us)
+    end
+    if not allowed and argv[base + 4] == '0' then
+        reply[1] = 0
+    end
+    if 1e15 < reset_ms then
+        reset_ms = 1e15
+    end
+    if 1e15 < retry_ms then
+        retry_ms = 1e15
+    end
+    local r = 5 * i - 2
+    reply[r] = allowed and 1 or 0
+    reply[r + 1] = limit
+    reply[r + 2] = remaining
+    reply[r + 3] = reset_ms
+    reply[r + 4] = retry_ms
+    if pending ~= nil then
+        local p = 4 * i - 3
+        pending[p], pending[p + 1], pending[p + 2], pending[p + 3] =
+            s1, s2, s3, s4
+    end
+end
+
+if reply[1] == 1 and pending ~= nil then
+    -- Every enforced limit allows here, so this charges all of them and
+    -- the shadow limits that allow.
+    for i = 1, n do
+        if reply[5 * i - 2] == 1 then
+            local algorithm = argv[5 * i - 1]
+            local p = 4 * i - 3
+            if algorithm == 'token_bucket' then
+                token_bucket_commit(keys[i], pending[p], pending[p + 1],
+                    now_us)
+            elseif algorithm == 'sliding_window' then
+                sliding_window_commit(keys[i], pending[p], pending[p + 1],
+                    pending[p + 2], pending[p + 3])
+            elseif algorithm == 'gcra' then
+                gcra_commit(keys[i], pending[p], now_us)
+            else
+                fixed_window_commit(keys[i], pending[p], pending[p + 1],
+                    pending[p + 2])
             end
         end
     end
-
-    -- Durations are capped so that absurd parameters (a huge capacity with
-    -- a tiny rate) cannot overflow Redis' conversion to a 64-bit integer.
-    local reply = { allowed and 1 or 0, math.floor(now_us / 1000) }
-    for i = 1, n do
-        local r = results[i]
-        reply[#reply + 1] = r.allowed and 1 or 0
-        reply[#reply + 1] = r.limit
-        reply[#reply + 1] = r.remaining
-        reply[#reply + 1] = math.min(r.reset_ms, CHECK_MAX_MS)
-        reply[#reply + 1] = math.min(r.retry_ms, CHECK_MAX_MS)
-    end
-    return reply
 end
-
-return check_run(KEYS, ARGV)
+return reply

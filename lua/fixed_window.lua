@@ -12,21 +12,10 @@
 -- date, with the integer day arithmetic of Howard Hinnant's
 -- days_from_civil and civil_from_days.
 --
--- This file only defines the local table fixed_window; check.lua, which is
--- concatenated after it, parses the arguments and drives it.
-
-local fixed_window = {
-    -- What p1, p2 and p3 are, so that check.lua can validate them.
-    params = {
-        { name = 'limit', kind = 'integer' },
-        { name = 'unit', kind = 'name',
-          names = { 'minute', 'hour', 'day', 'month' } },
-        { name = 'p3', kind = 'zero' },
-    },
-}
-
--- Lengths of the units that are a fixed number of seconds.
-local FIXED_WINDOW_SECONDS = { minute = 60, hour = 3600, day = 86400 }
+-- This file only defines the local functions fixed_window_evaluate() and
+-- fixed_window_commit() and the two date helpers below; check.lua, which is
+-- concatenated after it, validates the arguments and drives them (see
+-- token_bucket.lua for why there are no tables).
 
 -- Returns the number of days from 1970-01-01 to the date y-m-d (month
 -- 1..12, day 1..31), negative before 1970.
@@ -63,30 +52,35 @@ local function fixed_window_civil_from_days(z)
     return y, m, d
 end
 
--- Returns the start of the window holding now_s and the start of the next
--- one, in unix seconds.
-local function fixed_window_bounds(unit, now_s)
-    local length = FIXED_WINDOW_SECONDS[unit]
-    if length ~= nil then
-        local start = now_s - now_s % length
-        return start, start + length
+-- Decides one limit without writing anything. limit and unit ("minute",
+-- "hour", "day" or "month") are the validated p1 and p2. Returns allowed
+-- (boolean), limit, remaining, reset_ms and retry_ms (integers, as
+-- described in check.lua), then what fixed_window_commit() takes after the
+-- key: win and count, the state to store, and ttl_ms.
+local function fixed_window_evaluate(key, limit, unit, cost, now_us)
+    -- The start of the window holding now and the start of the next one,
+    -- in unix seconds.
+    local now_s = math.floor(now_us / 1e6)
+    local start, next_start
+    if unit == 'month' then
+        local y, m = fixed_window_civil_from_days(math.floor(now_s / 86400))
+        local next_y, next_m = y, m + 1
+        if next_m > 12 then
+            next_y, next_m = y + 1, 1
+        end
+        start = fixed_window_days_from_civil(y, m, 1) * 86400
+        next_start = fixed_window_days_from_civil(next_y, next_m, 1) * 86400
+    else
+        local length = 86400
+        if unit == 'minute' then
+            length = 60
+        elseif unit == 'hour' then
+            length = 3600
+        end
+        start = now_s - now_s % length
+        next_start = start + length
     end
-    local y, m = fixed_window_civil_from_days(math.floor(now_s / 86400))
-    local next_y, next_m = y, m + 1
-    if next_m > 12 then
-        next_y, next_m = y + 1, 1
-    end
-    return fixed_window_days_from_civil(y, m, 1) * 86400,
-        fixed_window_days_from_civil(next_y, next_m, 1) * 86400
-end
 
--- Decides one limit without writing anything. p holds the parameters by
--- name (p.limit, p.unit). Returns a table with allowed (boolean), limit,
--- remaining, reset_ms and retry_ms (integers, as described in check.lua)
--- and win, count, the state to store on commit.
-function fixed_window.evaluate(key, p, cost, now_us)
-    local start, next_start = fixed_window_bounds(p.unit,
-        math.floor(now_us / 1e6))
     local stored = redis.call('HMGET', key, 'win', 'count')
     local count = 0
     if tonumber(stored[1]) == start then
@@ -95,30 +89,36 @@ function fixed_window.evaluate(key, p, cost, now_us)
 
     -- At least a microsecond is left until the boundary: this is >= 1 ms.
     local until_next_ms = math.ceil((next_start * 1e6 - now_us) / 1000)
-    local r = { limit = p.limit, win = start, reset_ms = until_next_ms }
-    if count + cost <= p.limit then
-        r.allowed = true
-        r.count = count + cost
-        r.remaining = p.limit - count - cost
-        r.retry_ms = 0
+    local allowed, remaining, retry_ms
+    if count + cost <= limit then
+        allowed = true
+        remaining = limit - count - cost
+        retry_ms = 0
     else
-        r.allowed = false
-        r.remaining = math.max(0, p.limit - count)
-        if cost > p.limit then
-            r.retry_ms = -1
+        allowed = false
+        remaining = limit - count
+        if not (remaining > 0) then
+            remaining = 0
+        end
+        if cost > limit then
+            retry_ms = -1
         else
-            r.retry_ms = until_next_ms
+            retry_ms = until_next_ms
         end
     end
-    return r
+    -- The count means nothing after the window, so the key expires a
+    -- second after its end.
+    return allowed, limit, remaining, until_next_ms, retry_ms,
+        start, count + cost, until_next_ms + 1000
 end
 
--- Charges the cost decided by evaluate(). The count means nothing after the
--- window, so the key expires a second after its end (r.reset_ms is always
--- the time until then).
-function fixed_window.commit(key, p, r, now_us)
-    redis.call('HSET', key,
-        'win', string.format('%.0f', r.win),
-        'count', string.format('%.0f', r.count))
-    redis.call('PEXPIRE', key, string.format('%.0f', r.reset_ms + 1000))
+-- Charges the cost decided by fixed_window_evaluate(). Whole numbers are
+-- passed to Redis as in sliding_window_commit(): win and ttl_ms always are
+-- such numbers, count unless the stored state was edited by hand.
+local function fixed_window_commit(key, win, count, ttl_ms)
+    if not (count % 1 == 0 and 1 / count > 0 and count < 2 ^ 53) then
+        count = string.format('%.0f', count)
+    end
+    redis.call('HSET', key, 'win', win, 'count', count)
+    redis.call('PEXPIRE', key, ttl_ms)
 end

@@ -10,116 +10,120 @@
 -- requests are assumed to be spread evenly and slide out as time goes on.
 -- A request of cost c passes when estimate + c <= limit.
 --
--- This file only defines the local table sliding_window; check.lua, which is
--- concatenated after it, parses the arguments and drives it.
+-- This file only defines the local functions sliding_window_evaluate() and
+-- sliding_window_commit(); check.lua, which is concatenated after it,
+-- validates the arguments and drives them (see token_bucket.lua for why
+-- there are no tables).
 
-local sliding_window = {
-    -- What p1, p2 and p3 are, so that check.lua can validate them.
-    params = {
-        { name = 'limit', kind = 'integer' },
-        { name = 'window', kind = 'integer' },
-        { name = 'p3', kind = 'zero' },
-    },
-}
-
--- The estimate is a float; this absorbs its rounding error when comparing.
-local SLIDING_WINDOW_EPSILON = 1e-9
-
--- Rounds a duration in microseconds up to milliseconds, ignoring float
--- noise far below the microsecond resolution of Redis TIME.
-local function sliding_window_ceil_ms(us)
-    local r = math.ceil(us / 1000 - 1e-6)
-    if r < 0 then
-        return 0
-    end
-    return r
-end
-
--- Time in microseconds from now until cost more can pass, for a denied
--- request with cost <= limit. Inside the current window only prev decays;
--- if cur + cost alone is over the limit, the request has to wait for the
--- next window, where cur becomes prev and decays in turn.
-local function sliding_window_wait_us(limit, window_us, elapsed_us, prev, cur,
-                                      cost)
-    if cur + cost <= limit then
-        -- Solve prev * (1 - t / window) + cur + cost = limit for t. Since
-        -- the request is denied now, prev > 0 and t > elapsed.
-        local t = window_us * (1 - (limit - cur - cost) / prev)
-        return t - elapsed_us
-    end
-    -- In the next window the estimate is cur * (1 - t / window) + cost.
-    local t = window_us * (1 - (limit - cost) / cur)
-    return (window_us - elapsed_us) + t
-end
-
--- Decides one limit without writing anything. p holds the parameters by
--- name (p.limit, p.window). Returns a table with allowed (boolean), limit,
--- remaining, reset_ms and retry_ms (integers, as described in check.lua)
--- and win, cur, prev, the state to store on commit.
-function sliding_window.evaluate(key, p, cost, now_us)
-    local limit, window = p.limit, p.window
+-- Decides one limit without writing anything. limit and window are the
+-- validated p1 and p2. Returns allowed (boolean), limit, remaining, reset_ms
+-- and retry_ms (integers, as described in check.lua), then what
+-- sliding_window_commit() takes after the key: win, cur and prev, the state
+-- to store, and ttl_ms.
+--
+-- The estimate is a float: 1e-9 absorbs its rounding error when comparing,
+-- and durations in microseconds are rounded up to milliseconds ignoring
+-- float noise far below the microsecond resolution of Redis TIME (the 1e-6
+-- below, in milliseconds).
+local function sliding_window_evaluate(key, limit, window, cost, now_us)
     local window_us = window * 1e6
     local current = math.floor(now_us / window_us)
     local elapsed_us = now_us - current * window_us
 
     local stored = redis.call('HMGET', key, 'win', 'cur', 'prev')
     local win = tonumber(stored[1])
-    local cur = tonumber(stored[2]) or 0
-    local prev = tonumber(stored[3]) or 0
-    if win == nil then
-        cur, prev = 0, 0
+    local cur, prev = 0, 0
+    if win == nil or win < current - 1 then
+        -- Nothing stored, or nothing that still counts.
     elseif win == current - 1 then
-        cur, prev = 0, cur
-    elseif win < current - 1 then
-        cur, prev = 0, 0
+        prev = tonumber(stored[2]) or 0
+    else
+        -- A window index from the future (the clock went backwards after
+        -- a failover) is kept as the current one: that never forgets
+        -- requests.
+        cur = tonumber(stored[2]) or 0
+        prev = tonumber(stored[3]) or 0
     end
-    -- A window index from the future (the clock went backwards after a
-    -- failover) is kept as the current one: that never forgets requests.
 
     local estimate = prev * (1 - elapsed_us / window_us) + cur
-    local r = { limit = limit, win = current, prev = prev }
-    local counted = cur
-    if estimate + cost <= limit + SLIDING_WINDOW_EPSILON then
-        r.allowed = true
-        r.cur = cur + cost
+    local allowed, counted, retry_ms
+    if estimate + cost <= limit + 1e-9 then
+        allowed = true
         counted = cur + cost
         estimate = estimate + cost
-        r.retry_ms = 0
+        retry_ms = 0
     else
-        r.allowed = false
+        allowed = false
+        counted = cur
         if cost > limit then
-            r.retry_ms = -1
+            retry_ms = -1
         else
-            r.retry_ms = math.max(1, sliding_window_ceil_ms(
-                sliding_window_wait_us(limit, window_us, elapsed_us, prev,
-                    cur, cost)))
+            -- The time until cost more can pass. Inside the current window
+            -- only prev decays; if cur + cost alone is over the limit, the
+            -- request has to wait for the next window, where cur becomes
+            -- prev and decays in turn.
+            local wait_us
+            if cur + cost <= limit then
+                -- Solve prev * (1 - t / window) + cur + cost = limit for t.
+                -- Since the request is denied now, prev > 0 and
+                -- t > elapsed.
+                wait_us = window_us * (1 - (limit - cur - cost) / prev) -
+                    elapsed_us
+            else
+                -- In the next window the estimate is
+                -- cur * (1 - t / window) + cost.
+                wait_us = (window_us - elapsed_us) +
+                    window_us * (1 - (limit - cost) / cur)
+            end
+            retry_ms = math.ceil(wait_us / 1000 - 1e-6)
+            if not (retry_ms > 1) then
+                retry_ms = 1
+            end
         end
     end
-    r.remaining = math.max(0,
-        math.floor(limit - estimate + SLIDING_WINDOW_EPSILON))
+    local remaining = math.floor(limit - estimate + 1e-9)
+    if not (remaining > 0) then
+        remaining = 0
+    end
 
     -- Fully reset means the estimate is 0: requests counted in the current
     -- window weigh until the end of the next one, the previous window's
     -- until the end of this one.
     local until_end_us = window_us - elapsed_us
+    local reset_ms = 0
     if counted > 0 then
-        r.reset_ms = sliding_window_ceil_ms(until_end_us + window_us)
+        reset_ms = math.ceil((until_end_us + window_us) / 1000 - 1e-6)
     elseif prev > 0 then
-        r.reset_ms = sliding_window_ceil_ms(until_end_us)
-    else
-        r.reset_ms = 0
+        reset_ms = math.ceil(until_end_us / 1000 - 1e-6)
     end
-    return r
+    if reset_ms < 0 then
+        reset_ms = 0
+    end
+    -- What is counted in the current window matters until the end of the
+    -- next one, at most two windows away. The TTL is capped as in
+    -- token_bucket_evaluate().
+    local ttl_ms = 2 * window * 1000 + 1000
+    if 1e15 < ttl_ms then
+        ttl_ms = 1e15
+    end
+    return allowed, limit, remaining, reset_ms, retry_ms,
+        current, counted, prev, ttl_ms
 end
 
--- Charges the cost decided by evaluate(). What is counted in the current
--- window matters until the end of the next one, at most two windows away.
--- The TTL is capped as in token_bucket.commit().
-function sliding_window.commit(key, p, r, now_us)
-    redis.call('HSET', key,
-        'win', string.format('%.0f', r.win),
-        'cur', string.format('%.0f', r.cur),
-        'prev', string.format('%.0f', r.prev))
-    local ttl_ms = math.min(2 * p.window * 1000 + 1000, 1e15)
-    redis.call('PEXPIRE', key, string.format('%.0f', ttl_ms))
+-- Charges the cost decided by sliding_window_evaluate(). Whole numbers are
+-- passed to Redis as numbers as in token_bucket_commit(): win and ttl_ms
+-- always are such numbers, and cur and prev too unless the stored state was
+-- edited by hand (a fraction, -0, something huge), which is formatted with
+-- '%.0f' as it always was. The test "x % 1 == 0 and 1 / x > 0 and
+-- x < 2 ^ 53" picks exactly the numbers from 0 up to 2^53: 1 / x is -inf
+-- for -0, and NaN and the infinities fail x % 1 == 0.
+local function sliding_window_commit(key, win, cur, prev, ttl_ms)
+    if not (cur % 1 == 0 and 1 / cur > 0 and cur < 2 ^ 53) then
+        cur = string.format('%.0f', cur)
+    end
+    if not (prev % 1 == 0 and 1 / prev > 0 and prev < 2 ^ 53) then
+        prev = string.format('%.0f', prev)
+    end
+    redis.call('HSET', key, 'win', win, 'cur', cur, 'prev', prev)
+    redis.call('PEXPIRE', key, ttl_ms)
 end

@@ -864,6 +864,117 @@ test_argument_errors() {
     expect_eq "keys written by bad calls" "$(cli EXISTS e:a e:b k1 k9)" 0
 }
 
+# The number syntax is exactly the documented one: decimal digits (and for
+# the rate one '.'), at most 15 characters. Everything else that Lua's
+# tonumber() would take (signs, spaces, hex, exponents, inf, nan, a
+# fraction where an integer is due) is rejected.
+# shellcheck disable=SC2086 # $tb is a list of arguments.
+test_number_syntax() {
+    tb="token_bucket 5 1 0 0"
+    for v in +1 -1 ' 1' '1 ' 0x1 1e0 1E0 1.0 1. .5 inf nan '' \
+        0000000000000001; do
+        expect_error "cost '$v'" "cost must be an integer >= 1" \
+            1 e:n "$v" 0 1 $tb
+    done
+    for v in 0 00 9 09 +1 1.0 1e0 ' 1' 0000000000000001; do
+        expect_error "n '$v'" "number of limits must be 1..8" \
+            1 e:n 1 0 "$v" $tb
+    done
+    for v in +5 -5 ' 5' '5 ' 0x5 5e0 5.0 5. 0 0000000000000000 \
+        1000000000000000 inf; do
+        expect_error "capacity '$v'" \
+            "limit 1: capacity must be a positive integer" \
+            1 e:n 1 0 1 token_bucket "$v" 1 0 0
+        expect_error "window '$v'" \
+            "limit 1: window must be a positive integer" \
+            1 e:n 1 0 1 sliding_window 3 "$v" 0 0
+        expect_error "period '$v'" \
+            "limit 1: period must be a positive integer" \
+            1 e:n 1 0 1 gcra 1 "$v" 0 0
+        expect_error "fixed window limit '$v'" \
+            "limit 1: limit must be a positive integer" \
+            1 e:n 1 0 1 fixed_window "$v" day 0 0
+    done
+    for v in -0 +0 ' 0' 0x0 0e0 0.0 '' 0000000000000000; do
+        expect_error "burst '$v'" "limit 1: burst must be an integer >= 0" \
+            1 e:n 1 0 1 gcra 1 1000 "$v" 0
+    done
+    for v in 1e3 1E3 +1 -1 0x1p3 0x10 ' 1' '1 ' 0 0.0 00.00 . '' 1.5. \
+        1..5 inf nan 0.00000000000001 1234567890123456; do
+        expect_error "rate '$v'" "limit 1: rate must be a positive decimal" \
+            1 e:n 1 0 1 token_bucket 5 "$v" 0 0
+    done
+    for v in __now_us=+1 __now_us=1e3 __now_us=0x10 '__now_us=1 ' \
+        ' __now_us=1' __now_us=4503599627370497 __now_us=00000000000000001; do
+        expect_error "hook '$v'" "5 arguments" 1 e:n 1 0 1 $tb "$v"
+    done
+    expect_eq "keys written by bad numbers" "$(cli EXISTS e:n)" 0
+
+    # Leading zeros are digits like any other.
+    r=$(check 1 num:cost 001 0 01 token_bucket 005 20 0 0 "__now_us=$N")
+    expect_eq "cost 001, n 01, capacity 005" "$r" "1 $NMS 1 5 4 50 0"
+    r=$(check 1 num:burst 1 0 1 gcra 10 1000000 00 0 "__now_us=$N")
+    expect_eq "burst 00" "$r" "1 $NMS 1 1 0 100 0"
+    r=$(check 8 num:1 num:2 num:3 num:4 num:5 num:6 num:7 num:8 1 1 08 \
+        $tb $tb $tb $tb $tb $tb $tb $tb "__now_us=$N")
+    expect_eq "n 08" "$(echo "$r" | awk '{ print NF }')" 42
+    # 15 digits are still exact.
+    r=$(check 1 num:big 1 1 1 token_bucket 999999999999999 1 0 0 \
+        "__now_us=$N")
+    expect_eq "15-digit capacity" "$r" \
+        "1 $NMS 1 999999999999999 999999999999998 1000 0"
+    # Rates: the time to refill one token is 1000 / rate ms, rounded up.
+    for pair in .5:2000 5.:200 007.5:134 0.5:2000; do
+        rate=${pair%%:*}
+        r=$(check 1 "num:rate:$rate" 1 0 1 token_bucket 1 "$rate" 0 0 \
+            "__now_us=$N")
+        expect_eq "rate $rate" "$r" "1 $NMS 1 1 0 ${pair#*:} 0"
+    done
+    # The smallest rate with 15 characters: the reset and the TTL are
+    # capped at 10^15 ms.
+    t0=$(redis_now_ms)
+    r=$(check 1 num:slow 1 0 1 token_bucket 1 0.0000000000001 0 0 \
+        "__now_us=$N")
+    expect_eq "slowest rate" "$r" "1 $NMS 1 1 0 1000000000000000 0"
+    expect_pttl num:slow 1000000000000000 "$t0"
+    # The hook: leading zeros, and the latest time it takes, 2^52 µs.
+    r=$(check 1 num:hook0 1 0 1 fixed_window 3 minute 0 0 __now_us=00001)
+    expect_eq "hook 00001" "$r" "1 0 1 3 2 60000 0"
+    r=$(check 1 num:hook1 1 0 1 gcra 1 1000 0 0 __now_us=4503599627370496)
+    expect_eq "hook 2^52" "$r" "1 4503599627370 1 1 0 1 0"
+    expect_eq "state at 2^52" "$(state num:hook1)" "tat 4503599627371496"
+}
+
+# A state edited by hand is read as before and written back as '%.0f'
+# formats it (half to even); NaN tokens count as none, a NaN window index
+# as the current window.
+test_state_edited_by_hand() {
+    # The 2 s window holding N has the index 917697610.
+    cli HSET hand:sw win 917697610 cur 1.5 prev -0 >/dev/null
+    r=$(check 1 hand:sw 1 0 1 sliding_window 10 2 0 0 "__now_us=$N")
+    expect_eq "sliding window reply" "$r" "1 $NMS 1 10 7 4000 0"
+    expect_eq "sliding window state" "$(state hand:sw)" \
+        "win 917697610 cur 2 prev -0"
+    cli HSET hand:sw2 win nan cur 2 prev 1 >/dev/null
+    r=$(check 1 hand:sw2 1 0 1 sliding_window 10 2 0 0 "__now_us=$N")
+    expect_eq "NaN window reply" "$r" "1 $NMS 1 10 6 4000 0"
+    expect_eq "NaN window state" "$(state hand:sw2)" \
+        "win 917697610 cur 3 prev 1"
+    cli HSET hand:fw win 1835395200 count 0.5 >/dev/null
+    r=$(check 1 hand:fw 1 0 1 fixed_window 10 minute 0 0 "__now_us=$N")
+    expect_eq "fixed window reply" "$r" "1 $NMS 1 10 8 40000 0"
+    expect_eq "fixed window state" "$(state hand:fw)" \
+        "win 1835395200 count 2"
+    cli HSET hand:g tat "$N.5" >/dev/null
+    r=$(check 1 hand:g 1 0 1 gcra 10 1000000 2 0 "__now_us=$N")
+    expect_eq "gcra reply" "$r" "1 $NMS 1 3 1 101 0"
+    expect_eq "gcra state" "$(state hand:g)" "tat $((N + 100000))"
+    cli HSET hand:tb tokens nan ts "$N" >/dev/null
+    r=$(check 1 hand:tb 1 0 1 token_bucket 5 20 0 0 "__now_us=$N")
+    expect_eq "NaN tokens reply" "$r" "0 $NMS 0 5 0 250 50"
+    expect_eq "NaN tokens state" "$(state hand:tb)" "tokens nan ts $N"
+}
+
 run "token bucket: capacity 5 allows 5 then denies" test_tb_allows_capacity
 run "token bucket: refill allows again after retry_after_ms" test_tb_refill
 run "token bucket: refill stops at capacity" test_tb_refill_cap
@@ -908,6 +1019,10 @@ run "shadow: a denial by an enforced limit charges no shadow limit" \
 run "shadow: only shadow limits never deny" test_shadow_only
 run "shadow: a peek writes nothing" test_shadow_peek
 run "bad arguments give ERR ratelimit: errors" test_argument_errors
+run "numbers: exactly digits (and one . in a rate), at most 15" \
+    test_number_syntax
+run "a state edited by hand is read and rewritten as before" \
+    test_state_edited_by_hand
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
