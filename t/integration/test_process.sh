@@ -1,0 +1,155 @@
+#!/bin/sh
+# test_process.sh -- the process model: max_requests recycling, SIGHUP
+# reload (good and bad configuration), request_timeout, and a graceful
+# stop that lets the request in hand complete.
+#
+# An application of its own on a Unix socket (workers = 2), with a
+# lighttpd in front for ordinary requests and a small FastCGI client in
+# python3 for the requests that must stall on purpose.
+set -u
+# shellcheck source-path=SCRIPTDIR
+. "$(dirname "$0")/lib.sh"
+require_stack
+
+serve_dir ratelimit-process
+P_LT=$((PORT + 61))
+SOCK=$D/app.sock
+
+# workers_of PID: the pids of PID's children, one per line, sorted.
+workers_of() {
+    ps -o pid= --ppid "$1" | tr -d ' ' | sort
+}
+
+# wait_workers PID N: up to 5 s for PID to have N children.
+# shellcheck disable=SC2317 # called through check
+wait_workers() {
+    ww_n=0
+    while [ "$(count_lines "$(workers_of "$1")")" != "$2" ]; do
+        ww_n=$((ww_n + 1))
+        [ "$ww_n" -gt 50 ] && return 1
+        sleep 0.1
+    done
+}
+
+# stall_request SECONDS: a FastCGI request for /v1/check that announces a
+# 40-byte body, sends half of it, waits SECONDS, then sends the rest.
+# Prints the status the application answered, or "none".
+stall_request() {
+    python3 - "$SOCK" "$1" <<'PY'
+import socket, struct, sys, time
+def rec(t, content, rid=1):
+    return struct.pack(">BBHHBx", 1, t, rid, len(content), 0) + content
+def pair(k, v):
+    return bytes([len(k), len(v)]) + k + v
+params = b"".join(pair(k, v) for k, v in [
+    (b"REQUEST_METHOD", b"POST"), (b"REQUEST_URI", b"/v1/check"),
+    (b"CONTENT_LENGTH", b"40"), (b"HTTP_X_API_KEY", b"rl_demo_abc123xyz")])
+body = b'{"route":"/process/stall","subject":"x"}'[:40]
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(20)
+s.connect(sys.argv[1])
+s.sendall(rec(1, struct.pack(">HB5x", 1, 0)) + rec(4, params) + rec(4, b"")
+          + rec(5, body[:20]))
+time.sleep(float(sys.argv[2]))
+try:
+    s.sendall(rec(5, body[20:]) + rec(5, b""))
+    data = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+except OSError:
+    data = b""
+i = data.find(b"Status: ")
+print(data[i + 8:i + 11].decode() if i >= 0 else "none")
+PY
+}
+
+app_conf "$D/app.conf" "listen=unix:$SOCK" workers=2 max_requests=5 \
+    request_timeout=2
+app_start app "$D/app.conf"
+MASTER=$APP_PID
+printf '%s\n' "server.port = $P_LT" 'server.bind = "127.0.0.1"' \
+    "server.document-root = \"$D\"" "server.errorlog = \"$D/lighttpd.log\"" \
+    'server.modules += ( "mod_fastcgi" )' \
+    "fastcgi.server = ( \"/\" => (( \"socket\" => \"$SOCK\", \"check-local\" => \"disable\" )) )" \
+    >"$D/lighttpd.conf"
+check "the application starts with 2 workers" wait_workers "$MASTER" 2
+lighttpd_start "$D/lighttpd.conf" "$D/lighttpd.log" "$P_LT" ||
+    fail "lighttpd starts in front of the application"
+L=http://127.0.0.1:$P_LT
+
+# ---------------------------------------------------------------- max_requests
+
+before=$(workers_of "$MASTER" | tr '\n' ' ')
+statuses=$(request_statuses 12 "$L/health/live")
+check "12 requests with max_requests = 5 all answer 200 ($statuses)" \
+    eq "$(echo "$statuses" | tr ' ' '\n' | grep -c '^200$')" 12
+check "recycled workers are replaced: still 2" wait_workers "$MASTER" 2
+after=$(workers_of "$MASTER" | tr '\n' ' ')
+check "the workers are new processes ($before -> $after)" ne "$before" "$after"
+check "the log says why a worker left" \
+    contains "$(cat "$D/app.log")" "served max_requests (5)"
+
+# ---------------------------------------------------------------- SIGHUP
+
+app_conf "$D/app.conf" "listen=unix:$SOCK" workers=3 max_requests=0 \
+    request_timeout=2
+kill -HUP "$MASTER"
+check "SIGHUP with workers = 3: three workers" wait_workers "$MASTER" 3
+check "SIGHUP: the master stays the same process" alive "$MASTER"
+check "SIGHUP: the log says the configuration was reloaded" \
+    contains "$(cat "$D/app.log")" "configuration reloaded"
+printf 'wrokers = 9\n' >>"$D/app.conf"
+kill -HUP "$MASTER"
+sleep 1
+check "SIGHUP with a bad file: it is refused with file:line" \
+    contains "$(cat "$D/app.log")" "app.conf:"
+check "SIGHUP with a bad file: the running configuration stays (3 workers)" \
+    eq "$(count_lines "$(workers_of "$MASTER")")" 3
+fetch "$L/health/live"
+check "SIGHUP with a bad file: requests are still served ($STATUS)" \
+    eq "$STATUS" 200
+app_conf "$D/app.conf" "listen=unix:$SOCK" workers=2 max_requests=0 \
+    request_timeout=2
+kill -HUP "$MASTER"
+check "SIGHUP back to 2 workers" wait_workers "$MASTER" 2
+
+# ---------------------------------------------------------------- timeout
+
+# A client that stops sending in the middle of its body holds a worker
+# (libfcgi has no I/O timeout); the master kills it after request_timeout.
+before=$(workers_of "$MASTER" | tr '\n' ' ')
+got=$(stall_request 4)
+check "a request stalled past request_timeout gets no answer ($got)" \
+    eq "$got" none
+check "the stuck worker was killed and replaced: 2 workers" \
+    wait_workers "$MASTER" 2
+check "the log names request_timeout" \
+    contains "$(cat "$D/app.log")" "request_timeout"
+check "a replacement worker is a new process" \
+    ne "$(workers_of "$MASTER" | tr '\n' ' ')" "$before"
+
+# ---------------------------------------------------------------- graceful
+
+# SIGTERM while a request is in hand: it completes, then the pool stops.
+stall_request 1 >"$D/graceful.out" &
+client=$!
+sleep 0.3
+kill -TERM "$MASTER"
+wait "$client"
+got=$(cat "$D/graceful.out")
+check "SIGTERM: the request in hand still gets its answer ($got)" \
+    matches "$got" '^[0-9]{3}$'
+n=0
+while alive "$MASTER" && [ "$n" -lt 50 ]; do
+    sleep 0.1
+    n=$((n + 1))
+done
+check "SIGTERM: the master then exits" test "$n" -lt 50
+wait "$MASTER"
+check "SIGTERM: exit status 0" eq "$?" 0
+check "SIGTERM: the socket is removed" test ! -e "$SOCK"
+
+finish
