@@ -153,7 +153,15 @@ if [ "$STATUS" != 200 ]; then
     finish
 fi
 if [ "$(id -u)" = 0 ]; then
-    workers=$(ps -o user= --ppid "$NGX_PID" | sort -u | tr -d ' \n')
+    # A worker just forked is still root until it drops privileges:
+    # give them a moment (at most 2 s) to settle.
+    n=0
+    while :; do
+        workers=$(ps -o user= --ppid "$NGX_PID" | sort -u | tr -d ' \n')
+        [ "$workers" = nobody ] || [ "$n" -ge 20 ] && break
+        n=$((n + 1))
+        sleep 0.1
+    done
     check "nginx's workers run as nobody ($workers)" eq "$workers" nobody
 fi
 
