@@ -287,7 +287,7 @@ api_authorize(struct service *svc, const struct http_request *req,
         response_header(resp, "Variable-RateLimit-Remaining", "%lld",
             st->remaining);
         response_header(resp, "Variable-RateLimit-Reset", "%lld",
-            d.now_ms / 1000 + (st->reset_ms + 999) / 1000);
+            response_reset_at(d.now_ms / 1000, st));
         buf_reset(&resp->body);
         /* Apache copies an authorizer's headers into the response it
          * serves: the protected content decides its own caching. */
@@ -352,10 +352,7 @@ api_ready(struct service *svc, struct rl_response *resp)
         response_header(resp, "Retry-After", "%ld",
             svc->cfg->retry_after_unavailable);
     }
-    buf_puts(&resp->body, json_object_to_json_string_ext(o,
-        JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));
-    buf_puts(&resp->body, "\n");
-    json_object_put(o);
+    response_json(resp, o);
 }
 
 static void
@@ -469,15 +466,6 @@ api_limit_json(const struct rl_limit *l)
     return o;
 }
 
-static void
-api_send_json(struct rl_response *resp, struct json_object *o)
-{
-    buf_puts(&resp->body, json_object_to_json_string_ext(o,
-        JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));
-    buf_puts(&resp->body, "\n");
-    json_object_put(o);
-}
-
 /*
  * GET /v1/config/tenants and GET /v1/config/tenants/{id}/rules: what the
  * caller's key may see of the configuration, which is its own tenant only.
@@ -508,7 +496,7 @@ api_config(struct service *svc, const struct http_request *req,
         json_object_object_add(ro, "status", json_object_new_string("active"));
         json_object_array_add(arr, ro);
         json_object_object_add(o, "tenants", arr);
-        api_send_json(resp, o);
+        response_json(resp, o);
         return;
     }
     if (restlen != 1 + RL_UUID_LEN + 6 || rest[0] != '/' ||
@@ -549,7 +537,7 @@ api_config(struct service *svc, const struct http_request *req,
         json_object_array_add(arr, ro);
     }
     json_object_object_add(o, "rules", arr);
-    api_send_json(resp, o);
+    response_json(resp, o);
 }
 
 /* php-fpm's pool status fields, as text or (?json) JSON. */
@@ -594,7 +582,7 @@ api_status(struct service *svc, const struct http_request *req,
             json_object_new_int64((int64_t)active));
         json_object_object_add(o, "total processes",
             json_object_new_int64((int64_t)total));
-        api_send_json(resp, o);
+        response_json(resp, o);
         return;
     }
     resp->content_type = "text/plain";

@@ -355,6 +355,12 @@ const char *response_reason(int status);
 void response_header(struct rl_response *r, const char *name,
     const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+struct json_object;
+
+/* Makes obj (a json-c value, which this call releases) the body, plain
+ * JSON followed by a newline. */
+void response_json(struct rl_response *r, struct json_object *obj);
+
 /* A JSON error: {"error": code, "message": message}. */
 void response_error(struct rl_response *r, int status, const char *code,
     const char *message);
@@ -363,6 +369,9 @@ void response_error(struct rl_response *r, int status, const char *code,
  * RateLimit-Policy and (on 429) Retry-After headers and the JSON body. */
 void response_decision(struct rl_response *r, const struct rl_plan *plan,
     const struct rl_decision *d);
+
+/* Unix seconds (Redis time) when the limit of st is fully reset. */
+long long response_reset_at(long long now_s, const struct rl_limit_state *st);
 
 /* Seconds a client is told to wait for limit state st: at least 1, or -1
  * when the cost can never pass (then no Retry-After is sent). */

@@ -86,7 +86,7 @@ response_header(struct rl_response *r, const char *name, const char *fmt, ...)
     buf_append(&r->headers, "\r\n", 2);
 }
 
-static void
+void
 response_json(struct rl_response *r, struct json_object *obj)
 {
     size_t len;
@@ -117,6 +117,12 @@ static long long
 ceil_div_ms(long long ms)
 {
     return ms <= 0 ? 0 : (ms + 999) / 1000;
+}
+
+long long
+response_reset_at(long long now_s, const struct rl_limit_state *st)
+{
+    return now_s + ceil_div_ms(st->reset_ms);
 }
 
 long long
@@ -193,7 +199,7 @@ response_state_json(const struct rl_limit *l, const struct rl_limit_state *st,
     json_object_object_add(o, "remaining",
         json_object_new_int64(st->remaining));
     json_object_object_add(o, "reset_at",
-        json_object_new_int64(now_s + ceil_div_ms(st->reset_ms)));
+        json_object_new_int64(response_reset_at(now_s, st)));
     json_object_object_add(o, "retry_after",
         json_object_new_int64(st->allowed ? 0 : response_retry_after_s(st)));
     json_object_object_add(o, "algorithm",
@@ -252,7 +258,7 @@ response_decision(struct rl_response *r, const struct rl_plan *plan,
     response_header(r, "X-RateLimit-Limit", "%lld", st->limit);
     response_header(r, "X-RateLimit-Remaining", "%lld", st->remaining);
     response_header(r, "X-RateLimit-Reset", "%lld",
-        now_s + ceil_div_ms(st->reset_ms));
+        response_reset_at(now_s, st));
     /* A cost that can never pass gets no Retry-After: waiting won't help. */
     if (!d->allowed && st->retry_after_ms != -1)
         response_header(r, "Retry-After", "%lld", response_retry_after_s(st));
