@@ -61,6 +61,33 @@ api_method_not_allowed(struct rl_response *resp, const char *allow)
 }
 
 /*
+ * Answers a failed authentication: 401 for a missing, unknown or revoked
+ * key, 403 for a suspended tenant, 503 when the key store is down.
+ * Returns 0 for AUTH_OK (nothing written), else -1.
+ */
+static int
+api_auth_answer(struct service *svc, struct rl_response *resp, int rc)
+{
+    switch (rc) {
+    case AUTH_OK:
+        return 0;
+    case AUTH_NO_KEY:
+        response_error(resp, 401, "unauthorized", "missing API key");
+        return -1;
+    case AUTH_UNKNOWN:
+    case AUTH_REVOKED:
+        response_error(resp, 401, "unauthorized", "invalid API key");
+        return -1;
+    case AUTH_SUSPENDED:
+        response_error(resp, 403, "tenant_suspended", "tenant is suspended");
+        return -1;
+    default:
+        api_unavailable(svc, resp, "key store unavailable");
+        return -1;
+    }
+}
+
+/*
  * Decides creq for the tenant.  On DECIDE_OK, plan and d describe the
  * decision (shadow limits marked).  *what says which store failed.
  */
@@ -146,23 +173,9 @@ api_check(struct service *svc, const struct http_request *req,
         response_error(resp, 401, "unauthorized", "API key is too long");
         return;
     }
-    switch (auth_check_key(svc, key, (size_t)keylen, &ki)) {
-    case AUTH_OK:
-        break;
-    case AUTH_NO_KEY:
-        response_error(resp, 401, "unauthorized", "missing API key");
+    if (api_auth_answer(svc, resp,
+        auth_check_key(svc, key, (size_t)keylen, &ki)) == -1)
         return;
-    case AUTH_UNKNOWN:
-    case AUTH_REVOKED:
-        response_error(resp, 401, "unauthorized", "invalid API key");
-        return;
-    case AUTH_SUSPENDED:
-        response_error(resp, 403, "tenant_suspended", "tenant is suspended");
-        return;
-    default:
-        api_unavailable(svc, resp, "key store unavailable");
-        return;
-    }
     if (ki.admin) {
         response_error(resp, 403, "admin_key_cannot_check",
             "admin keys cannot be used for checks");
@@ -222,20 +235,8 @@ api_authorize(struct service *svc, const struct http_request *req,
             svc->cfg->anonymous_tenant);
         rc = AUTH_UNAVAILABLE;
     }
-    switch (rc) {
-    case AUTH_OK:
-        break;
-    case AUTH_SUSPENDED:
-        response_error(resp, 403, "tenant_suspended", "tenant is suspended");
+    if (api_auth_answer(svc, resp, rc) == -1)
         return;
-    case AUTH_UNAVAILABLE:
-        api_unavailable(svc, resp, "key store unavailable");
-        return;
-    default:
-        response_error(resp, 401, "unauthorized", keylen == 0 ?
-            "missing API key" : "invalid API key");
-        return;
-    }
     if (ki.admin) {
         response_error(resp, 403, "admin_key_cannot_check",
             "admin keys cannot be used for checks");
@@ -410,21 +411,8 @@ api_config_auth(struct service *svc, const struct http_request *req,
     const char *key = NULL;
     int keylen = request_api_key(req->x_api_key, req->authorization, &key);
 
-    switch (keylen < 0 ? AUTH_UNKNOWN :
-        auth_check_key(svc, key, (size_t)keylen, ki)) {
-    case AUTH_OK:
-        return 0;
-    case AUTH_SUSPENDED:
-        response_error(resp, 403, "tenant_suspended", "tenant is suspended");
-        return -1;
-    case AUTH_UNAVAILABLE:
-        api_unavailable(svc, resp, "key store unavailable");
-        return -1;
-    default:
-        response_error(resp, 401, "unauthorized", keylen == 0 ?
-            "missing API key" : "invalid API key");
-        return -1;
-    }
+    return api_auth_answer(svc, resp, keylen < 0 ? AUTH_UNKNOWN :
+        auth_check_key(svc, key, (size_t)keylen, ki));
 }
 
 static struct json_object *
