@@ -32,7 +32,7 @@ HEADERS = $(wildcard src/*.h)
 UNIT_SRC = $(wildcard t/check_*.c)
 
 .PHONY: all deps test unit lua-test integration run stop bench install \
-	asan clean
+	asan clean test-faults
 
 all: $(BUILD)/ratelimit-fcgi $(BUILD)/ratelimitctl
 
@@ -72,6 +72,11 @@ test: deps
 
 unit: $(BUILD)/check_all
 	$(BUILD)/check_all
+
+# The fault scenarios against the real stack, with their table.
+test-faults: deps
+	$(MAKE) all
+	TESTS="faults hostile pgfaults" sh t/integration/run.sh
 
 run: deps
 	$(MAKE) all

@@ -55,11 +55,25 @@ static const struct config_key config_keys[] = {
     { "request_timeout", CT_LONG, OFF(request_timeout), 0, 0, 3600, "30",
       NULL, "seconds after which the master kills a worker stuck on one "
       "request; 0 = never" },
+    { "fcgi_read_timeout_ms", CT_LONG, OFF(fcgi_read_timeout_ms), 0, 100,
+      600000, "3000", NULL, "deadline from accepting a FastCGI connection "
+      "(or from the first byte of a kept-alive one) to the end of the "
+      "request's input; a slower peer is disconnected (milliseconds)" },
+    { "fcgi_keepalive_timeout_ms", CT_LONG, OFF(fcgi_keepalive_timeout_ms),
+      0, 100, 3600000, "5000", NULL, "an idle kept-alive FastCGI "
+      "connection (FCGI_KEEP_CONN) is closed after this long "
+      "(milliseconds)" },
+    { "max_worker_rss_mb", CT_LONG, OFF(max_worker_rss_mb), 0, 0, 65536,
+      "256", NULL, "a worker whose resident memory passes this is replaced "
+      "after its request (megabytes); 0 = never" },
     { "pg_conninfo", CT_STRING, OFF(pg_conninfo), SZ(pg_conninfo), 1, 0,
       "dbname=ratelimit", NULL,
       "libpq connection string of the key and rule database" },
     { "pg_connect_timeout_ms", CT_LONG, OFF(pg_connect_timeout_ms), 0, 10,
       60000, "2000", NULL, "PostgreSQL connect timeout (milliseconds)" },
+    { "pg_query_timeout_ms", CT_LONG, OFF(pg_query_timeout_ms), 0, 10,
+      60000, "1000", NULL, "longest a request waits for PostgreSQL, connect "
+      "included (milliseconds); then it is treated as unreachable" },
     { "redis", CT_STRING, OFF(redis), SZ(redis), 1, 0, "127.0.0.1:6379",
       NULL, "Redis address: \"host:port\" or \"unix:/path\"" },
     { "redis_connect_timeout_ms", CT_LONG, OFF(redis_connect_timeout_ms), 0,
@@ -74,9 +88,19 @@ static const struct config_key config_keys[] = {
     { "key_cache_negative_ttl", CT_LONG, OFF(key_cache_negative_ttl), 0, 0,
       3600, "5", NULL, "seconds an unknown API key is remembered as unknown" },
     { "key_cache_size", CT_LONG, OFF(key_cache_size), 0, 1, 10000000,
-      "10000", NULL, "API keys held per worker (least recently used go)" },
+      "10000", NULL, "known API keys remembered by the pool (shared by all "
+      "workers; the least recently fetched go)" },
+    { "key_cache_negative_size", CT_LONG, OFF(key_cache_negative_size), 0,
+      1, 10000000, "10000", NULL, "unknown API keys remembered by the pool "
+      "(kept apart from known keys, so they can never evict them)" },
+    { "key_lookup_rate", CT_LONG, OFF(key_lookup_rate), 0, 0, 1000000, "50",
+      NULL, "PostgreSQL lookups per second and worker for API keys the pool "
+      "does not know; past it such a key gets 401 without a query; "
+      "0 = unlimited" },
     { "rule_cache_ttl", CT_LONG, OFF(rule_cache_ttl), 0, 0, 86400, "30",
       NULL, "seconds a tenant's rules are used without asking PostgreSQL" },
+    { "rule_cache_size", CT_LONG, OFF(rule_cache_size), 0, 1, 1000000,
+      "1000", NULL, "tenants whose rules the pool keeps in shared memory" },
     { "max_body_size", CT_LONG, OFF(max_body_size), 0, 64, 1048576, "8192",
       NULL, "largest accepted request body (bytes); larger gets 413" },
     { "retry_after_unavailable", CT_LONG, OFF(retry_after_unavailable), 0,

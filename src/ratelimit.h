@@ -48,8 +48,12 @@ struct rl_config {
     long workers;               /* 0 = serve in the master's process */
     long max_requests;          /* 0 = never recycle */
     long request_timeout;       /* seconds; 0 = off */
+    long fcgi_read_timeout_ms;  /* accept (or first byte) to end of input */
+    long fcgi_keepalive_timeout_ms; /* idle kept-alive connection */
+    long max_worker_rss_mb;     /* 0 = off */
     char pg_conninfo[1024];
     long pg_connect_timeout_ms;
+    long pg_query_timeout_ms;   /* a whole lookup, connect included */
     char redis[256];            /* "host:port" or "unix:/path" */
     long redis_connect_timeout_ms;
     long redis_command_timeout_ms;
@@ -57,7 +61,10 @@ struct rl_config {
     long key_cache_ttl;         /* seconds */
     long key_cache_negative_ttl;
     long key_cache_size;
+    long key_cache_negative_size;
+    long key_lookup_rate;       /* per second and worker; 0 = unlimited */
     long rule_cache_ttl;
+    long rule_cache_size;       /* tenants */
     long max_body_size;         /* bytes */
     long retry_after_unavailable; /* seconds, Retry-After on 503 */
     int log_level;              /* enum rl_log_level */

@@ -97,6 +97,16 @@ check() {
     fi
 }
 
+# fault_row SCENARIO REQUESTS UNEXPECTED RECOVERY: one row of the fault
+# table that run.sh prints at the end (`make test-faults`): how many
+# requests the scenario made, how many got a status it did not expect, and
+# how long the service took to answer normally again (e.g. "0.4 s", "-").
+fault_row() {
+    if [ -n "${FAULT_TABLE:-}" ]; then
+        printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$FAULT_TABLE"
+    fi
+}
+
 # Prints this file's total and exits non-zero when anything failed.
 finish() {
     echo "$T_SUITE: $PASSED passed, $FAILED failed"

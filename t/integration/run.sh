@@ -31,17 +31,24 @@ VAR=$(mktemp -d "${TMPDIR:-/tmp}/ratelimit-it.XXXXXX")
 RUN_TMP=$(mktemp -d "${TMPDIR:-/tmp}/ratelimit-run.XXXXXX")
 RESULTS=$RUN_TMP/results
 : >"$RESULTS"
+# Fault scenarios add one row each (see fault_row in lib.sh); the table is
+# printed at the end.
+FAULT_TABLE=${FAULT_TABLE:-$RUN_TMP/faults}
+: >"$FAULT_TABLE"
 
 # Short caches, so that a revoked key or a suspended tenant is refused
 # within seconds; every statement in the PostgreSQL log, so that a test can
 # count them.
 EXTRA_CONF="key_cache_ttl = 2
 key_cache_negative_ttl = 1
-rule_cache_ttl = 2"
+rule_cache_ttl = 2
+fcgi_read_timeout_ms = 2000
+fcgi_keepalive_timeout_ms = 2000
+pg_query_timeout_ms = 500"
 PG_EXTRA_OPTS="-c log_statement=all"
 STACK_UP=0
 export ROOT PORT REDIS_PORT PG_PORT BUILD WORKERS RATELIMITCTL VAR RESULTS \
-    EXTRA_CONF PG_EXTRA_OPTS STACK_UP
+    EXTRA_CONF PG_EXTRA_OPTS STACK_UP FAULT_TABLE
 
 CLEANED=0
 cleanup() {
@@ -122,6 +129,16 @@ done
 if [ "$total_fail" -gt 0 ] && [ -f "$VAR/ratelimit-fcgi.log" ]; then
     echo "run.sh: tail of $VAR/ratelimit-fcgi.log"
     tail -n 30 "$VAR/ratelimit-fcgi.log"
+fi
+if [ -s "$FAULT_TABLE" ]; then
+    echo
+    echo "fault scenarios:"
+    awk -F '\t' 'BEGIN {
+            printf "%-58s %9s %11s %10s\n", "scenario", "requests",
+                "unexpected", "recovery"
+        }
+        { printf "%-58s %9s %11s %10s\n", $1, $2, $3, $4 }' "$FAULT_TABLE"
+    echo
 fi
 cleanup
 echo "$total_pass passed, $total_fail failed"
