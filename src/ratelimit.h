@@ -240,6 +240,7 @@ struct rl_rule {
  */
 struct rl_plan {
     int n;
+    int needed;                 /* the limits of those rules in all */
     const struct rl_rule *rule[RL_MAX_LIMITS];
     const struct rl_limit *limit[RL_MAX_LIMITS];
     char name[RL_MAX_LIMITS][RL_NAME_MAX + 24];  /* unique policy names */
@@ -253,10 +254,42 @@ int rules_algorithm_parse(const char *name);
  * to the higher priority, then to the lower id. */
 int rules_match(const struct rl_rule *rules, int n, const char *route);
 
-/* Fills plan for route.  Returns the number of limits in it (0 when no
- * rule applies; then no Redis call is needed). */
+/*
+ * Fills plan for route.  Returns the number of limits in it (0 when no
+ * rule applies; then no Redis call is needed), or -1 when the most
+ * specific rule and the other matching "always" rules have more than
+ * RL_MAX_LIMITS limits together (plan->needed says how many): a plan never
+ * drops a limit, so such a route cannot be decided at all and the caller
+ * must refuse it (503 "misconfigured").  On -1, plan->n is 0 and
+ * plan->rule[0] is the most specific rule, for the log.
+ */
 int rules_plan(const struct rl_rule *rules, int n, const char *route,
     struct rl_plan *plan);
+
+/* Where a change of a tenant's rules lets a check need too many limits. */
+struct rl_overflow {
+    char route[RL_ROUTE_MAX + 1];
+    int prefix;                 /* 0: the route itself; 1: the routes that
+                                   begin with it (and with no longer prefix
+                                   pattern, and are no exact pattern) */
+    int needed;                 /* limits their check needs after the change */
+    int before;                 /* and needed before it */
+    int nrules;
+    int rule[RL_MAX_RULES];     /* indices into after, most specific first */
+};
+
+/*
+ * Compares every route's plan under the rules before a change with its
+ * plan under the rules after it (each the rules the service would load:
+ * enabled, with their limits; before may be NULL with nbefore 0).  Returns
+ * 1 when some route would need more than RL_MAX_LIMITS limits after the
+ * change, and more than before it, with o describing the route that needs
+ * the most; else 0.  Routes are considered by the classes that the
+ * patterns of both sets cut them into, so nothing is missed; a class that
+ * no real route can fall into is compared all the same.
+ */
+int rules_overflow(const struct rl_rule *before, int nbefore,
+    const struct rl_rule *after, int nafter, struct rl_overflow *o);
 
 const char *rules_calendar_name(int calendar);
 int rules_calendar_parse(const char *name);

@@ -2,7 +2,9 @@
  * check_rules.c -- tests of src/rules.c: which rule applies to a route
  * (exact, then the longest prefix, then "*"; ties by priority, then id,
  * whatever the order of the array), the plan of limits a check decides
- * ("always" rules included, policy names unique), and the names of
+ * ("always" rules included, policy names unique, never more than
+ * RL_MAX_LIMITS and never a part of the limits), the search for routes
+ * whose plan a change of the rules would make overflow, and the names of
  * algorithms and calendars.
  */
 #include <string.h>
@@ -417,26 +419,233 @@ START_TEST(test_plan_unique_names)
 }
 END_TEST
 
-START_TEST(test_plan_bounded)
+static const char *const limit_names[] = {
+    "l0", "l1", "l2", "l3", "l4", "l5", "l6", "l7",
+};
+
+/* A rule with n limits named l0 .. l<n-1>. */
+static void
+rule_with(struct rl_rule *r, long long id, const char *pattern, int always,
+    int n)
 {
-    static const char *const names[] = {
-        "l0", "l1", "l2", "l3", "l4", "l5", "l6", "l7",
-    };
-    static const char *const more[] = { "m0", "m1", "m2" };
+    rule_set(r, id, pattern, 0);
+    r->always = always;
+    rule_limits(r, n, limit_names, id * 100);
+}
+
+START_TEST(test_plan_overflow)
+{
     struct rl_rule r[2];
     struct rl_plan plan;
 
-    /* Never more than RL_MAX_LIMITS limits, the best rule's first. */
-    rule_set(&r[0], 1, "/a", 0);
-    rule_limits(&r[0], RL_MAX_LIMITS - 1, names, 10);
-    rule_set(&r[1], 2, "*", 0);
-    r[1].always = 1;
-    rule_limits(&r[1], 3, more, 20);
-    ck_assert_int_eq(rules_plan(r, 2, "/a", &plan), RL_MAX_LIMITS);
+    /* The case that used to drop the quota: a rule with 8 limits and a
+     * tenant-wide "always" quota.  Nothing is decided, rather than the
+     * first 8 of 9 limits. */
+    rule_with(&r[0], 1, "/x", 0, RL_MAX_LIMITS);
+    rule_with(&r[1], 2, "*", 1, 1);
+    plan.n = 5;
+    ck_assert_int_eq(rules_plan(r, 2, "/x", &plan), -1);
+    ck_assert_int_eq(plan.n, 0);
+    ck_assert_int_eq(plan.needed, RL_MAX_LIMITS + 1);
     ck_assert_ptr_eq(plan.rule[0], &r[0]);
-    ck_assert_ptr_eq(plan.limit[RL_MAX_LIMITS - 2],
-        &r[0].limits[RL_MAX_LIMITS - 2]);
-    ck_assert_ptr_eq(plan.limit[RL_MAX_LIMITS - 1], &r[1].limits[0]);
+    /* Other routes only have the quota. */
+    ck_assert_int_eq(rules_plan(r, 2, "/y", &plan), 1);
+    ck_assert_ptr_eq(plan.limit[0], &r[1].limits[0]);
+    ck_assert_int_eq(plan.needed, 1);
+
+    /* 7 + 3 is as much too many as 8 + 1. */
+    rule_with(&r[0], 1, "/a", 0, RL_MAX_LIMITS - 1);
+    rule_with(&r[1], 2, "*", 1, 3);
+    ck_assert_int_eq(rules_plan(r, 2, "/a", &plan), -1);
+    ck_assert_int_eq(plan.needed, RL_MAX_LIMITS + 2);
+    ck_assert_int_eq(rules_plan(r, 2, "/b", &plan), 3);
+}
+END_TEST
+
+START_TEST(test_plan_overflow_always_only)
+{
+    struct rl_rule r[3];
+    struct rl_plan plan;
+
+    /* Two "always" rules, the more specific one also the best. */
+    rule_with(&r[0], 1, "*", 1, 5);
+    rule_with(&r[1], 2, "/api*", 1, 4);
+    /* A matching rule that is neither the best nor "always" counts for
+     * nothing, however many limits it has. */
+    rule_with(&r[2], 3, "/a*", 0, RL_MAX_LIMITS);
+    ck_assert_int_eq(rules_plan(r, 3, "/api/x", &plan), -1);
+    ck_assert_ptr_eq(plan.rule[0], &r[1]);
+    ck_assert_int_eq(plan.needed, 9);
+    ck_assert_int_eq(rules_plan(r, 3, "/x", &plan), 5);
+    /* "/a/x": "/a*" (8) is the best, plus "*" (5). */
+    ck_assert_int_eq(rules_plan(r, 3, "/a/x", &plan), -1);
+    r[0].nlimits = 0;
+    ck_assert_int_eq(rules_plan(r, 3, "/a/x", &plan), RL_MAX_LIMITS);
+    ck_assert_int_eq(rules_plan(r, 3, "/api/x", &plan), 4);
+}
+END_TEST
+
+START_TEST(test_plan_exactly_max)
+{
+    struct rl_rule r[4];
+    struct rl_plan plan;
+    int i;
+
+    /* 5 + 2 + 1 = 8: all of them, the best rule's first, then the always
+     * rules in the order of the array. */
+    rule_with(&r[0], 1, "/a", 0, 5);
+    rule_with(&r[1], 2, "*", 1, 2);
+    rule_with(&r[2], 3, "/a*", 1, 1);
+    rule_with(&r[3], 4, "/b*", 1, RL_MAX_LIMITS);
+    ck_assert_int_eq(rules_plan(r, 4, "/a", &plan), RL_MAX_LIMITS);
+    ck_assert_int_eq(plan.n, RL_MAX_LIMITS);
+    ck_assert_int_eq(plan.needed, RL_MAX_LIMITS);
+    for (i = 0; i < 5; i++)
+        ck_assert_ptr_eq(plan.limit[i], &r[0].limits[i]);
+    ck_assert_ptr_eq(plan.limit[5], &r[1].limits[0]);
+    ck_assert_ptr_eq(plan.limit[6], &r[1].limits[1]);
+    ck_assert_ptr_eq(plan.limit[7], &r[2].limits[0]);
+    for (i = 0; i < plan.n; i++)
+        ck_assert_ptr_eq(plan.rule[i], i < 5 ? &r[0] : i < 7 ? &r[1] : &r[2]);
+    /* One rule of 8 limits alone. */
+    ck_assert_int_eq(rules_plan(&r[3], 1, "/b/c", &plan), RL_MAX_LIMITS);
+    /* ... but with the "*" quota on top, 10. */
+    ck_assert_int_eq(rules_plan(r, 4, "/b/c", &plan), -1);
+    ck_assert_int_eq(plan.needed, RL_MAX_LIMITS + 2);
+}
+END_TEST
+
+/* The ids of o's rules (indices into rules), as "id,id,...". */
+static const char *
+overflow_ids(const struct rl_overflow *o, const struct rl_rule *rules)
+{
+    static char buf[256];
+    size_t used = 0;
+    int i;
+
+    buf[0] = '\0';
+    for (i = 0; i < o->nrules && used < sizeof(buf) - 24; i++)
+        used += (size_t)snprintf(buf + used, sizeof(buf) - used, "%s%lld",
+            i > 0 ? "," : "", rules[o->rule[i]].id);
+    return buf;
+}
+
+START_TEST(test_overflow_prefix_and_exact)
+{
+    struct rl_rule r[3];
+    struct rl_overflow o;
+
+    /* Routes beginning with "/a" get 8 + 1. */
+    rule_with(&r[0], 1, "/a*", 0, RL_MAX_LIMITS);
+    rule_with(&r[1], 2, "*", 1, 1);
+    ck_assert_int_eq(rules_overflow(NULL, 0, r, 2, &o), 1);
+    ck_assert_str_eq(o.route, "/a");
+    ck_assert_int_eq(o.prefix, 1);
+    ck_assert_int_eq(o.needed, RL_MAX_LIMITS + 1);
+    ck_assert_int_eq(o.before, 0);
+    ck_assert_str_eq(overflow_ids(&o, r), "1,2");
+
+    /* An exact rule of one limit takes "/a" itself out of that class, but
+     * "/a/x" is still there. */
+    rule_with(&r[2], 3, "/a", 0, 1);
+    ck_assert_int_eq(rules_overflow(NULL, 0, r, 3, &o), 1);
+    ck_assert_str_eq(o.route, "/a");
+    ck_assert_int_eq(o.prefix, 1);
+
+    /* An exact route that overflows, while "*" alone does not. */
+    rule_with(&r[0], 1, "/e", 0, 2);
+    rule_with(&r[1], 2, "*", 1, RL_MAX_LIMITS - 1);
+    ck_assert_int_eq(rules_overflow(NULL, 0, r, 2, &o), 1);
+    ck_assert_str_eq(o.route, "/e");
+    ck_assert_int_eq(o.prefix, 0);
+    ck_assert_int_eq(o.needed, RL_MAX_LIMITS + 1);
+    ck_assert_str_eq(overflow_ids(&o, r), "1,2");
+}
+END_TEST
+
+START_TEST(test_overflow_not_too_strict)
+{
+    struct rl_rule r[4];
+    struct rl_overflow o;
+
+    /* Limits of rules that never share a check are never added up. */
+    rule_with(&r[0], 1, "/a*", 0, RL_MAX_LIMITS);
+    rule_with(&r[1], 2, "/b*", 1, RL_MAX_LIMITS);
+    rule_with(&r[2], 3, "/c", 1, RL_MAX_LIMITS);
+    rule_with(&r[3], 4, "/cd*", 0, RL_MAX_LIMITS);
+    ck_assert_int_eq(rules_overflow(NULL, 0, r, 4, &o), 0);
+    /* A more specific rule that is not "always" replaces the rule below
+     * it: "/a/x*" with 8 under "/a*" with 8 is fine. */
+    rule_with(&r[1], 2, "/a/x*", 0, RL_MAX_LIMITS);
+    ck_assert_int_eq(rules_overflow(NULL, 0, r, 4, &o), 0);
+    /* Exactly 8 together is fine. */
+    rule_with(&r[0], 1, "/a*", 1, 4);
+    rule_with(&r[1], 2, "/a/x*", 0, 4);
+    ck_assert_int_eq(rules_overflow(NULL, 0, r, 2, &o), 0);
+    /* One more is not, on the routes that begin with "/a/x" only. */
+    r[1].nlimits = 5;
+    ck_assert_int_eq(rules_overflow(NULL, 0, r, 2, &o), 1);
+    ck_assert_str_eq(o.route, "/a/x");
+    ck_assert_int_eq(o.prefix, 1);
+    ck_assert_str_eq(overflow_ids(&o, r), "2,1");
+}
+END_TEST
+
+START_TEST(test_overflow_compared_with_before)
+{
+    struct rl_rule before[2], after[2];
+    struct rl_overflow o;
+
+    /* Already 10 before, 10 after: not made worse, not refused. */
+    rule_with(&before[0], 1, "/a*", 0, RL_MAX_LIMITS);
+    rule_with(&before[1], 2, "*", 1, 2);
+    ck_assert_int_eq(rules_overflow(before, 2, before, 2, &o), 0);
+    /* Fewer than before, still too many: allowed (a step towards a fix). */
+    memcpy(after, before, sizeof(after));
+    after[1].nlimits = 1;
+    ck_assert_int_eq(rules_overflow(before, 2, after, 2, &o), 0);
+    /* More than before: refused, saying how many there were. */
+    ck_assert_int_eq(rules_overflow(after, 2, before, 2, &o), 1);
+    ck_assert_str_eq(o.route, "/a");
+    ck_assert_int_eq(o.needed, RL_MAX_LIMITS + 2);
+    ck_assert_int_eq(o.before, RL_MAX_LIMITS + 1);
+}
+END_TEST
+
+START_TEST(test_overflow_removal)
+{
+    struct rl_rule before[3], after[3];
+    struct rl_overflow o;
+
+    /* Removing a rule can make a plan bigger: two rules for "/a", the one
+     * that wins the tie has 1 limit, the other 8. */
+    rule_with(&before[0], 1, "/a", 0, 1);
+    before[0].priority = 5;
+    rule_with(&before[1], 2, "/a", 0, RL_MAX_LIMITS);
+    rule_with(&before[2], 3, "*", 1, 1);
+    ck_assert_int_eq(rules_overflow(NULL, 0, before, 3, &o), 0);
+    /* The priority of the other one raised: the same as removing. */
+    memcpy(after, before, sizeof(after));
+    after[1].priority = 6;
+    ck_assert_int_eq(rules_overflow(before, 3, after, 3, &o), 1);
+    ck_assert_str_eq(o.route, "/a");
+    ck_assert_int_eq(o.prefix, 0);
+    ck_assert_int_eq(o.before, 2);
+    ck_assert_str_eq(overflow_ids(&o, after), "2,3");
+    ck_assert_int_eq(rules_overflow(before, 3, &before[1], 2, &o), 1);
+
+    /* An exact rule removed from under a prefix rule that already
+     * overflows: the routes that begin with "/a" needed 9 before and after,
+     * but "/a/x" itself needed 2 and now needs 9.  Only the patterns of the
+     * rules before the change show that class. */
+    rule_with(&before[0], 1, "/a/x", 0, 1);
+    rule_with(&before[1], 2, "/a*", 0, RL_MAX_LIMITS);
+    rule_with(&before[2], 3, "*", 1, 1);
+    ck_assert_int_eq(rules_overflow(before, 3, &before[1], 2, &o), 1);
+    ck_assert_str_eq(o.route, "/a/x");
+    ck_assert_int_eq(o.prefix, 0);
+    ck_assert_int_eq(o.before, 2);
+    ck_assert_str_eq(overflow_ids(&o, &before[1]), "2,3");
 }
 END_TEST
 
@@ -465,7 +674,16 @@ rules_suite(void)
     tcase_add_test(tc, test_plan_no_match);
     tcase_add_test(tc, test_plan_always_rules);
     tcase_add_test(tc, test_plan_unique_names);
-    tcase_add_test(tc, test_plan_bounded);
+    tcase_add_test(tc, test_plan_overflow);
+    tcase_add_test(tc, test_plan_overflow_always_only);
+    tcase_add_test(tc, test_plan_exactly_max);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("overflow");
+    tcase_add_test(tc, test_overflow_prefix_and_exact);
+    tcase_add_test(tc, test_overflow_not_too_strict);
+    tcase_add_test(tc, test_overflow_compared_with_before);
+    tcase_add_test(tc, test_overflow_removal);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("names");
