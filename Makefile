@@ -16,7 +16,7 @@ LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm
 
 # Pure modules (no network), shared by the service, the admin tool and the
 # unit tests.
-CORE = config log util request rules cache limiter response addr
+CORE = config log util request rules cache limiter response addr fcgi shm
 SERVICE = main master worker api auth store_redis store_pg listen
 CTL = ratelimitctl
 

@@ -105,8 +105,52 @@ void config_help(FILE *fp);
 
 void log_init(const char *ident, const char *target, int level);
 void log_set_level(int level);
+
+/* Writes one line, unless the same call site (file:line) already wrote one
+ * in the last LOG_LIMIT_MS: then the line is only counted, and the count is
+ * reported as "repeated N times" with the site's next line written (or,
+ * when the site falls silent, with the next line written by any site, and
+ * by log_flush).  Debug lines are never held back. */
 void log_emit(int level, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+
+/* Writes the "repeated N times" summaries still pending (at exit). */
+void log_flush(void);
+
+/*
+ * The decision behind log_emit's limit, apart from the clock and the
+ * output so that it is tested on its own.  One slot per call site seen;
+ * when every slot is taken, the site written longest ago gives up its slot
+ * (and a count it had not reported yet).
+ */
+#define LOG_LIMIT_MS 1000
+#define LOG_LIMIT_SITES 64
+
+struct log_site {
+    const char *file;           /* NULL: a free slot */
+    int line;
+    int level;
+    int64_t written_ms;         /* when its last line was written */
+    unsigned long held;         /* lines held back since then */
+    char text[200];             /* the last line written (for summaries) */
+};
+
+struct log_limit {
+    struct log_site site[LOG_LIMIT_SITES];
+};
+
+/* An event of call site file:line at now_ms (any monotonic clock).
+ * Returns the site's slot when the line is to be written, with *repeated
+ * set to the number of lines held back since the site's last line (to be
+ * reported with this one), or -1 when it is held back (and counted). */
+int log_limit_event(struct log_limit *ll, const char *file, int line,
+    int64_t now_ms, unsigned long *repeated);
+
+/* A site whose lines were held back and that has written nothing for
+ * LOG_LIMIT_MS before now_ms: returns its slot, moving the count to
+ * *repeated (the caller writes the summary); -1 when there is none. */
+int log_limit_overdue(struct log_limit *ll, int64_t now_ms,
+    unsigned long *repeated);
 
 #define log_error(...) log_emit(RL_LOG_ERROR, __FILE__, __LINE__, __VA_ARGS__)
 #define log_warn(...) log_emit(RL_LOG_WARN, __FILE__, __LINE__, __VA_ARGS__)
@@ -157,6 +201,42 @@ int64_t util_wall_s(void);
 
 /* Reads /dev/urandom (getrandom); returns 0 or -1. */
 int util_random(void *out, size_t n);
+
+/* ------------------------------------------------------------------ */
+/* fcgi.c: FastCGI records read ahead of libfcgi */
+
+#define FCGI_PARAMS_MAX 65536   /* bytes of PARAMS content per request */
+
+enum { FCGI_SCAN_BAD = -1, FCGI_SCAN_MORE = 0, FCGI_SCAN_DONE = 1 };
+
+struct fcgi_scan {
+    int request_id;
+    int role;                   /* 1 Responder, 2 Authorizer */
+    int keep_conn;              /* FCGI_KEEP_CONN was set */
+    int nparams;
+    int nul_in_key;             /* a NUL inside HTTP_X_API_KEY/AUTHORIZATION */
+    int nul_in_value;           /* a NUL inside any other parameter */
+    size_t skip;                /* leading bytes of an earlier request's
+                                   input, to be read off first */
+    size_t params_len;          /* PARAMS content bytes */
+    size_t params_end;          /* offset after the empty PARAMS record */
+    size_t stdin_len;           /* STDIN content bytes seen */
+    size_t stdin_end;           /* offset after the empty STDIN record */
+    const char *error;          /* why, on FCGI_SCAN_BAD */
+};
+
+/*
+ * Walks the records in buf[0..len): BEGIN_REQUEST, then PARAMS up to the
+ * empty PARAMS record and, when want_stdin is set and the role is
+ * Responder, STDIN up to the empty STDIN record.  Returns FCGI_SCAN_DONE
+ * when all of that is in buf, FCGI_SCAN_MORE when more bytes are needed
+ * (or, with s->skip > 0, when the caller must first read off s->skip bytes
+ * of an earlier request's input), and FCGI_SCAN_BAD with s->error when the
+ * records are malformed, a management record, too large, or announce
+ * lengths they do not hold.
+ */
+int fcgi_scan(const unsigned char *buf, size_t len, int want_stdin,
+    struct fcgi_scan *s);
 
 /* ------------------------------------------------------------------ */
 /* request.c: the check API's input */
@@ -317,6 +397,73 @@ void *cache_get(struct cache *c, const char *key, int64_t now_ms, int *stale);
 void cache_remove(struct cache *c, const char *key);
 void cache_clear(struct cache *c);
 size_t cache_count(const struct cache *c);
+
+/* ------------------------------------------------------------------ */
+/* shm.c: the segment all workers of a pool share */
+
+#define SHM_VERSION 1
+#define SHM_KEY_VALUE_MAX 320       /* a struct key_info (service.h) */
+#define SHM_TENANT_VALUE_MAX 16320  /* a tenant's rules, packed */
+
+enum shm_table { SHM_KEYS = 0, SHM_UNKNOWN = 1, SHM_TENANTS = 2,
+    SHM_NTABLES = 3 };
+
+struct shm {
+    void *base;                 /* the mapped region */
+    void *board;                /* the scoreboard (service.h) */
+    unsigned char *table[SHM_NTABLES];
+    size_t sets[SHM_NTABLES];
+    /* Whether a pid still runs; entries a dead writer left half written
+     * are taken over only when this says no.  NULL: never. */
+    int (*pid_alive)(int32_t pid);
+};
+
+struct shm_meta {
+    int64_t stamp;              /* fetched at, or valid until (ms) */
+    uint64_t generation;        /* change generation it was fetched under */
+    size_t len;
+};
+
+/* Bytes needed for a scoreboard of board_size and counts[t] entries in
+ * each table. */
+size_t shm_size(size_t board_size, const size_t counts[SHM_NTABLES]);
+
+/* Lays the segment out in base (size bytes, zero filled, as from mmap).
+ * Returns 0, or -1 when size is too small. */
+int shm_init(struct shm *m, void *base, size_t size, size_t board_size,
+    const size_t counts[SHM_NTABLES]);
+
+/* Finds the layout of a segment made by shm_init.  -1 when base holds no
+ * segment of this version and size. */
+int shm_attach(struct shm *m, void *base, size_t size);
+
+/* The change generation, and its bump when PostgreSQL notified a change:
+ * entries fetched under an older generation are stale. */
+uint64_t shm_generation(const struct shm *m);
+void shm_changed(struct shm *m);
+
+/* Copies the entry for id (at most cap bytes of its value) into value and
+ * meta.  Returns 1 when found, 0 when absent or being written. */
+int shm_get(const struct shm *m, int table, const unsigned char id[32],
+    void *value, size_t cap, struct shm_meta *meta);
+
+/* Stores value (len bytes, at most the table's value size) for id with a
+ * non-zero stamp, replacing the id's entry, an empty one or the one with
+ * the oldest stamp in its set.  Returns 0, or -1 when the entry is being
+ * written by someone else or the value is too large. */
+int shm_put(struct shm *m, int table, const unsigned char id[32],
+    const void *value, size_t len, int64_t stamp, uint64_t generation,
+    int32_t pid);
+void shm_remove(struct shm *m, int table, const unsigned char id[32],
+    int32_t pid);
+
+/* A tenant's rules as bytes and back.  Pack returns the length, or -1 when
+ * they do not fit in cap; unpack returns the number of rules, or -1 when
+ * the bytes are not a packing of at most max rules. */
+long shm_rules_pack(const struct rl_rule *rules, int n, void *out,
+    size_t cap);
+int shm_rules_unpack(const void *in, size_t len, struct rl_rule *rules,
+    int max);
 
 /* ------------------------------------------------------------------ */
 /* limiter.c: the decision, as Redis reported it */

@@ -24,5 +24,7 @@ Suite *limiter_suite(void);
 Suite *response_suite(void);
 Suite *util_suite(void);
 Suite *addr_suite(void);
+Suite *fcgi_suite(void);
+Suite *shm_suite(void);
 
 #endif /* RL_T_CHECK_H */
