@@ -28,6 +28,34 @@ fail(char *err, size_t errlen, const char *msg)
     return -1;
 }
 
+/*
+ * 1 when a byte below 0x20 stands unescaped inside a string (a value or a
+ * member name) of body, which must be valid JSON.  RFC 8259 forbids that,
+ * but json-c takes it, even in strict mode; outside strings its strict
+ * mode already refuses every control character but white space.
+ */
+static int
+request_raw_control(const char *body, size_t len)
+{
+    size_t i;
+    int in_string = 0;
+
+    for (i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)body[i];
+
+        if (!in_string) {
+            in_string = c == '"';
+        } else if (c == '\\') {
+            i++;
+        } else if (c == '"') {
+            in_string = 0;
+        } else if (c < 0x20) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 int
 request_parse_check(const char *body, size_t len, struct check_request *out,
     char *err, size_t errlen)
@@ -65,6 +93,11 @@ request_parse_check(const char *body, size_t len, struct check_request *out,
         goto out;
     }
 parsed:
+    if (request_raw_control(body, len)) {
+        fail(err, errlen, "request body has a control character inside a "
+            "JSON string (write it escaped, as \\u0000 to \\u001f)");
+        goto out;
+    }
     if (!json_object_is_type(root, json_type_object)) {
         fail(err, errlen, "request body must be a JSON object");
         goto out;

@@ -1,7 +1,8 @@
 /*
  * check_request.c -- tests of src/request.c: the JSON body of a check
- * (route, subject, cost, peek and their bounds) and the choice of the API
- * key among the request headers.
+ * (route, subject, cost, peek and their bounds; strict RFC 8259, raw
+ * control characters in strings refused) and the choice of the API key
+ * among the request headers.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -286,6 +287,58 @@ START_TEST(test_json_extensions_refused)
 }
 END_TEST
 
+/* RFC 8259: every byte below 0x20 inside a string must be escaped;
+ * json-c, even strict, takes them raw.  Outside strings only space, tab,
+ * CR and LF may stand between tokens. */
+START_TEST(test_control_characters)
+{
+    struct check_request req;
+    char body[64], err[256];
+    int c, n;
+
+    for (c = 1; c < 0x20; c++) {
+        /* In the route, the subject and a member name. */
+        n = snprintf(body, sizeof(body), "{\"route\":\"/a%cb\"}", c);
+        ck_assert_int_eq(request_parse_check(body, (size_t)n, &req, err,
+            sizeof(err)), -1);
+        ck_assert_msg(strstr(err, "control character") != NULL,
+            "byte 0x%02x: %s", c, err);
+        n = snprintf(body, sizeof(body),
+            "{\"route\":\"/a\",\"subject\":\"u%c\"}", c);
+        ck_assert_int_eq(request_parse_check(body, (size_t)n, &req, err,
+            sizeof(err)), -1);
+        ck_assert_msg(strstr(err, "control character") != NULL,
+            "byte 0x%02x: %s", c, err);
+        n = snprintf(body, sizeof(body), "{\"x%c\":1,\"route\":\"/a\"}", c);
+        ck_assert_int_eq(request_parse_check(body, (size_t)n, &req, err,
+            sizeof(err)), -1);
+        /* Escaped, the same character is fine. */
+        n = snprintf(body, sizeof(body), "{\"route\":\"/a\\u%04xb\"}", c);
+        ck_assert_int_eq(request_parse_check(body, (size_t)n, &req, err,
+            sizeof(err)), 0);
+        ck_assert_int_eq((unsigned char)req.route[2], c);
+    }
+    /* After an escaped quote or backslash the string goes on (or ends). */
+    parse_bad("{\"route\":\"/a\\\"\x01\"}");
+    parse_bad("{\"route\":\"/a\\\\\",\"subject\":\"\x1f\"}");
+    parse_ok("{\"route\":\"/a\\\\\",\"subject\":\"\\\"\"}", &req);
+    ck_assert_str_eq(req.route, "/a\\");
+    ck_assert_str_eq(req.subject, "\"");
+    parse_ok("{\"route\":\"/a\\tb\\n\"}", &req);
+    ck_assert_str_eq(req.route, "/a\tb");
+    /* DEL is no control character to JSON. */
+    parse_ok("{\"route\":\"/a\x7f\"}", &req);
+    ck_assert_str_eq(req.route, "/a\x7f");
+    /* Between tokens: JSON's white space only. */
+    parse_ok("{\n\t\"route\" :\r\n\"/a\"\t}", &req);
+    ck_assert_str_eq(req.route, "/a");
+    parse_bad("{\"route\":\v\"/a\"}");
+    parse_bad("{\"route\":\f\"/a\"}");
+    parse_bad("{\"route\":\x01\"/a\"}");
+    parse_bad("{\"route\":\"/a\"}\v");
+}
+END_TEST
+
 START_TEST(test_trailing_garbage)
 {
     parse_bad("{\"route\":\"/a\"} x");
@@ -537,6 +590,7 @@ request_suite(void)
     tcase_add_test(tc, test_minimal_body_defaults);
     tcase_add_test(tc, test_invalid_json);
     tcase_add_test(tc, test_json_extensions_refused);
+    tcase_add_test(tc, test_control_characters);
     tcase_add_test(tc, test_trailing_garbage);
     tcase_add_test(tc, test_surrounding_whitespace);
     tcase_add_test(tc, test_top_level_array);
