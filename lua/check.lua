@@ -7,7 +7,10 @@
 -- this is not a peek) charges the cost. A denial writes nothing at all; a
 -- peek never writes.
 --
--- KEYS[i] is the state key (a hash) of limit i; nothing else is touched.
+-- KEYS[i] is the state key (a hash) of limit i. KEYS[n + 1], optional, is
+-- the request's own key (in the same {tenant} hash-tag slot), which makes a
+-- call that charges safe to send twice: see "Sent twice" below. Nothing
+-- else is touched.
 -- ARGV[1] = cost (integer >= 1), ARGV[2] = "1" to peek or "0" to commit,
 -- ARGV[3] = n, the number of limits (= #KEYS, 1..8), then five arguments
 -- per limit: algorithm name, p1, p2, p3, shadow.
@@ -46,6 +49,16 @@
 -- pass if it denies, and -1 if the cost can never pass. Every key written
 -- gets a TTL. Bad arguments give an error reply beginning "ERR ratelimit: ".
 --
+-- Sent twice: a client whose connection dies after sending a call cannot
+-- know whether the script ran, and sends it again with the same KEYS[n + 1]
+-- (a request id unique to this check). A call that charged stores its reply
+-- there, for REPLAY_TTL_MS, and a call that finds a stored reply returns it
+-- as it is, writing nothing: a check is never charged twice. A denial and
+-- a peek charge nothing and store nothing, so that sending them again
+-- decides afresh. The stored reply is the reply's integers in decimal,
+-- separated by spaces, as Redis would have sent them (truncated toward
+-- zero).
+--
 -- Test hook: one more argument after the last limit, "__now_us=<digits>",
 -- replaces Redis TIME with that time in microseconds (unix epoch), so that
 -- tests can place calls exactly at window edges. It is accepted only as the
@@ -63,6 +76,13 @@
 
 local keys, argv = KEYS, ARGV
 local argc = #argv
+
+-- How long the reply of a call that charged is kept under KEYS[n + 1]. A
+-- client sends a call again within its connect and command timeouts of
+-- the first send (tens of milliseconds; store_redis.c gives up after two
+-- seconds), so a few seconds is plenty, and costs at most that many
+-- seconds of allowed requests in memory.
+local REPLAY_TTL_MS = 5000
 
 local function check_error(message)
     return redis.error_reply('ERR ratelimit: ' .. message)
@@ -92,7 +112,8 @@ elseif n ~= nil and #n <= 15 and n:find('^0*[1-8]$') then
 else
     return check_error('number of limits must be 1..8')
 end
-if n ~= #keys then
+local once = keys[n + 1]
+if n ~= #keys and (once == nil or keys[n + 2] ~= nil) then
     return check_error('number of limits does not match number of keys')
 end
 local now_us
@@ -172,6 +193,19 @@ for i = 1, n do
     end
     if message ~= nil then
         return check_error('limit ' .. i .. ': ' .. message)
+    end
+end
+
+-- A call sent again after its first send charged: the first reply, again.
+if once ~= nil and peek == '0' then
+    local stored = redis.call('GET', once)
+    if stored then
+        local replay, count = {}, 0
+        for v in stored:gmatch('%-?%d+') do
+            count = count + 1
+            replay[count] = v + 0
+        end
+        return replay
     end
 end
 
@@ -269,6 +303,13 @@ if reply[1] == 1 and pending ~= nil then
                     pending[p + 2])
             end
         end
+    end
+    if once ~= nil then
+        -- %d truncates toward zero, as Redis does with a number it turns
+        -- into an integer reply.
+        local count = 2 + 5 * n
+        redis.call('SET', once, string.format(string.rep('%d ', count),
+            unpack(reply, 1, count)), 'PX', REPLAY_TTL_MS)
     end
 end
 return reply

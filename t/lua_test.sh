@@ -784,6 +784,111 @@ test_shadow_peek() {
     expect_eq "keys written" "$(cli EXISTS sh4:fw sh4:g)" 0
 }
 
+# --- Sent twice: the request key KEYS[n + 1] ----------------------------------
+
+# A call that charged, sent again with the same request key, gets the first
+# reply again and charges nothing; another request key is a new request.
+FW2="1 0 1 fixed_window 2 minute 0 0"
+
+test_replay_allowed() {
+    t0=$(redis_now_ms)
+    # shellcheck disable=SC2086 # $FW2 is a list of arguments.
+    first=$(check 2 rp:fw rp:once:a $FW2 "__now_us=$N")
+    expect_eq "first" "$first" "1 $NMS 1 2 1 40000 0"
+    expect_eq "charged once" "$(state rp:fw)" "win 1835395200 count 1"
+    expect_eq "reply stored" "$(cli GET rp:once:a)" "1 $NMS 1 2 1 40000 0 "
+    expect_pttl rp:once:a 5000 "$t0"
+    # A millisecond later, as a resend after a reconnect would be.
+    # shellcheck disable=SC2086
+    again=$(check 2 rp:fw rp:once:a $FW2 "__now_us=$((N + 1000))")
+    expect_eq "sent again: the first reply" "$again" "$first"
+    expect_eq "sent again: not charged" "$(state rp:fw)" \
+        "win 1835395200 count 1"
+    # shellcheck disable=SC2086
+    r=$(check 2 rp:fw rp:once:b $FW2 "__now_us=$((N + 2000))")
+    expect_eq "another request" "$r" "1 $((NMS + 2)) 1 2 0 39998 0"
+    expect_eq "charged" "$(state rp:fw)" "win 1835395200 count 2"
+    # The limit is used up now; the first request still gets its answer.
+    # shellcheck disable=SC2086
+    again=$(check 2 rp:fw rp:once:a $FW2 "__now_us=$((N + 3000))")
+    expect_eq "sent again after the limit is used up" "$again" "$first"
+    expect_eq "still charged twice in all" "$(state rp:fw)" \
+        "win 1835395200 count 2"
+}
+
+# A denial charges nothing and stores nothing: sent again, it is decided
+# again (here: denied again, and once the window has passed, allowed and
+# charged once).
+test_replay_denial() {
+    # shellcheck disable=SC2086
+    check 1 rd:fw 2 0 1 fixed_window 2 minute 0 0 "__now_us=$N" >/dev/null
+    before=$(state rd:fw)
+    for what in denied "denied again"; do
+        # shellcheck disable=SC2086
+        r=$(check 2 rd:fw rd:once:c $FW2 "__now_us=$N")
+        expect_eq "$what" "$r" "0 $NMS 0 2 0 40000 40000"
+    done
+    expect_eq "nothing charged" "$(state rd:fw)" "$before"
+    expect_eq "nothing stored" "$(cli EXISTS rd:once:c)" 0
+    for what in "next minute" "next minute, sent again"; do
+        # shellcheck disable=SC2086
+        r=$(check 2 rd:fw rd:once:c $FW2 "__now_us=$((N + 40000000))")
+        expect_eq "$what" "$r" "1 $((NMS + 40000)) 1 2 1 60000 0"
+    done
+    expect_eq "charged once" "$(state rd:fw)" "win 1835395260 count 1"
+}
+
+# A peek charges nothing and stores nothing, with or without a request key.
+test_replay_peek() {
+    # shellcheck disable=SC2086
+    check 1 rk:fw 1 0 1 fixed_window 2 minute 0 0 "__now_us=$N" >/dev/null
+    before=$(state rk:fw)
+    for what in peek "peek again"; do
+        r=$(check 2 rk:fw rk:once:p 1 1 1 fixed_window 2 minute 0 0 \
+            "__now_us=$N")
+        expect_eq "$what" "$r" "1 $NMS 1 2 0 40000 0"
+    done
+    expect_eq "nothing charged" "$(state rk:fw)" "$before"
+    expect_eq "nothing stored" "$(cli EXISTS rk:once:p)" 0
+    # A peek with the key of a request that charged is not a resend of it.
+    # shellcheck disable=SC2086
+    check 2 rk:fw rk:once:q $FW2 "__now_us=$N" >/dev/null
+    r=$(check 2 rk:fw rk:once:q 1 1 1 fixed_window 2 minute 0 0 \
+        "__now_us=$N")
+    expect_eq "peek after the limit is used up" "$r" \
+        "0 $NMS 0 2 0 40000 40000"
+}
+
+# Several limits, one of them a shadow limit whose cost can never pass
+# (retry_after_ms -1): every field of the reply comes back as it was.
+test_replay_several() {
+    a="2 0 2 gcra 10 1000000 4 0 fixed_window 1 minute 0 1"
+    # shellcheck disable=SC2086
+    first=$(check 3 rs:g rs:fw rs:once:m $a "__now_us=$N")
+    expect_eq "first" "$first" "1 $NMS 1 5 3 200 0 0 1 1 40000 -1"
+    g=$(state rs:g)
+    # shellcheck disable=SC2086
+    again=$(check 3 rs:g rs:fw rs:once:m $a "__now_us=$((N + 7))")
+    expect_eq "sent again" "$again" "$first"
+    expect_eq "gcra charged once" "$(state rs:g)" "$g"
+    expect_eq "shadow limit not charged" "$(cli EXISTS rs:fw)" 0
+}
+
+# With Redis TIME: the resend, 20 ms later, answers with the first call's
+# time, so it is the stored reply and not a new decision.
+test_replay_real_time() {
+    a="1 0 1 token_bucket 5 0.5 0 0"
+    # shellcheck disable=SC2086
+    first=$(check 2 rt:tb rt:once:t $a)
+    tokens=$(cli HGET rt:tb tokens)
+    sleep 0.02
+    # shellcheck disable=SC2086
+    again=$(check 2 rt:tb rt:once:t $a)
+    expect_eq "sent again" "$again" "$first"
+    expect_eq "charged once" "$(cli HGET rt:tb tokens)" "$tokens"
+    expect_eq "remaining" "$(field "$first" 5)" 4
+}
+
 # --- Arguments ---------------------------------------------------------------
 
 # expect_error WHAT MESSAGE ARGS...: the script answers ARGS with the error
@@ -804,7 +909,8 @@ test_argument_errors() {
     tb="token_bucket 5 1 0 0"
     expect_error "n does not match keys" "does not match" \
         1 e:a 1 0 2 $tb $tb
-    expect_error "more keys than n" "does not match" 2 e:a e:b 1 0 1 $tb
+    expect_error "more keys than n + 1" "does not match" \
+        3 e:a e:b e:c 1 0 1 $tb
     expect_error "non-numeric cost" "cost" 1 e:a x 0 1 $tb
     expect_error "zero cost" "cost" 1 e:a 0 0 1 $tb
     expect_error "fractional cost" "cost" 1 e:a 1.5 0 1 $tb
@@ -861,7 +967,7 @@ test_argument_errors() {
     expect_error "more than 8 limits" "number of limits" \
         9 k1 k2 k3 k4 k5 k6 k7 k8 k9 1 0 9 \
         $tb $tb $tb $tb $tb $tb $tb $tb $tb
-    expect_eq "keys written by bad calls" "$(cli EXISTS e:a e:b k1 k9)" 0
+    expect_eq "keys written by bad calls" "$(cli EXISTS e:a e:b e:c k1 k9)" 0
 }
 
 # The number syntax is exactly the documented one: decimal digits (and for
@@ -1018,6 +1124,15 @@ run "shadow: a denial by an enforced limit charges no shadow limit" \
     test_shadow_enforced_denies
 run "shadow: only shadow limits never deny" test_shadow_only
 run "shadow: a peek writes nothing" test_shadow_peek
+run "sent twice: a charging call is replayed, charged once" \
+    test_replay_allowed
+run "sent twice: a denial is decided again, stores nothing" \
+    test_replay_denial
+run "sent twice: a peek stores nothing" test_replay_peek
+run "sent twice: several limits and -1 come back exactly" \
+    test_replay_several
+run "sent twice: with Redis TIME, the first reply comes back" \
+    test_replay_real_time
 run "bad arguments give ERR ratelimit: errors" test_argument_errors
 run "numbers: exactly digits (and one . in a rate), at most 15" \
     test_number_syntax
