@@ -5,7 +5,10 @@
  * Each run does one command.  Every argument is checked before the database
  * is touched, so a typing mistake exits with status 2 and changes nothing;
  * every change that takes more than one statement runs in one transaction,
- * so a failure leaves nothing half-written.  User-supplied values reach the
+ * so a failure leaves nothing half-written.  A change of the rules after
+ * which some route's check would need more limits than one check decides
+ * (RL_MAX_LIMITS) is refused, also with status 2 and nothing changed (see
+ * "The plan guard").  User-supplied values reach the
  * server only as query parameters, never inside SQL text.  API keys come
  * from the OS random generator, are shown once, and are stored only as
  * their SHA-256 (what the service looks up) and their first 8 characters
@@ -145,6 +148,15 @@ static const char ctl_help_text[] =
 "    Every argument is checked before the database is contacted; a bad\n"
 "    command line changes nothing.  A command that makes several changes\n"
 "    makes all of them or none.\n"
+"\n"
+"    One check decides at most 8 limits together: those of the most\n"
+"    specific rule that matches the route and those of every other\n"
+"    matching --always rule.  A rule add, rule set, rule remove or limit\n"
+"    add after which some route would need more than 8 (and more than\n"
+"    before) is refused with exit status 2 and changes nothing; the\n"
+"    message names the routes and the rules.  (The service answers a\n"
+"    check that needs more than 8, from rules written some other way,\n"
+"    503 misconfigured.)\n"
 "\n"
 "OPTIONS\n"
 "    -c FILE, --config FILE\n"
@@ -304,7 +316,8 @@ static const char ctl_help_text[] =
 "        ninth limit for a rule, removing a rule's last limit, unreadable\n"
 "        configuration\n"
 "    2   bad command line (unknown command or option, missing or invalid\n"
-"        argument); nothing was changed\n"
+"        argument), or a change refused because a check would then need\n"
+"        more than 8 limits; nothing was changed\n"
 "\n"
 "ENVIRONMENT\n"
 "    libpq's PGHOST, PGPORT, PGUSER, PGPASSWORD, PGSSLMODE and the other\n"
@@ -1351,6 +1364,249 @@ ctl_cmd_key_revoke(struct ctl *ctl, const struct ctl_command *cmd,
 }
 
 /* ------------------------------------------------------------------ */
+/* The plan guard */
+
+/*
+ * One check decides the limits of the most specific matching rule and of
+ * every other matching "always" rule together, at most RL_MAX_LIMITS of
+ * them; the service answers a route that needs more 503 "misconfigured"
+ * rather than drop one.  So every command that can give a route more
+ * limits -- rule add, rule set (--enabled, --always, --priority: another
+ * rule may win), rule remove (another rule of the same pattern may take
+ * over) and limit add -- runs in one transaction that locks the tenant's
+ * row (two such commands for one tenant take turns), reads the tenant's
+ * rules the way the service does, makes the change, reads them again and
+ * asks rules_overflow() whether some route now needs more than
+ * RL_MAX_LIMITS, and more than before.  If so, nothing is committed and
+ * the command exits 2, naming the routes and the rules.  A change that
+ * leaves a plan too big but no bigger (a step towards repairing rules
+ * written with psql) goes through.
+ */
+struct ctl_guard {
+    char tenant_id[RL_UUID_LEN + 1];
+    struct rl_rule *before;
+    int nbefore;
+};
+
+/*
+ * Reads the rules of tenant_id that the service would use -- enabled, with
+ * at least one limit, the first RL_MAX_RULES by id, at most RL_MAX_LIMITS
+ * limits each (store_pg.c) -- with what matching needs: id, pattern,
+ * priority, always and the number of limits.  *out is calloc()ed (free it)
+ * and may be NULL when *n is 0.  Returns 0, or -1 with the error in ctl.
+ */
+static int
+ctl_guard_load(struct ctl *ctl, const char *tenant_id, struct rl_rule **out,
+    int *n)
+{
+    char max_rules[16];
+    const char *params[2] = { tenant_id, max_rules };
+    struct rl_rule *rules;
+    PGresult *res;
+    long long nlimits;
+    int i;
+
+    *out = NULL;
+    *n = 0;
+    snprintf(max_rules, sizeof(max_rules), "%d", RL_MAX_RULES);
+    res = ctl_query(ctl, "SELECT r.id, r.route_pattern, r.priority, "
+        "  r.always, count(*) "
+        "FROM rules r JOIN limits l ON l.rule_id = r.id "
+        "WHERE r.tenant_id = $1::uuid AND r.enabled "
+        "GROUP BY r.id ORDER BY r.id LIMIT $2::integer", 2, params);
+    if (res == NULL)
+        return -1;
+    if (PQntuples(res) == 0) {
+        PQclear(res);
+        return 0;
+    }
+    if ((rules = calloc((size_t)PQntuples(res), sizeof(*rules))) == NULL) {
+        PQclear(res);
+        ctl_set_error(ctl, "out of memory");
+        return -1;
+    }
+    for (i = 0; i < PQntuples(res); i++) {
+        rules[i].id = strtoll(PQgetvalue(res, i, 0), NULL, 10);
+        snprintf(rules[i].pattern, sizeof(rules[i].pattern), "%s",
+            PQgetvalue(res, i, 1));
+        rules[i].priority = atoi(PQgetvalue(res, i, 2));
+        rules[i].always = PQgetvalue(res, i, 3)[0] == 't';
+        nlimits = strtoll(PQgetvalue(res, i, 4), NULL, 10);
+        rules[i].nlimits = nlimits > RL_MAX_LIMITS ? RL_MAX_LIMITS :
+            (int)nlimits;
+    }
+    *out = rules;
+    *n = PQntuples(res);
+    PQclear(res);
+    return 0;
+}
+
+/*
+ * Opens the guarded transaction for the tenant with id tenant_id, which
+ * the caller has looked up inside it: locks the tenant's row and reads
+ * its rules.  Returns 0, or CTL_EXIT_FAIL after rolling back and printing
+ * why.
+ */
+static int
+ctl_guard_lock(struct ctl *ctl, struct ctl_guard *g, const char *tenant_id)
+{
+    const char *params[1] = { tenant_id };
+
+    snprintf(g->tenant_id, sizeof(g->tenant_id), "%s", tenant_id);
+    if (ctl_command(ctl, "SELECT 1 FROM tenants WHERE id = $1::uuid "
+        "FOR NO KEY UPDATE", 1, params) == -1 ||
+        ctl_guard_load(ctl, g->tenant_id, &g->before, &g->nbefore) == -1) {
+        ctl_rollback(ctl);
+        return ctl_db_fail(ctl);
+    }
+    return 0;
+}
+
+/*
+ * Begins a guarded change of the tenant named name.  Returns 0, or
+ * CTL_EXIT_FAIL after printing why (no such tenant, database error), with
+ * nothing left open.
+ */
+static int
+ctl_guard_begin_tenant(struct ctl *ctl, struct ctl_guard *g,
+    const char *name)
+{
+    const char *params[1] = { name };
+    char id[RL_UUID_LEN + 1];
+    PGresult *res;
+
+    memset(g, 0, sizeof(*g));
+    if (ctl_begin(ctl) == -1)
+        return ctl_db_fail(ctl);
+    res = ctl_query(ctl, "SELECT id FROM tenants WHERE name = $1", 1,
+        params);
+    if (res == NULL) {
+        ctl_rollback(ctl);
+        return ctl_db_fail(ctl);
+    }
+    if (PQntuples(res) == 0) {
+        PQclear(res);
+        ctl_rollback(ctl);
+        return ctl_fail("no tenant named \"%s\" (see '" CTL_NAME
+            " tenant list')", name);
+    }
+    snprintf(id, sizeof(id), "%s", PQgetvalue(res, 0, 0));
+    PQclear(res);
+    return ctl_guard_lock(ctl, g, id);
+}
+
+/*
+ * Begins a guarded change of the rule with id rule_id and its tenant.  Returns 0, or CTL_EXIT_FAIL after printing why (no such rule,
+ * database error), with nothing left open.
+ */
+static int
+ctl_guard_begin_rule(struct ctl *ctl, struct ctl_guard *g, long long rule_id)
+{
+    char id[RL_UUID_LEN + 1], rule[24];
+    const char *params[1] = { rule };
+    PGresult *res;
+
+    memset(g, 0, sizeof(*g));
+    snprintf(rule, sizeof(rule), "%lld", rule_id);
+    if (ctl_begin(ctl) == -1)
+        return ctl_db_fail(ctl);
+    res = ctl_query(ctl, "SELECT tenant_id FROM rules WHERE id = $1::bigint",
+        1, params);
+    if (res == NULL) {
+        ctl_rollback(ctl);
+        return ctl_db_fail(ctl);
+    }
+    if (PQntuples(res) == 0) {
+        PQclear(res);
+        ctl_rollback(ctl);
+        return ctl_fail("no rule with id %lld", rule_id);
+    }
+    snprintf(id, sizeof(id), "%s", PQgetvalue(res, 0, 0));
+    PQclear(res);
+    return ctl_guard_lock(ctl, g, id);
+}
+
+/* Abandons a guarded change (after a failed statement, say). */
+static void
+ctl_guard_abort(struct ctl *ctl, struct ctl_guard *g)
+{
+    ctl_rollback(ctl);
+    free(g->before);
+    g->before = NULL;
+}
+
+/* Prints why a change was refused: the routes, the limits, the rules. */
+static void
+ctl_guard_explain(const struct rl_overflow *o, const struct rl_rule *rules)
+{
+    const struct rl_rule *r;
+    int i;
+
+    if (!o->prefix)
+        ctl_warn("refused: after this change a check of the route \"%s\" "
+            "would need %d limits, more than the %d one check decides "
+            "(it needs %d now):", o->route, o->needed, RL_MAX_LIMITS,
+            o->before);
+    else if (o->route[0] == '\0')
+        ctl_warn("refused: after this change a check of a route that only "
+            "\"*\" rules match would need %d limits, more than the %d one "
+            "check decides (it needs %d now):", o->needed, RL_MAX_LIMITS,
+            o->before);
+    else
+        ctl_warn("refused: after this change a check of a route beginning "
+            "with \"%s\" would need %d limits, more than the %d one check "
+            "decides (it needs %d now):", o->route, o->needed,
+            RL_MAX_LIMITS, o->before);
+    for (i = 0; i < o->nrules; i++) {
+        r = &rules[o->rule[i]];
+        fprintf(stderr, "    rule %lld  %s  %d limit%s  (%s)\n", r->id,
+            r->pattern, r->nlimits, r->nlimits == 1 ? "" : "s",
+            i == 0 ? "the most specific rule" : "always");
+    }
+    fputs(CTL_NAME ": the service would answer such a check 503 "
+        "\"misconfigured\"; nothing was changed (give the rules fewer "
+        "limits, or fewer \"always\" rules that match the same routes)\n",
+        stderr);
+}
+
+/*
+ * Ends a guarded change: reads the tenant's rules again and commits, or,
+ * when some route's check would now need too many limits, rolls back and
+ * explains.  Returns 0, CTL_EXIT_USAGE (refused) or CTL_EXIT_FAIL
+ * (database error), having printed why.
+ */
+static int
+ctl_guard_end(struct ctl *ctl, struct ctl_guard *g)
+{
+    struct rl_overflow *o;
+    struct rl_rule *after;
+    int nafter, rc = 0;
+
+    if (ctl_guard_load(ctl, g->tenant_id, &after, &nafter) == -1) {
+        ctl_guard_abort(ctl, g);
+        return ctl_db_fail(ctl);
+    }
+    if ((o = malloc(sizeof(*o))) == NULL) {
+        free(after);
+        ctl_guard_abort(ctl, g);
+        return ctl_fail("out of memory");
+    }
+    if (rules_overflow(g->before, g->nbefore, after, nafter, o)) {
+        ctl_guard_abort(ctl, g);
+        ctl_guard_explain(o, after);
+        rc = CTL_EXIT_USAGE;
+    } else if (ctl_commit(ctl) == -1) {
+        ctl_guard_abort(ctl, g);
+        rc = ctl_db_fail(ctl);
+    }
+    free(o);
+    free(after);
+    free(g->before);
+    g->before = NULL;
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
 /* rule and limit */
 
 /*
@@ -1742,6 +1998,7 @@ ctl_cmd_rule_add(struct ctl *ctl, const struct ctl_command *cmd,
     const struct ctl_args *a)
 {
     struct ctl_rule_spec s;
+    struct ctl_guard g;
     const char *params[7];
     const char *names[5] = { "id", "tenant", "route", "always", "limit" };
     const char *values[5];
@@ -1754,9 +2011,9 @@ ctl_cmd_rule_add(struct ctl *ctl, const struct ctl_command *cmd,
     if ((rc = ctl_connect(ctl)) != 0)
         return rc;
 
-    if (ctl_begin(ctl) == -1)
-        return ctl_db_fail(ctl);
-    params[0] = s.tenant;
+    if ((rc = ctl_guard_begin_tenant(ctl, &g, s.tenant)) != 0)
+        return rc;
+    params[0] = g.tenant_id;
     params[1] = s.route;
     params[2] = s.priority;
     params[3] = s.shadow ? "true" : "false";
@@ -1766,28 +2023,23 @@ ctl_cmd_rule_add(struct ctl *ctl, const struct ctl_command *cmd,
     res = ctl_query(ctl,
         "INSERT INTO rules (tenant_id, route_pattern, priority, shadow, "
         "                   failure_mode, per, always) "
-        "SELECT id, $2, $3::integer, $4::boolean, $5, $6, $7::boolean "
-        "FROM tenants WHERE name = $1 RETURNING id", 7, params);
+        "VALUES ($1::uuid, $2, $3::integer, $4::boolean, $5, $6, "
+        "        $7::boolean) RETURNING id", 7, params);
     if (res == NULL) {
-        ctl_rollback(ctl);
+        ctl_guard_abort(ctl, &g);
         return ctl_db_fail(ctl);
-    }
-    if (PQntuples(res) == 0) {
-        PQclear(res);
-        ctl_rollback(ctl);
-        return ctl_fail("no tenant named \"%s\" (see '" CTL_NAME
-            " tenant list')", s.tenant);
     }
     snprintf(rule_id, sizeof(rule_id), "%s", PQgetvalue(res, 0, 0));
     PQclear(res);
 
     res = ctl_insert_limit(ctl, rule_id, &s.limit);
-    if (res == NULL || ctl_commit(ctl) == -1) {
-        PQclear(res);
-        ctl_rollback(ctl);
+    if (res == NULL) {
+        ctl_guard_abort(ctl, &g);
         return ctl_db_fail(ctl);
     }
     PQclear(res);
+    if ((rc = ctl_guard_end(ctl, &g)) != 0)
+        return rc;
 
     ctl_limit_describe(&s.limit, desc, sizeof(desc));
     values[0] = rule_id;
@@ -1814,6 +2066,7 @@ ctl_cmd_rule_set(struct ctl *ctl, const struct ctl_command *cmd,
     const char *priority = ctl_arg(cmd, a, "priority");
     const char *params[7], *values[7];
     char err[256], prio[24];
+    struct ctl_guard g;
     long long id, v;
     PGresult *res;
     int rc, i;
@@ -1856,6 +2109,8 @@ ctl_cmd_rule_set(struct ctl *ctl, const struct ctl_command *cmd,
     }
     if ((rc = ctl_connect(ctl)) != 0)
         return rc;
+    if ((rc = ctl_guard_begin_rule(ctl, &g, id)) != 0)
+        return rc;
 
     /* One statement: a NULL parameter keeps the column as it is.  A rule
      * left unchanged keeps its updated_at and notifies nobody. */
@@ -1873,11 +2128,19 @@ ctl_cmd_rule_set(struct ctl *ctl, const struct ctl_command *cmd,
         "  CASE WHEN always THEN 'on' ELSE 'off' END, "
         "  CASE WHEN shadow THEN 'on' ELSE 'off' END, "
         "  failure_mode, per, priority", 7, params);
-    if (res == NULL)
+    if (res == NULL) {
+        ctl_guard_abort(ctl, &g);
         return ctl_db_fail(ctl);
+    }
     if (PQntuples(res) == 0) {
+        /* Removed by someone else since the first look. */
         PQclear(res);
+        ctl_guard_abort(ctl, &g);
         return ctl_fail("no rule with id %lld", id);
+    }
+    if ((rc = ctl_guard_end(ctl, &g)) != 0) {
+        PQclear(res);
+        return rc;
     }
     for (i = 0; i < 7; i++)
         values[i] = PQgetvalue(res, 0, i);
@@ -1932,19 +2195,28 @@ ctl_cmd_rule_remove(struct ctl *ctl, const struct ctl_command *cmd,
     const struct ctl_args *a)
 {
     const char *params[1] = { a->pos[0] };
+    struct ctl_guard g;
     long long id;
     int rc, n;
 
     if ((rc = ctl_parse_id_connect(ctl, cmd, "RULE_ID", a->pos[0],
         &id)) != 0)
         return rc;
+    /* Guarded too: when two rules tie for a route, removing the winner
+     * hands the route to the other one, which may have more limits. */
+    if ((rc = ctl_guard_begin_rule(ctl, &g, id)) != 0)
+        return rc;
     /* The rule's limits go with it (ON DELETE CASCADE), atomically. */
     n = ctl_query_rows(ctl, "DELETE FROM rules WHERE id = $1::bigint "
         "RETURNING id", 1, params);
-    if (n == -1)
-        return ctl_db_fail(ctl);
-    if (n == 0)
+    if (n <= 0) {
+        ctl_guard_abort(ctl, &g);
+        if (n == -1)
+            return ctl_db_fail(ctl);
         return ctl_fail("no rule with id %lld", id);
+    }
+    if ((rc = ctl_guard_end(ctl, &g)) != 0)
+        return rc;
     printf("rule %lld removed\n", id);
     return CTL_EXIT_OK;
 }
@@ -1954,6 +2226,7 @@ ctl_cmd_limit_add(struct ctl *ctl, const struct ctl_command *cmd,
     const struct ctl_args *a)
 {
     struct ctl_limit_spec s;
+    struct ctl_guard g;
     const char *names[3] = { "id", "rule", "limit" };
     const char *values[3];
     char err[256], desc[160], rule[24];
@@ -1969,10 +2242,13 @@ ctl_cmd_limit_add(struct ctl *ctl, const struct ctl_command *cmd,
     if ((rc = ctl_connect(ctl)) != 0)
         return rc;
 
-    /* One statement; the trigger limits_per_rule_max counts the rule's
-     * limits under a lock on the rule. */
+    /* The trigger limits_per_rule_max counts the rule's limits under a
+     * lock on the rule; the guard looks at the checks the rule is in. */
+    if ((rc = ctl_guard_begin_rule(ctl, &g, rule_id)) != 0)
+        return rc;
     res = ctl_insert_limit(ctl, rule, &s);
     if (res == NULL) {
+        ctl_guard_abort(ctl, &g);
         if (strcmp(ctl->constraint, "limits_name_unique") == 0)
             return ctl_fail("rule %lld already has a limit named \"%s\" "
                 "(see '" CTL_NAME " rule list TENANT')", rule_id, s.name);
@@ -1982,8 +2258,14 @@ ctl_cmd_limit_add(struct ctl *ctl, const struct ctl_command *cmd,
         return ctl_db_fail(ctl);
     }
     if (PQntuples(res) == 0) {
+        /* Removed by someone else since the first look. */
         PQclear(res);
+        ctl_guard_abort(ctl, &g);
         return ctl_fail("no rule with id %lld", rule_id);
+    }
+    if ((rc = ctl_guard_end(ctl, &g)) != 0) {
+        PQclear(res);
+        return rc;
     }
     ctl_limit_describe(&s, desc, sizeof(desc));
     values[0] = PQgetvalue(res, 0, 0);

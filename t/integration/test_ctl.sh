@@ -3,12 +3,16 @@
 # PostgreSQL (scripts/pg.sh, in a temporary directory removed on exit).
 # Run from the repository root after "make build/ratelimitctl":
 #     sh t/integration/test_ctl.sh
-# Environment: CTL_TEST_PG_PORT (default 15439), RATELIMITCTL (default
-# build/ratelimitctl).
+# Environment: CTL_TEST_PG_PORT (default PG_PORT + 6, or 15439),
+# RATELIMITCTL (default build/ratelimitctl).  Run by t/integration/run.sh
+# (TESTS=ctl), it also checks, against run.sh's stack (PORT, VAR), that the
+# service refuses a check whose rules need more limits than one check
+# decides, written with psql behind ratelimitctl's back.
 set -u
 
 CTL=${RATELIMITCTL:-build/ratelimitctl}
-PORT=${CTL_TEST_PG_PORT:-15439}
+CTL_PG_PORT=${CTL_TEST_PG_PORT:-$((${PG_PORT:-15433} + 6))}
+HTTP_PORT=${PORT:-}
 PASSED=0
 FAILED=0
 
@@ -69,14 +73,14 @@ ctl() {
 
 # sql QUERY: prints the result unaligned, without headers.
 sql() {
-    psql -X -q -tA -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PORT" -U ratelimit \
+    psql -X -q -tA -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$CTL_PG_PORT" -U ratelimit \
         -d ratelimit -c "$1"
 }
 
 # sql_fails DESCRIPTION PATTERN QUERY: the statement must fail, with PATTERN
 # (a constraint's name, say) in psql's message.
 sql_fails() {
-    if psql -X -q -tA -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PORT" \
+    if psql -X -q -tA -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$CTL_PG_PORT" \
         -U ratelimit -d ratelimit -c "$3" >"$TMP/out" 2>"$TMP/err"; then
         not_ok "$1 (the statement succeeded)"
     elif grep -q -e "$2" "$TMP/err"; then
@@ -156,14 +160,14 @@ field() {
 
 # --- the server --------------------------------------------------------
 
-if ! sh scripts/pg.sh start "$TMP" "$PORT" >"$TMP/pg-start.log" 2>&1; then
+if ! sh scripts/pg.sh start "$TMP" "$CTL_PG_PORT" >"$TMP/pg-start.log" 2>&1; then
     cat "$TMP/pg-start.log" >&2
-    echo "test_ctl.sh: could not start PostgreSQL on port $PORT" >&2
+    echo "test_ctl.sh: could not start PostgreSQL on port $CTL_PG_PORT" >&2
     exit 1
 fi
 cat >"$TMP/ratelimit.conf" <<EOF
 # written by t/integration/test_ctl.sh
-pg_conninfo = "host=127.0.0.1 port=$PORT dbname=ratelimit user=ratelimit"
+pg_conninfo = "host=127.0.0.1 port=$CTL_PG_PORT dbname=ratelimit user=ratelimit"
 pg_connect_timeout_ms = 3000
 EOF
 
@@ -198,7 +202,7 @@ is "002 adds rules.always and limits.period_us, burst, calendar" \
     "$(sql "SELECT string_agg(table_name || '.' || column_name || ' ' || data_type, ', ' ORDER BY table_name, column_name) FROM information_schema.columns WHERE (table_name, column_name) IN (('rules', 'always'), ('limits', 'period_us'), ('limits', 'burst'), ('limits', 'calendar'))")" \
     "limits.burst bigint, limits.calendar text, limits.period_us bigint, rules.always boolean"
 BEFORE_002=$(schema_002)
-psql -X -q -v ON_ERROR_STOP=1 -1 -h 127.0.0.1 -p "$PORT" -U ratelimit \
+psql -X -q -v ON_ERROR_STOP=1 -1 -h 127.0.0.1 -p "$CTL_PG_PORT" -U ratelimit \
     -d ratelimit -f schema/002_limits.sql >"$TMP/err" 2>&1
 is "002_limits.sql run again by hand succeeds and changes nothing" \
     "$? $(schema_002)" "0 $BEFORE_002"
@@ -245,7 +249,7 @@ is "the stored prefix is the key's first 8 characters; role check, active" \
 is "the raw key (nor its random part) is stored anywhere in api_keys" \
     "$(printf '%s\n' "SELECT count(*) FROM api_keys a WHERE strpos(a::text, :'key') > 0 OR strpos(a::text, substr(:'key', 4)) > 0;" |
         psql -X -q -tA -v ON_ERROR_STOP=1 -v key="$KEY" -h 127.0.0.1 \
-            -p "$PORT" -U ratelimit -d ratelimit)" 0
+            -p "$CTL_PG_PORT" -U ratelimit -d ratelimit)" 0
 ctl key create acme --role admin
 ADMIN_ID=$(field id)
 is "key create --role admin stores the admin role" \
@@ -502,8 +506,10 @@ expect_fail "limit remove of a rule's last limit exits 1, pointing to rule remov
     "rule remove $G1_RULE" limit remove "$LAST"
 is "the rule still has its limit" "$(nlimits "$G1_RULE")" 1
 
-# Eight limits at most, whoever adds them.
-ctl rule add acme --route /eight --algorithm gcra --limit 1 --period 1s \
+# Eight limits at most, whoever adds them.  (On a tenant of its own: acme
+# has an always rule on "*", with which /eight could not have 8.)
+ctl tenant add eight
+ctl rule add eight --route /eight --algorithm gcra --limit 1 --period 1s \
     --name l1
 EIGHT=$(field id)
 for i in 2 3 4 5 6 7 8; do
@@ -626,7 +632,7 @@ printf '%s\n' "LISTEN ratelimit_changes;" \
     "UPDATE limits SET burst = 4 WHERE rule_id = $G1_RULE AND algorithm = 'gcra';" \
     "UPDATE rules SET always = true WHERE id = $G3_RULE;" \
     "INSERT INTO limits (rule_id, name, algorithm, limit_count, calendar) VALUES ($G3_RULE, 'n', 'fixed_window', 9, 'hour');" |
-    psql -X -q -h 127.0.0.1 -p "$PORT" -U ratelimit -d ratelimit \
+    psql -X -q -h 127.0.0.1 -p "$CTL_PG_PORT" -U ratelimit -d ratelimit \
         >"$TMP/notify" 2>&1
 is "revoking a key notifies api_keys:<tenant id>, once" \
     "$(grep -c 'payload "api_keys:' "$TMP/notify") $(has notify "payload \"api_keys:$ACME_ID\"")" \
@@ -643,7 +649,7 @@ is "adding a limit notifies limits:<rule id> (its count check notifies nothing)"
 # --- the dev seed -----------------------------------------------------
 
 seed() {
-    psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PORT" -U ratelimit \
+    psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$CTL_PG_PORT" -U ratelimit \
         -d ratelimit -f schema/dev_seed.sql >"$TMP/err" 2>&1
     echo $?
 }
@@ -667,6 +673,222 @@ is "the demo admin key is stored as its SHA-256, role admin" \
 ctl rule list demo-corp
 is "rule list demo-corp shows the five seeded rules" \
     "$RC $(grep -c ' default ' "$TMP/out")" "0 5"
+
+# --- the plan guard: no change may give a check more than 8 limits -----
+
+# A fingerprint of every rule and limit, to prove that a refused change
+# left both tables exactly as they were.
+snapshot() {
+    sql "SELECT md5(coalesce((SELECT string_agg(r::text, ';' ORDER BY id) FROM rules r), '') || '|' || coalesce((SELECT string_agg(l::text, ';' ORDER BY id) FROM limits l), ''))"
+}
+
+# expect_refused DESCRIPTION PATTERN ARGS...: ratelimitctl ARGS must exit
+# 2, say "refused" and something matching PATTERN on stderr (which shows
+# the rules as the change would have left them), print nothing on stdout
+# and leave every rule and limit as it was.
+expect_refused() {
+    desc=$1
+    pattern=$2
+    shift 2
+    before=$(snapshot)
+    ctl "$@"
+    after=$(snapshot)
+    if [ "$RC" -eq 2 ] && grep -q -e 'refused' "$TMP/err" &&
+        grep -q -e "$pattern" "$TMP/err" && [ "$before" = "$after" ] &&
+        [ ! -s "$TMP/out" ]; then
+        ok "$desc"
+    else
+        not_ok "$desc (exit $RC, tables changed: $([ "$before" = "$after" ] && echo no || echo yes))"
+    fi
+}
+
+# add_limits RULE_ID FIRST LAST: limit add l<FIRST> .. l<LAST> to the
+# rule; stops at the first failure (RC says how it went).
+add_limits() {
+    al_i=$2
+    while [ "$al_i" -le "$3" ]; do
+        ctl limit add "$1" --name "l$al_i" --algorithm gcra --limit "$al_i" \
+            --period 1s
+        [ "$RC" -eq 0 ] || return
+        al_i=$((al_i + 1))
+    done
+}
+
+ctl tenant add guard
+ctl rule add guard --route '*' --always --name quota \
+    --algorithm fixed_window --limit 1 --calendar hour
+QUOTA=$(field id)
+ctl rule add guard --route /x --name l1 --algorithm gcra --limit 1 \
+    --period 1s
+GX=$(field id)
+add_limits "$GX" 2 6
+is "a rule of 6 limits under a quota on \"*\" (7 in one check)" \
+    "$RC $(nlimits "$GX")" "0 6"
+ctl rule add guard --route '/x*' --always --name xq \
+    --algorithm fixed_window --limit 10 --calendar day
+GXA=$(field id)
+is "an always rule on /x* as well: exactly 8 in the check of /x" \
+    "$RC $(nlimits "$GXA")" "0 1"
+expect_refused "a 7th limit on /x (9 in one check) is refused, exit 2" \
+    "rule $GX  /x  7 limits  (the most specific rule)" \
+    limit add "$GX" --name l7 --algorithm gcra --limit 7 --period 1s
+is "the refusal names the route, the count and every rule of the check" \
+    "$(has err 'the route "/x" would need 9 limits, more than the 8') $(has err "rule $QUOTA  \\*  1 limit  (always)") $(has err "rule $GXA  /x\\*  1 limit  (always)") $(has err 'misconfigured')" \
+    "yes yes yes yes"
+ctl rule set "$GXA" --enabled off
+is "rule set --enabled off of the /x* rule (8 -> 7)" "$RC" 0
+ctl limit add "$GX" --name l7 --algorithm gcra --limit 7 --period 1s
+is "then the 7th limit on /x fits (a disabled rule counts for nothing)" \
+    "$RC $(nlimits "$GX")" "0 7"
+expect_refused "enabling the /x* always rule again is refused" \
+    "rule $GXA  /x\\*  1 limit  (always)" \
+    rule set "$GXA" --enabled on
+is "the rule stays disabled" \
+    "$(sql "SELECT enabled FROM rules WHERE id = ${GXA:-0}")" f
+ctl rule set "$GXA" --always off --enabled on
+is "it can come back as a rule that is not always (/x is exact and wins)" \
+    "$RC $(sql "SELECT enabled || ' ' || always FROM rules WHERE id = ${GXA:-0}")" \
+    "0 true false"
+expect_refused "rule set --always on of it is refused" \
+    'the route "/x" would need 9' \
+    rule set "$GXA" --always on
+expect_refused "rule add of another always rule matching /x is refused" \
+    'the route "/x" would need 9' \
+    rule add guard --route '/x*' --always --priority 3 --algorithm gcra \
+    --limit 1 --period 1s
+expect_refused "rule add --always on \"*\" too" 'the route "/x" would need 9' \
+    rule add guard --route '*' --always --name daily \
+    --algorithm fixed_window --limit 1000 --calendar day
+ctl rule add guard --route '/y*' --always --name yq --algorithm gcra \
+    --limit 1 --period 1s
+GY=$(field id)
+add_limits "$GY" 2 7
+is "an always rule of 7 on /y* is fine: it never meets /x" \
+    "$RC $(nlimits "$GY")" "0 7"
+expect_refused "its 8th limit is not: routes beginning with /y would need 9" \
+    'a route beginning with "/y" would need 9 limits' \
+    limit add "$GY" --name l8 --algorithm gcra --limit 8 --period 1s
+ctl rule add guard --route '/y/deep*' --name deep --algorithm gcra \
+    --limit 1 --period 1s
+is "a more specific rule under /y* that is not always: 1 + 7 + 1 = 9 is refused" \
+    "$RC $(has err 'beginning with "/y/deep" would need 9')" "2 yes"
+
+# Two rules for one route: the tie goes to the higher priority, and the
+# loser's limits count for nothing until it wins.
+ctl rule add guard --route /t --priority 5 --name t --algorithm gcra \
+    --limit 1 --period 1s
+GT1=$(field id)
+ctl rule add guard --route /t --name l1 --algorithm gcra --limit 1 \
+    --period 1s
+GT2=$(field id)
+add_limits "$GT2" 2 8
+is "the losing rule for /t takes 8 limits (its check has 1 + 1)" \
+    "$RC $(nlimits "$GT2")" "0 8"
+expect_refused "rule set --priority that makes it win is refused" \
+    "rule $GT2  /t  8 limits  (the most specific rule)" \
+    rule set "$GT2" --priority 6
+expect_refused "rule remove of the winner is refused" \
+    'the route "/t" would need 9 limits, more than the 8 one check decides (it needs 2 now)' \
+    rule remove "$GT1"
+expect_refused "rule set --enabled off of the winner is refused" \
+    'the route "/t" would need 9' \
+    rule set "$GT1" --enabled off
+ctl rule set "$GT1" --shadow on --priority 7
+is "rule set of anything else of the winner goes through" \
+    "$RC $(field shadow) $(field priority)" "0 on 7"
+ctl rule add nosuch-tenant --route /q --algorithm gcra --limit 1 --period 1s
+is "the guard keeps the usual answer to an unknown tenant" \
+    "$RC $(has err 'no tenant named')" "1 yes"
+ctl rule set 999999 --always on
+is "and to an unknown rule" "$RC $(has err 'no rule with id 999999')" "1 yes"
+
+# Rules written with psql may already need too many; ratelimitctl lets
+# such a tenant be repaired step by step, and refuses only to make it
+# worse.
+sql "INSERT INTO limits (rule_id, name, algorithm, limit_count, period_us, burst) VALUES ($GY, 'l8', 'gcra', 8, 1000000, 0)" \
+    >/dev/null
+ctl rule set "$GY" --shadow on
+is "a change that leaves an overflowing check as it was goes through" \
+    "$RC $(sql "SELECT shadow FROM rules WHERE id = ${GY:-0}")" "0 t"
+expect_refused "a change that makes it worse does not" \
+    "it needs 9 now" \
+    rule add guard --route '/y*' --always --priority 1 --algorithm gcra \
+    --limit 1 --period 1s
+ctl limit remove "$(sql "SELECT id FROM limits WHERE rule_id = ${GY:-0} AND name = 'l8'")"
+is "limit remove repairs it" "$RC $(nlimits "$GY")" "0 7"
+
+# --- the service fails closed on rules written behind ratelimitctl -------
+
+# Only under run.sh, which has started a stack (lighttpd, ratelimit-fcgi,
+# PostgreSQL, Redis) and says where: STACK_UP, PORT, VAR.
+if [ "${STACK_UP:-0}" = 1 ] && [ -n "$HTTP_PORT" ] &&
+    [ -f "${VAR:-}/ratelimit.conf" ]; then
+    # stack_ctl ARGS...: ratelimitctl against the stack's database.
+    stack_ctl() {
+        "$CTL" -c "$VAR/ratelimit.conf" "$@" >"$TMP/out" 2>"$TMP/err"
+        RC=$?
+    }
+    # check_status ROUTE: one check with the key; prints "STATUS ERROR".
+    check_status() {
+        cs_code=$(curl -s -m 10 -o "$TMP/body" -w '%{http_code}' \
+            -H "X-API-Key: $MC_KEY" -H 'Content-Type: application/json' \
+            --data-raw "{\"route\":\"$1\"}" \
+            "http://127.0.0.1:$HTTP_PORT/v1/check") || true
+        cs_error=$(python3 -c '
+import json, sys
+try:
+    print(json.load(open(sys.argv[1])).get("error", "-"))
+except (ValueError, OSError, AttributeError):
+    print("<no json>")
+' "$TMP/body")
+        echo "$cs_code $cs_error"
+    }
+    MC_TENANT=mc-$$
+    stack_ctl tenant add "$MC_TENANT"
+    stack_ctl key create "$MC_TENANT"
+    MC_KEY=$(field key)
+    stack_ctl rule add "$MC_TENANT" --route /mc --name l1 \
+        --algorithm sliding_window --limit 5 --window 3600
+    MC_RULE=$(field id)
+    i=2
+    while [ "$i" -le 8 ]; do
+        stack_ctl limit add "$MC_RULE" --name "l$i" \
+            --algorithm sliding_window --limit 5 --window 3600
+        [ "$RC" -eq 0 ] || break
+        i=$((i + 1))
+    done
+    is "stack: a rule of 8 limits on /mc, made with ratelimitctl" "$RC" 0
+    is "stack: a check of /mc is allowed (8 limits, all of them decided)" \
+        "$(check_status /mc)" "200 -"
+    # The tenant-wide quota of 1 an hour that a plan of 8 + 1 used to drop.
+    psql -X -q -tA -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PG_PORT" \
+        -U ratelimit -d ratelimit -v tenant="$MC_TENANT" >"$TMP/err" 2>&1 <<'SQL'
+WITH r AS (INSERT INTO rules (tenant_id, route_pattern, always)
+           SELECT id, '*', true FROM tenants WHERE name = :'tenant'
+           RETURNING id)
+INSERT INTO limits (rule_id, name, algorithm, limit_count, calendar)
+SELECT id, 'quota', 'fixed_window', 1, 'hour' FROM r;
+SQL
+    is "stack: an always quota on \"*\" added with psql" "$?" 0
+    # The notification drops the cached rules at once; rule_cache_ttl
+    # (2 s under run.sh) bounds the wait in any case.
+    n=0
+    got=$(check_status /mc)
+    while [ "$got" = "200 -" ] && [ "$n" -lt 30 ]; do
+        sleep 0.1
+        n=$((n + 1))
+        got=$(check_status /mc)
+    done
+    # NEEDS the change of src/api.c (rules_plan() == -1 -> 503
+    # misconfigured); until then the answer is another 503.
+    is "stack: a check of /mc (9 limits) is refused: 503 misconfigured" \
+        "$got" "503 misconfigured"
+    is "stack: and again (never decided on part of the limits)" \
+        "$(check_status /mc)" "503 misconfigured"
+    is "stack: another route has only the quota: 1 allowed" \
+        "$(check_status /other)" "200 -"
+    is "stack: then denied by the quota" "$(check_status /other)" "429 -"
+fi
 
 # --- an unreachable database --------------------------------------------
 
