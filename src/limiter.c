@@ -2,8 +2,10 @@
  * limiter.c -- the two ends of the one Redis round trip of a check.
  *
  * limiter_build() turns a rule and a request into the EVALSHA arguments of
- * lua/check.lua; limiter_decode() turns the script's flat integer reply
- * back into a decision.  Caller-supplied strings (route, subject) enter
+ * lua/check.lua, to which the Redis store adds the request's own key with
+ * limiter_request_key() (it makes a resend of the call harmless);
+ * limiter_decode() turns the script's flat integer reply back into a
+ * decision.  Caller-supplied strings (route, subject) enter
  * Redis keys only as fixed-length SHA-256 prefixes, so a key's size is
  * bounded whatever the caller sends, and the {tenant} hash tag keeps every
  * key of one check in one Redis Cluster slot.
@@ -156,6 +158,58 @@ limiter_build(const char *sha, const char *tenant_id,
             limiter_arg(call, &used, plan->rule[i]->shadow ? "1" : "0", 1) ==
             -1)
             return -1;
+    return 0;
+}
+
+int
+limiter_request_key(struct limiter_call *call, const char *id)
+{
+    static const char id_chars[] = "0123456789abcdefghijklmnopqrstuvwxyz"
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZ.-";
+    const char *tag, *end;
+    char key[RL_UUID_LEN + LIMITER_ID_MAX + 16];
+    size_t used, idlen, taglen;
+    int i, k, at, n;
+
+    idlen = strlen(id);
+    if (idlen == 0 || idlen > LIMITER_ID_MAX ||
+        strspn(id, id_chars) != idlen)
+        return -1;
+    /* limiter_build's calls have 6 + 6k arguments for k keys (k < 10);
+     * with the request key there are 1 + 6k. */
+    if (call->argc < 4 || call->argvlen[2] != 1)
+        return -1;
+    k = call->argv[2][0] - '0';
+    if (k < 1 || k > RL_MAX_LIMITS || call->argc != 6 + 6 * k)
+        return -1;
+    /* The key shares the limits' hash tag, rl:{tenant}, and so their Redis
+     * Cluster slot. */
+    tag = call->argv[3];
+    end = memchr(tag, '}', call->argvlen[3]);
+    if (strncmp(tag, "rl:{", 4) != 0 || end == NULL ||
+        (taglen = (size_t)(end - tag) + 1) > 4 + RL_UUID_LEN + 1)
+        return -1;
+    n = snprintf(key, sizeof(key), "%.*s:req:%s", (int)taglen, tag, id);
+    used = (size_t)(call->argv[call->argc - 1] - call->store) +
+        call->argvlen[call->argc - 1] + 1;
+    if (n < 0 || (size_t)n >= sizeof(key) ||
+        call->argc + 1 > LIMITER_MAX_ARGS ||
+        used + (size_t)n + 1 + 2 > sizeof(call->store))
+        return -1;
+    /* The key goes in after the limits' keys; the key count grows by one. */
+    at = 3 + k;
+    for (i = call->argc; i > at; i--) {
+        call->argv[i] = call->argv[i - 1];
+        call->argvlen[i] = call->argvlen[i - 1];
+    }
+    call->argc++;
+    memcpy(call->store + used, key, (size_t)n + 1);
+    call->argv[at] = call->store + used;
+    call->argvlen[at] = (size_t)n;
+    used += (size_t)n + 1;
+    call->store[used] = (char)('0' + k + 1);
+    call->store[used + 1] = '\0';
+    call->argv[2] = call->store + used;
     return 0;
 }
 

@@ -6,6 +6,13 @@
  * level and the source file and line that emitted it; under stderr it also
  * carries a UTC timestamp and the pid.  Callers never pass raw API keys
  * here: only their SHA-256 prefix.
+ *
+ * A failure that hits every request (Redis out of memory, a dead server)
+ * must not write a line per request: each call site (file and line) writes
+ * at most one line per LOG_LIMIT_MS, and counts the rest.  The count is
+ * reported with the site's next line, "(repeated N times)", or, when the
+ * site has gone quiet, in a summary line written before the next line of
+ * any site, and by log_flush().  Each process keeps its own table.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -20,6 +27,7 @@ static int log_level = RL_LOG_INFO;
 static int log_syslog;
 static const char *log_ident = "ratelimit-fcgi";
 static const char *const log_names[] = { "error", "warn", "info", "debug" };
+static struct log_limit log_sites;
 
 void
 log_init(const char *ident, const char *target, int level)
@@ -37,17 +45,135 @@ log_set_level(int level)
     log_level = level;
 }
 
+int
+log_limit_event(struct log_limit *ll, const char *file, int line,
+    int64_t now_ms, unsigned long *repeated)
+{
+    struct log_site *s;
+    int i, slot = -1, oldest = 0;
+
+    for (i = 0; i < LOG_LIMIT_SITES; i++) {
+        s = &ll->site[i];
+        if (s->file == NULL) {
+            if (slot == -1)
+                slot = i;
+            continue;
+        }
+        /* __FILE__ is a literal, usually one copy per file; strcmp only
+         * when the lines agree and the copies differ. */
+        if (s->line == line && (s->file == file || strcmp(s->file, file) == 0))
+            break;
+        if (s->written_ms < ll->site[oldest].written_ms ||
+            ll->site[oldest].file == NULL)
+            oldest = i;
+    }
+    if (i < LOG_LIMIT_SITES) {
+        if (now_ms - s->written_ms < LOG_LIMIT_MS) {
+            s->held++;
+            return -1;
+        }
+        *repeated = s->held;
+        s->held = 0;
+        s->written_ms = now_ms;
+        return i;
+    }
+    if (slot == -1)
+        slot = oldest;
+    s = &ll->site[slot];
+    memset(s, 0, sizeof(*s));
+    s->file = file;
+    s->line = line;
+    s->written_ms = now_ms;
+    *repeated = 0;
+    return slot;
+}
+
+int
+log_limit_overdue(struct log_limit *ll, int64_t now_ms,
+    unsigned long *repeated)
+{
+    struct log_site *s;
+    int i;
+
+    for (i = 0; i < LOG_LIMIT_SITES; i++) {
+        s = &ll->site[i];
+        if (s->file != NULL && s->held > 0 &&
+            now_ms - s->written_ms >= LOG_LIMIT_MS) {
+            *repeated = s->held;
+            s->held = 0;
+            return i;
+        }
+    }
+    return -1;
+}
+
+/* Writes one finished line (msg has no newline) at level for file:line,
+ * with the count of lines held back: those before this one, or, for a
+ * summary, those after the site's last line, whose text msg is. */
+static void
+log_write(int level, const char *file, int line, const char *msg,
+    unsigned long repeated, int summary)
+{
+    static const int prio[] = { LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG };
+    char stamp[32], more[64];
+    struct tm tm;
+    time_t now;
+
+    more[0] = '\0';
+    if (summary)
+        snprintf(more, sizeof(more), " (repeated %lu more times)", repeated);
+    else if (repeated > 0)
+        snprintf(more, sizeof(more), " (repeated %lu times before this line)",
+            repeated);
+    if (log_syslog) {
+        syslog(prio[level], "%s: %s%s (%s:%d)", log_names[level], msg, more,
+            file, line);
+        return;
+    }
+    now = time(NULL);
+    gmtime_r(&now, &tm);
+    strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    fprintf(stderr, "%s %s[%ld]: %s: %s%s (%s:%d)\n", stamp, log_ident,
+        (long)getpid(), log_names[level], msg, more, file, line);
+}
+
+/* Writes the summaries of the sites that have gone quiet since now_ms -
+ * LOG_LIMIT_MS with lines held back. */
+static void
+log_summaries(int64_t now_ms)
+{
+    const struct log_site *s;
+    unsigned long repeated;
+    int i;
+
+    while ((i = log_limit_overdue(&log_sites, now_ms, &repeated)) != -1) {
+        s = &log_sites.site[i];
+        log_write(s->level, s->file, s->line, s->text, repeated, 1);
+    }
+}
+
+void
+log_flush(void)
+{
+    log_summaries(INT64_MAX);
+}
+
 void
 log_emit(int level, const char *file, int line, const char *fmt, ...)
 {
-    static const int prio[] = { LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG };
-    char msg[1024], stamp[32];
-    struct tm tm;
-    time_t now;
+    char msg[1024];
+    unsigned long repeated = 0;
+    int64_t now_ms;
     va_list ap;
     size_t i;
+    int slot = -1;
 
     if (level > log_level)
+        return;
+    now_ms = util_now_ms();
+    if (level < RL_LOG_DEBUG &&
+        (slot = log_limit_event(&log_sites, file, line, now_ms,
+        &repeated)) == -1)
         return;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
@@ -56,14 +182,13 @@ log_emit(int level, const char *file, int line, const char *fmt, ...)
     for (i = 0; msg[i] != '\0'; i++)
         if (msg[i] == '\n' || msg[i] == '\r')
             msg[i] = ' ';
-    if (log_syslog) {
-        syslog(prio[level], "%s: %s (%s:%d)", log_names[level], msg, file,
-            line);
-        return;
+    log_summaries(now_ms);
+    if (slot != -1) {
+        log_sites.site[slot].level = level;
+        struct log_site *s = &log_sites.site[slot];
+
+        snprintf(s->text, sizeof(s->text), "%.*s", (int)sizeof(s->text) - 1,
+            msg);
     }
-    now = time(NULL);
-    gmtime_r(&now, &tm);
-    strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%SZ", &tm);
-    fprintf(stderr, "%s %s[%ld]: %s: %s (%s:%d)\n", stamp, log_ident,
-        (long)getpid(), log_names[level], msg, file, line);
+    log_write(level, file, line, msg, repeated, 0);
 }

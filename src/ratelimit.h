@@ -496,10 +496,11 @@ int limiter_apply_shadow(const struct rl_plan *plan, struct rl_decision *d);
 
 /*
  * The arguments of one EVALSHA: "EVALSHA sha n key... cost peek n
- * (algorithm p1 p2)...".  See lua/check.lua for the contract.  Pointers in
- * argv point into store.
+ * (algorithm p1 p2 p3 shadow)...", and, once limiter_request_key() has
+ * added it, the request's own key after the limits' keys.  See
+ * lua/check.lua for the contract.  Pointers in argv point into store.
  */
-#define LIMITER_MAX_ARGS (3 + RL_MAX_LIMITS + 3 + 5 * RL_MAX_LIMITS)
+#define LIMITER_MAX_ARGS (3 + RL_MAX_LIMITS + 1 + 3 + 5 * RL_MAX_LIMITS)
 struct limiter_call {
     int argc;
     const char *argv[LIMITER_MAX_ARGS];
@@ -514,6 +515,17 @@ struct limiter_call {
 int limiter_build(const char *sha, const char *tenant_id,
     const struct rl_plan *plan, const struct check_request *req,
     struct limiter_call *call);
+
+/* Longest request id limiter_request_key() takes. */
+#define LIMITER_ID_MAX 40
+
+/* Adds the request's own key, rl:{tenant}:req:<id>, after the limits' keys
+ * of a call made by limiter_build(): the script stores the reply of a call
+ * that charged under it and replays that reply when the same call is sent
+ * again, so a resend is never charged twice.  id is [0-9a-zA-Z.-]{1,40}
+ * and unique to this check.  Returns 0, or -1 when the call already has
+ * such a key, is not one of limiter_build's, or id is unusable. */
+int limiter_request_key(struct limiter_call *call, const char *id);
 
 /* Index of the most restrictive limit (the one the X-RateLimit-* headers
  * describe): enforced limits before shadow ones, a denying one first, else

@@ -2,7 +2,10 @@
  * check_limiter.c -- tests of src/limiter.c: the EVALSHA arguments of a
  * check (layout, keys, parameters as lua/check.lua accepts them), the
  * decoding of the script's reply, shadow limits, and the choice of the
- * limit the X-RateLimit-* headers describe.
+ * limit the X-RateLimit-* headers describe.  Also, in a test case of its
+ * own, the decision behind src/log.c's limit of one line per call site
+ * and second (log_limit_event, log_limit_overdue): it keeps the Redis
+ * store's errors from writing a line per request.
  *
  * Plans are put together by hand here, so that these tests do not depend
  * on rules_plan() (tested in check_rules.c).
@@ -428,18 +431,127 @@ START_TEST(test_build_max_limits)
     hash32("/r", r);
     hash32("subject", s);
     ck_assert_int_eq(limiter_build(SHA, TENANT, &plan, &req, &call), 0);
-    ck_assert_int_eq(call.argc, LIMITER_MAX_ARGS);
+    /* All but the one argument the request key takes. */
+    ck_assert_int_eq(call.argc, LIMITER_MAX_ARGS - 1);
     ck_assert_str_eq(call.argv[2], "8");
     snprintf(want, sizeof(want), "rl:{%s}:9223372036854775807:"
         "9223372036854775007:r%s:s%s", TENANT, r, s);
     ck_assert_str_eq(call.argv[3 + 7], want);
     ck_assert_str_eq(call.argv[3 + 8], "5");
     ck_assert_str_eq(call.argv[3 + 8 + 2], "8");
-    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 5], "token_bucket");
-    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 4], "1000000000000");
-    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 3], "12345678.5");
+    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 6], "token_bucket");
+    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 5], "1000000000000");
+    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 4], "12345678.5");
+    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 3], "0");
     ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 2], "0");
+    /* The largest call still takes the longest request id. */
+    ck_assert_int_eq(limiter_request_key(&call,
+        "0123456789abcdef0123456789abcdef01234567"), 0);
+    ck_assert_int_eq(call.argc, LIMITER_MAX_ARGS);
+    ck_assert_str_eq(call.argv[2], "9");
+    ck_assert_str_eq(call.argv[3 + 7], want);
+    snprintf(want, sizeof(want), "rl:{%s}:req:"
+        "0123456789abcdef0123456789abcdef01234567", TENANT);
+    ck_assert_str_eq(call.argv[3 + 8], want);
+    ck_assert_str_eq(call.argv[3 + 9], "5");
     ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 1], "0");
+}
+END_TEST
+
+/* The request key goes in after the limits' keys, with their hash tag;
+ * the key count grows by one and nothing else moves. */
+START_TEST(test_request_key_layout)
+{
+    static const char *const want[] = {
+        "EVALSHA", SHA, "3",
+        "rl:{" TENANT "}:42:7", "rl:{" TENANT "}:42:8",
+        "rl:{" TENANT "}:req:5f3a9c0e12ab44d1.1f",
+        "3", "0", "2",
+        "token_bucket", "10", "2", "0", "0",
+        "sliding_window", "100", "60", "0", "0",
+    };
+    struct rl_rule rule;
+    struct rl_plan plan;
+    struct check_request req;
+    struct limiter_call call;
+
+    rule_init(&rule, 42);
+    rule.nlimits = 2;
+    limit_tb(&rule.limits[0], 7, "burst", 10, 2.0);
+    limit_sw(&rule.limits[1], 8, "minute", 100, 60);
+    plan_of(&plan, &rule);
+    request_set(&req, "/api/orders", NULL, 3, 0);
+    ck_assert_int_eq(limiter_build(SHA, TENANT, &plan, &req, &call), 0);
+    ck_assert_int_eq(limiter_request_key(&call, "5f3a9c0e12ab44d1.1f"), 0);
+    assert_argv(&call, want, (int)(sizeof(want) / sizeof(want[0])));
+    /* Once only: a second key would be taken for a limit's. */
+    ck_assert_int_eq(limiter_request_key(&call, "5f3a9c0e12ab44d1.20"), -1);
+    assert_argv(&call, want, (int)(sizeof(want) / sizeof(want[0])));
+}
+END_TEST
+
+START_TEST(test_request_key_one_limit)
+{
+    static const char *const want[] = {
+        "EVALSHA", SHA, "2", "rl:{t1}:1:9:sabc", "rl:{t1}:req:x-1",
+        "1", "1", "1", "sliding_window", "5", "1", "0", "0",
+    };
+    struct limiter_call call;
+    struct rl_rule rule;
+    struct rl_plan plan;
+    struct check_request req;
+    char s[33], key[64];
+
+    rule_init(&rule, 1);
+    rule.nlimits = 1;
+    limit_sw(&rule.limits[0], 9, "second", 5, 1);
+    plan_of(&plan, &rule);
+    request_set(&req, "/", "subj", 1, 1);
+    ck_assert_int_eq(limiter_build(SHA, "t1", &plan, &req, &call), 0);
+    hash32("subj", s);
+    snprintf(key, sizeof(key), "rl:{t1}:1:9:s%s", s);
+    ck_assert_str_eq(call.argv[3], key);
+    ck_assert_int_eq(limiter_request_key(&call, "x-1"), 0);
+    ck_assert_int_eq(call.argc, (int)(sizeof(want) / sizeof(want[0])));
+    ck_assert_str_eq(call.argv[2], "2");
+    ck_assert_str_eq(call.argv[3], key);
+    ck_assert_str_eq(call.argv[4], want[4]);
+    ck_assert_uint_eq(call.argvlen[4], strlen(want[4]));
+    ck_assert_str_eq(call.argv[5], "1");
+    ck_assert_str_eq(call.argv[12], "0");
+}
+END_TEST
+
+START_TEST(test_request_key_bad)
+{
+    struct limiter_call call, before;
+    struct rl_rule rule;
+    struct rl_plan plan;
+    struct check_request req;
+    char long_id[LIMITER_ID_MAX + 2];
+
+    rule_init(&rule, 1);
+    rule.nlimits = 1;
+    limit_sw(&rule.limits[0], 9, "second", 5, 1);
+    plan_of(&plan, &rule);
+    request_set(&req, "/", NULL, 1, 0);
+    ck_assert_int_eq(limiter_build(SHA, "t1", &plan, &req, &call), 0);
+    memcpy(&before, &call, sizeof(call));
+    memset(long_id, 'a', sizeof(long_id) - 1);
+    long_id[sizeof(long_id) - 1] = '\0';
+    ck_assert_int_eq(limiter_request_key(&call, ""), -1);
+    ck_assert_int_eq(limiter_request_key(&call, long_id), -1);
+    ck_assert_int_eq(limiter_request_key(&call, "a b"), -1);
+    ck_assert_int_eq(limiter_request_key(&call, "a:b"), -1);
+    ck_assert_int_eq(limiter_request_key(&call, "a}b"), -1);
+    /* Nothing changed by a refusal. */
+    ck_assert_int_eq(call.argc, before.argc);
+    ck_assert_int_eq(memcmp(call.argv, before.argv, sizeof(call.argv)), 0);
+    ck_assert_int_eq(memcmp(call.store, before.store, sizeof(call.store)),
+        0);
+    /* Not a call of limiter_build's. */
+    call.argc = 0;
+    ck_assert_int_eq(limiter_request_key(&call, "id"), -1);
 }
 END_TEST
 
@@ -856,6 +968,110 @@ START_TEST(test_primary_enforced_before_shadow)
 }
 END_TEST
 
+/* ---------------------------------------------------------------- log */
+
+static struct log_limit ll;
+
+static void
+log_limit_reset(void)
+{
+    memset(&ll, 0, sizeof(ll));
+}
+
+/* One event; returns 1 when it is written (with *rep set), 0 when held. */
+static int
+log_event(const char *file, int line, int64_t now_ms, unsigned long *rep)
+{
+    *rep = 12345;
+    return log_limit_event(&ll, file, line, now_ms, rep) >= 0;
+}
+
+START_TEST(test_log_one_line_per_second)
+{
+    unsigned long rep;
+    int64_t t;
+
+    log_limit_reset();
+    ck_assert_int_eq(log_event("store_redis.c", 170, 5000, &rep), 1);
+    ck_assert_uint_eq(rep, 0);
+    /* 74,622 more in the next 999 ms: all held. */
+    for (t = 5000; t < 6000; t++)
+        ck_assert_int_eq(log_event("store_redis.c", 170, t, &rep), 0);
+    /* The next second's first one is written, with the count. */
+    ck_assert_int_eq(log_event("store_redis.c", 170, 6000, &rep), 1);
+    ck_assert_uint_eq(rep, 1000);
+    ck_assert_int_eq(log_event("store_redis.c", 170, 6999, &rep), 0);
+    ck_assert_int_eq(log_event("store_redis.c", 170, 8000, &rep), 1);
+    ck_assert_uint_eq(rep, 1);
+    /* Quiet for a while: written, nothing held in between. */
+    ck_assert_int_eq(log_event("store_redis.c", 170, 9000, &rep), 1);
+    ck_assert_uint_eq(rep, 0);
+}
+END_TEST
+
+START_TEST(test_log_sites_are_separate)
+{
+    char copy[32];
+    unsigned long rep;
+
+    log_limit_reset();
+    ck_assert_int_eq(log_event("store_redis.c", 170, 0, &rep), 1);
+    ck_assert_int_eq(log_event("store_redis.c", 171, 0, &rep), 1);
+    ck_assert_int_eq(log_event("store_pg.c", 170, 0, &rep), 1);
+    ck_assert_int_eq(log_event("store_redis.c", 170, 1, &rep), 0);
+    ck_assert_int_eq(log_event("store_pg.c", 170, 1, &rep), 0);
+    /* A site is its file name, not the pointer to it. */
+    strcpy(copy, "store_redis.c");
+    ck_assert_int_eq(log_event(copy, 171, 2, &rep), 0);
+    ck_assert_int_eq(log_event("store_redis.c", 171, 1000, &rep), 1);
+    ck_assert_uint_eq(rep, 1);
+}
+END_TEST
+
+START_TEST(test_log_overdue)
+{
+    unsigned long rep;
+    int i;
+
+    log_limit_reset();
+    ck_assert_int_eq(log_limit_overdue(&ll, 0, &rep), -1);
+    ck_assert_int_eq(log_event("a.c", 1, 100, &rep), 1);
+    ck_assert_int_eq(log_event("b.c", 2, 100, &rep), 1);
+    /* Nothing held: nothing overdue, however long after. */
+    ck_assert_int_eq(log_limit_overdue(&ll, 100000, &rep), -1);
+    for (i = 0; i < 3; i++)
+        ck_assert_int_eq(log_event("a.c", 1, 200 + i, &rep), 0);
+    /* The site's second is not over yet. */
+    ck_assert_int_eq(log_limit_overdue(&ll, 1099, &rep), -1);
+    i = log_limit_overdue(&ll, 1100, &rep);
+    ck_assert_int_ge(i, 0);
+    ck_assert_str_eq(ll.site[i].file, "a.c");
+    ck_assert_int_eq(ll.site[i].line, 1);
+    ck_assert_uint_eq(rep, 3);
+    /* Reported once; the next event is written with nothing to report. */
+    ck_assert_int_eq(log_limit_overdue(&ll, 1100, &rep), -1);
+    ck_assert_int_eq(log_event("a.c", 1, 1100, &rep), 1);
+    ck_assert_uint_eq(rep, 0);
+}
+END_TEST
+
+START_TEST(test_log_full_table)
+{
+    unsigned long rep;
+    int i;
+
+    log_limit_reset();
+    for (i = 0; i < LOG_LIMIT_SITES; i++)
+        ck_assert_int_eq(log_event("x.c", i, 1000 + i, &rep), 1);
+    /* One more site takes the slot of the one written longest ago... */
+    ck_assert_int_eq(log_event("y.c", 1, 2000, &rep), 1);
+    ck_assert_int_eq(log_event("y.c", 1, 2001, &rep), 0);
+    /* ...which is new again when it comes back; the others are known. */
+    ck_assert_int_eq(log_event("x.c", 0, 2002, &rep), 1);
+    ck_assert_int_eq(log_event("x.c", LOG_LIMIT_SITES - 1, 2003, &rep), 0);
+}
+END_TEST
+
 Suite *
 limiter_suite(void)
 {
@@ -878,6 +1094,9 @@ limiter_suite(void)
     tcase_add_test(tc, test_build_bad_rate);
     tcase_add_test(tc, test_build_empty_plan);
     tcase_add_test(tc, test_build_unknown_algorithm);
+    tcase_add_test(tc, test_request_key_layout);
+    tcase_add_test(tc, test_request_key_one_limit);
+    tcase_add_test(tc, test_request_key_bad);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("decode");
@@ -897,6 +1116,13 @@ limiter_suite(void)
     tcase_add_test(tc, test_primary_least_remaining);
     tcase_add_test(tc, test_primary_longest_retry);
     tcase_add_test(tc, test_primary_enforced_before_shadow);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("log limit");
+    tcase_add_test(tc, test_log_one_line_per_second);
+    tcase_add_test(tc, test_log_sites_are_separate);
+    tcase_add_test(tc, test_log_overdue);
+    tcase_add_test(tc, test_log_full_table);
     suite_add_tcase(s, tc);
     return s;
 }
