@@ -17,7 +17,7 @@ LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm
 # Pure modules (no network), shared by the service, the admin tool and the
 # unit tests.
 CORE = config log util request rules cache limiter response addr fcgi shm
-SERVICE = main master worker api auth store_redis store_pg listen
+SERVICE = main master worker api auth store_redis store_pg listen scoreboard
 CTL = ratelimitctl
 
 LUA = lua/token_bucket.lua lua/sliding_window.lua lua/gcra.lua lua/fixed_window.lua \

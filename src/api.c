@@ -27,6 +27,7 @@ enum decide_result {
     DECIDE_NO_RULE,             /* nothing applies: allowed, no Redis call */
     DECIDE_UNAVAILABLE,         /* a store is down and the rules fail closed */
     DECIDE_FAIL_OPEN,           /* Redis is down, every rule fails open */
+    DECIDE_MISCONFIGURED,       /* more limits apply than one check holds */
 };
 
 static int
@@ -104,9 +105,25 @@ api_decide(struct service *svc, const char *tenant_id,
         *what = "rule store unavailable";
         return DECIDE_UNAVAILABLE;
     }
-    if (rules_plan(tr->rules, tr->n, creq->route, plan) == 0) {
+    switch (rules_plan(tr->rules, tr->n, creq->route, plan)) {
+    case 0:
         COUNT(svc, no_rule);
         return DECIDE_NO_RULE;
+    case -1:
+        /* Deciding on some of the limits would let through what the rest
+         * forbid: refuse, and say so once per rule and generation. */
+        COUNT(svc, misconfigured);
+        if (svc->misconfigured_rule != plan->rule[0]->id ||
+            svc->misconfigured_gen != tr->generation) {
+            svc->misconfigured_rule = plan->rule[0]->id;
+            svc->misconfigured_gen = tr->generation;
+            log_error("tenant %s route %s: rule %lld and the always rules "
+                "that match have %d limits, more than the %d one check can "
+                "decide; answering 503", tenant_id, creq->route,
+                plan->rule[0]->id, plan->needed, RL_MAX_LIMITS);
+        }
+        *what = "misconfigured";
+        return DECIDE_MISCONFIGURED;
     }
     if (limiter_build(svc->redis.sha, tenant_id, plan, creq, &call) == -1) {
         log_error("rule %lld: cannot build the script call", plan->rule[0]->id);
@@ -150,6 +167,17 @@ api_fail_open(struct rl_response *resp)
     response_header(resp, "X-RateLimit-Status", "fail-open");
 }
 
+/* 503 for a plan that cannot be decided (see api_decide). */
+static void
+api_misconfigured(struct service *svc, struct rl_response *resp)
+{
+    COUNT(svc, unavailable);
+    response_error(resp, 503, "misconfigured", "more limits apply to this "
+        "route than one check can decide; the operator must fix the rules");
+    response_header(resp, "Retry-After", "%ld",
+        svc->cfg->retry_after_unavailable);
+}
+
 static void
 api_check(struct service *svc, const struct http_request *req,
     struct rl_response *resp)
@@ -171,6 +199,11 @@ api_check(struct service *svc, const struct http_request *req,
     keylen = request_api_key(req->x_api_key, req->authorization, &key);
     if (keylen == -1) {
         response_error(resp, 401, "unauthorized", "API key is too long");
+        return;
+    }
+    if (req->nul_in_key) {
+        /* libfcgi cut the key at the NUL: what is left is not the key. */
+        response_error(resp, 401, "unauthorized", "invalid API key");
         return;
     }
     if (api_auth_answer(svc, resp,
@@ -196,6 +229,9 @@ api_check(struct service *svc, const struct http_request *req,
         return;
     case DECIDE_UNAVAILABLE:
         api_unavailable(svc, resp, what);
+        return;
+    case DECIDE_MISCONFIGURED:
+        api_misconfigured(svc, resp);
         return;
     }
     response_decision(resp, &plan, &d);
@@ -224,7 +260,9 @@ api_authorize(struct service *svc, const struct http_request *req,
     memset(&creq, 0, sizeof(creq));
     creq.cost = 1;
     keylen = request_api_key(req->x_api_key, req->authorization, &key);
-    if (keylen > 0)
+    if (req->nul_in_key)
+        rc = AUTH_UNKNOWN;
+    else if (keylen > 0)
         rc = auth_check_key(svc, key, (size_t)keylen, &ki);
     else if (keylen == 0 && svc->cfg->anonymous_tenant[0] != '\0')
         rc = auth_tenant_by_name(svc, svc->cfg->anonymous_tenant, &ki);
@@ -276,6 +314,9 @@ api_authorize(struct service *svc, const struct http_request *req,
         return;
     case DECIDE_UNAVAILABLE:
         api_unavailable(svc, resp, what);
+        return;
+    case DECIDE_MISCONFIGURED:
+        api_misconfigured(svc, resp);
         return;
     }
     response_decision(resp, &plan, &d);
@@ -340,10 +381,12 @@ api_ready(struct service *svc, struct rl_response *resp)
     struct json_object *o;
     const char *reason = NULL;
 
+    /* The reasons are short texts without host, port or server message:
+     * anyone who reaches the listener may ask.  The log has the detail. */
     if (pg_store_ready(&svc->pg) != STORE_OK)
-        reason = svc->pg.error;
+        reason = svc->pg.error[0] ? svc->pg.error : "postgresql unreachable";
     else if (redis_store_ready(&svc->redis) != STORE_OK)
-        reason = svc->redis.error;
+        reason = svc->redis.error[0] ? svc->redis.error : "redis unreachable";
     o = json_object_new_object();
     json_object_object_add(o, "status",
         json_object_new_string(reason ? "unavailable" : "ready"));
@@ -370,14 +413,9 @@ api_metrics(struct service *svc, struct rl_response *resp)
 {
     const struct rl_counters *c = svc->counters;
     struct rl_buf *b = &resp->body;
-    unsigned long live = 0, busy = 0;
-    int i;
+    unsigned long live, busy;
 
-    for (i = 0; i < 256; i++)
-        if (svc->board->slots[i].pid != 0) {
-            live++;
-            busy += svc->board->slots[i].busy != 0;
-        }
+    scoreboard_count(svc->board, &live, &busy);
     resp->content_type = "text/plain; version=0.0.4";
     api_metric(b, "ratelimit_requests_total", "FastCGI requests accepted.",
         "counter", "", c->requests);
@@ -397,10 +435,27 @@ api_metrics(struct service *svc, struct rl_response *resp)
         c->shadow_denied);
     api_metric(b, "ratelimit_redis_errors_total",
         "Checks that could not reach Redis.", "counter", "", c->redis_errors);
+    api_metric(b, "ratelimit_misconfigured_total", "Checks refused because "
+        "more limits apply than one check can decide.", "counter", "",
+        c->misconfigured);
+    api_metric(b, "ratelimit_fcgi_refused_total", "FastCGI connections "
+        "dropped for malformed or refused records.", "counter", "",
+        c->fcgi_refused);
+    api_metric(b, "ratelimit_worker_crashes_total", "Workers that died "
+        "abnormally (signal or non-zero status).", "counter", "",
+        c->worker_crashes);
+    api_metric(b, "ratelimit_worker_rss_exits_total", "Workers replaced "
+        "because their memory passed max_worker_rss_mb.", "counter", "",
+        c->worker_rss_exits);
+    api_metric(b, "ratelimit_key_lookups_total", "API key lookups in "
+        "PostgreSQL.", "counter", "", c->key_lookups);
+    api_metric(b, "ratelimit_key_lookups_limited_total", "Unknown API keys "
+        "answered 401 without a lookup (key_lookup_rate).", "counter", "",
+        c->key_lookups_limited);
     api_metric(b, "ratelimit_workers", "Worker processes alive.", "gauge",
-        "", svc->board->workers == 0 ? 1 : live);
+        "", live);
     api_metric(b, "ratelimit_workers_busy", "Workers on a request.", "gauge",
-        "", svc->board->workers == 0 ? 1 : busy);
+        "", busy);
 }
 
 /* Authenticates a configuration read: any active key of the tenant. */
@@ -411,8 +466,8 @@ api_config_auth(struct service *svc, const struct http_request *req,
     const char *key = NULL;
     int keylen = request_api_key(req->x_api_key, req->authorization, &key);
 
-    return api_auth_answer(svc, resp, keylen < 0 ? AUTH_UNKNOWN :
-        auth_check_key(svc, key, (size_t)keylen, ki));
+    return api_auth_answer(svc, resp, keylen < 0 || req->nul_in_key ?
+        AUTH_UNKNOWN : auth_check_key(svc, key, (size_t)keylen, ki));
 }
 
 static struct json_object *
@@ -535,21 +590,12 @@ api_status(struct service *svc, const struct http_request *req,
 {
     const struct scoreboard *b = svc->board;
     struct json_object *o;
-    unsigned long total = 0, active = 0;
+    unsigned long total, active;
     char start[64];
     time_t t = (time_t)b->start_s;
     struct tm tm;
-    int i;
 
-    for (i = 0; i < 256; i++)
-        if (b->slots[i].pid != 0) {
-            total++;
-            active += b->slots[i].busy != 0;
-        }
-    if (b->workers == 0) {
-        total = 1;
-        active = 1;
-    }
+    scoreboard_count(b, &total, &active);
     gmtime_r(&t, &tm);
     strftime(start, sizeof(start), "%d/%b/%Y:%H:%M:%S +0000", &tm);
     if (strcmp(req->query, "json") == 0) {
@@ -595,7 +641,12 @@ api_handle(struct service *svc, const struct http_request *req,
     int get = method_is(req, "GET") || method_is(req, "HEAD");
 
     COUNT(svc, requests);
-    if (req->authorizer || req->auth_subrequest) {
+    if (req->nul_in_param) {
+        response_error(resp, 400, "invalid_request",
+            "a request parameter holds a NUL byte");
+        if (req->auth_subrequest)
+            api_authorize_nginx(resp);
+    } else if (req->authorizer || req->auth_subrequest) {
         api_authorize(svc, req, resp);
         if (req->auth_subrequest)
             api_authorize_nginx(resp);

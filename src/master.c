@@ -4,17 +4,21 @@
  * The master never serves a request.  It forks `workers` processes that
  * all accept on the same listening socket, and then waits for signals:
  *
- *   SIGCHLD          reap; respawn the worker (throttled when workers keep
- *                    dying right after start, so a crash loop cannot spin)
+ *   SIGCHLD          reap; respawn the worker in its slot (a slot whose
+ *                    workers keep dying right after start waits 10 ms,
+ *                    doubling up to 1 s, so a crash loop cannot spin, while
+ *                    the other slots keep serving)
  *   SIGTERM, SIGINT, graceful stop: every worker finishes the request in
  *   SIGQUIT          hand; after a grace period the rest are killed
  *   SIGHUP           re-read the configuration; on success, replace the
  *                    workers one by one as they finish (gracefully)
  *
- * Once a second it also kills a worker that has been on one request
- * longer than request_timeout: libfcgi has no I/O timeouts of its own, so
- * a stalled peer would otherwise hold a worker forever.  The scoreboard
- * that makes this possible is a MAP_SHARED page made before fork.
+ * Several times a second it also kills a worker that has been answering
+ * one request longer than request_timeout, or reading one longer than
+ * fcgi_read_timeout_ms plus a second (the worker enforces that deadline
+ * itself; this is the backstop should a peer trickle a large body).  The
+ * scoreboard that makes this possible is the front of the shared segment
+ * made before fork (scoreboard.c).
  *
  * With workers = 0 there is no master: the process serves requests itself
  * (Apache mod_fcgid manages processes and must not see them fork).
@@ -33,15 +37,22 @@
 
 #define MASTER_GRACE_MS 10000       /* graceful stop, then SIGKILL */
 #define MASTER_FAST_EXIT_MS 1000    /* a worker dying this soon is failing */
-#define MASTER_FAST_EXITS 5         /* tolerated in a row before throttling */
+#define MASTER_BACKOFF_MIN_MS 10    /* first respawn delay of a failing slot */
+#define MASTER_BACKOFF_MAX_MS 1000
+#define MASTER_TICK_MS 200
+
+struct master_slot {
+    int64_t started_ms;
+    int64_t next_spawn_ms;      /* not before (monotonic) */
+    int failures;               /* fast abnormal exits in a row */
+};
 
 struct master {
     struct rl_config *cfg;
     int listen_fd;
+    struct shm shm;
     struct scoreboard *board;
-    int64_t started_ms[256];
-    int fast_exits;
-    int64_t next_spawn_ms;
+    struct master_slot slot[RL_MAX_WORKERS];
 };
 
 static pid_t
@@ -64,13 +75,13 @@ master_spawn(struct master *m, int i, const sigset_t *oldmask)
             _exit(0);
         sigprocmask(SIG_SETMASK, oldmask, NULL);
         slot->pid = getpid();
-        rc = worker_run(m->cfg, m->listen_fd, slot, m->board);
+        rc = worker_run(m->cfg, m->listen_fd, slot, &m->shm);
         /* exit(), not _exit(): a sanitizer build checks for leaks at exit,
          * and stdio was flushed before fork. */
         exit(rc);
     }
     slot->pid = pid;
-    m->started_ms[i] = util_now_ms();
+    m->slot[i].started_ms = util_now_ms();
     return pid;
 }
 
@@ -80,7 +91,7 @@ master_alive(const struct master *m)
     long i;
     int n = 0;
 
-    for (i = 0; i < 256; i++)
+    for (i = 0; i < RL_MAX_WORKERS; i++)
         n += m->board->slots[i].pid != 0;
     return n;
 }
@@ -90,28 +101,42 @@ master_signal_all(const struct master *m, int sig)
 {
     long i;
 
-    for (i = 0; i < 256; i++)
+    for (i = 0; i < RL_MAX_WORKERS; i++)
         if (m->board->slots[i].pid != 0)
             kill(m->board->slots[i].pid, sig);
 }
 
+/*
+ * Reaps exited workers.  A worker that dies abnormally soon after it
+ * started puts its slot on a back-off (10 ms, doubling to 1 s) so that a
+ * flood of requests that crash workers cannot make the master fork in a
+ * tight loop; each slot backs off on its own, so the pool is never emptied
+ * by a pause, and a normal exit (max_requests, reload) resets the slot.
+ */
 static void
 master_reap(struct master *m, int stopping)
 {
+    struct master_slot *ms;
     pid_t pid;
-    int status, i;
-    int64_t now = util_now_ms();
+    int status, i, abnormal;
+    int64_t now = util_now_ms(), delay;
 
     while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
-        for (i = 0; i < 256; i++)
+        for (i = 0; i < RL_MAX_WORKERS; i++)
             if (m->board->slots[i].pid == pid)
                 break;
-        if (i == 256)
+        if (i == RL_MAX_WORKERS)
             continue;
         m->board->slots[i].pid = 0;
+        m->board->slots[i].state = SLOT_IDLE;
+        ms = &m->slot[i];
+        abnormal = WIFSIGNALED(status) || WEXITSTATUS(status) != 0;
+        if (abnormal)
+            __atomic_add_fetch(&m->board->counters.worker_crashes, 1,
+                __ATOMIC_RELAXED);
         if (WIFSIGNALED(status))
-            log_warn("worker %ld killed by signal %d", (long)pid,
-                WTERMSIG(status));
+            log_warn("worker %ld killed by signal %d (%s)", (long)pid,
+                WTERMSIG(status), strsignal(WTERMSIG(status)));
         else if (WEXITSTATUS(status) != 0)
             log_warn("worker %ld exited with status %d", (long)pid,
                 WEXITSTATUS(status));
@@ -119,43 +144,68 @@ master_reap(struct master *m, int stopping)
             log_debug("worker %ld exited", (long)pid);
         if (stopping)
             continue;
-        if (now - m->started_ms[i] < MASTER_FAST_EXIT_MS &&
-            (WIFSIGNALED(status) || WEXITSTATUS(status) != 0)) {
-            if (++m->fast_exits > MASTER_FAST_EXITS) {
-                int64_t delay = 1000LL << (m->fast_exits - MASTER_FAST_EXITS);
-
-                if (delay > 30000 || delay <= 0)
-                    delay = 30000;
-                m->next_spawn_ms = now + delay;
-                log_error("workers keep failing right after start (%d in a "
-                    "row); next respawn in %lld ms", m->fast_exits,
-                    (long long)delay);
-            }
-        } else
-            m->fast_exits = 0;
+        if (abnormal && now - ms->started_ms < MASTER_FAST_EXIT_MS) {
+            delay = (int64_t)MASTER_BACKOFF_MIN_MS << (ms->failures < 7 ?
+                ms->failures : 7);
+            if (delay > MASTER_BACKOFF_MAX_MS)
+                delay = MASTER_BACKOFF_MAX_MS;
+            ms->failures++;
+            ms->next_spawn_ms = now + delay;
+            if (ms->failures >= 3)
+                log_warn("slot %d: workers keep failing right after start "
+                    "(%d in a row); next respawn in %lld ms", i,
+                    ms->failures, (long long)delay);
+        } else {
+            ms->failures = 0;
+            ms->next_spawn_ms = 0;
+        }
     }
 }
 
+/* Kills workers stuck past a deadline: answering longer than
+ * request_timeout, or reading a request longer than fcgi_read_timeout_ms
+ * and a second. */
 static void
 master_enforce_timeout(struct master *m)
 {
     struct scoreboard_slot *s;
-    int64_t now = util_now_ms();
+    int64_t now = util_now_ms(), age;
     int i;
 
-    if (m->cfg->request_timeout == 0)
-        return;
     for (i = 0; i < m->cfg->workers; i++) {
         s = &m->board->slots[i];
-        if (s->pid != 0 && s->busy &&
-            now - s->request_start_ms > 1000 * m->cfg->request_timeout) {
+        if (s->pid == 0)
+            continue;
+        age = now - s->state_since_ms;
+        if (s->state == SLOT_BUSY && m->cfg->request_timeout > 0 &&
+            age > 1000 * m->cfg->request_timeout) {
             log_warn("worker %ld on one request for more than %ld s "
                 "(request_timeout); killing it", (long)s->pid,
                 m->cfg->request_timeout);
-            kill(s->pid, SIGKILL);
-            s->busy = 0;
-        }
+        } else if (s->state == SLOT_READING &&
+            age > m->cfg->fcgi_read_timeout_ms + 1000) {
+            log_warn("worker %ld reading one request for more than %ld ms "
+                "(fcgi_read_timeout_ms); killing it", (long)s->pid,
+                m->cfg->fcgi_read_timeout_ms);
+        } else
+            continue;
+        kill(s->pid, SIGKILL);
+        s->state = SLOT_IDLE;
     }
+}
+
+/* Milliseconds until the next thing the loop must do by itself. */
+static long
+master_wait_ms(const struct master *m)
+{
+    int64_t now = util_now_ms(), wait = MASTER_TICK_MS;
+    int i;
+
+    for (i = 0; i < m->cfg->workers; i++)
+        if (m->board->slots[i].pid == 0 && m->slot[i].next_spawn_ms > now &&
+            m->slot[i].next_spawn_ms - now < wait)
+            wait = m->slot[i].next_spawn_ms - now;
+    return (long)(wait < 1 ? 1 : wait);
 }
 
 static void
@@ -182,8 +232,20 @@ master_reload(struct master *m)
             m->cfg->workers);
         fresh.workers = m->cfg->workers;
     }
+    /* The shared segment was sized at start. */
+    if (fresh.key_cache_size != m->cfg->key_cache_size ||
+        fresh.key_cache_negative_size != m->cfg->key_cache_negative_size ||
+        fresh.rule_cache_size != m->cfg->rule_cache_size) {
+        log_warn("SIGHUP: key_cache_size, key_cache_negative_size and "
+            "rule_cache_size cannot change without a restart; keeping them");
+        fresh.key_cache_size = m->cfg->key_cache_size;
+        fresh.key_cache_negative_size = m->cfg->key_cache_negative_size;
+        fresh.rule_cache_size = m->cfg->rule_cache_size;
+    }
     *m->cfg = fresh;
     m->board->workers = (int)fresh.workers;
+    /* What the pool learnt from PostgreSQL is checked again. */
+    shm_changed(&m->shm);
     log_set_level(fresh.log_level);
     log_info("SIGHUP: configuration reloaded; replacing workers");
     /* Workers finish their request and exit; the loop respawns them with
@@ -194,28 +256,29 @@ master_reload(struct master *m)
 int
 master_run(struct rl_config *cfg, int listen_fd)
 {
-    struct master m;
+    static struct master m;
     sigset_t set, oldmask;
     siginfo_t info;
-    struct timespec tick = { 1, 0 };
-    int64_t deadline = 0;
-    int sig, i, stopping = 0;
-
-    if (cfg->workers == 0)
-        return worker_run(cfg, listen_fd, NULL, NULL);
+    struct timespec tick;
+    int64_t deadline = 0, now;
+    long wait;
+    int sig, i, rc, stopping = 0;
 
     memset(&m, 0, sizeof(m));
     m.cfg = cfg;
     m.listen_fd = listen_fd;
-    m.board = mmap(NULL, sizeof(*m.board), PROT_READ | PROT_WRITE,
-        MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (m.board == MAP_FAILED) {
-        log_error("mmap: %s", strerror(errno));
+    if (scoreboard_map(&m.shm, cfg) == -1)
         return 1;
-    }
-    memset(m.board, 0, sizeof(*m.board));
+    m.board = m.shm.board;
     m.board->start_s = util_wall_s();
     m.board->workers = (int)cfg->workers;
+    m.board->master = getpid();
+
+    if (cfg->workers == 0) {
+        rc = worker_run(cfg, listen_fd, NULL, &m.shm);
+        scoreboard_unmap(&m.shm);
+        return rc;
+    }
 
     sigemptyset(&set);
     sigaddset(&set, SIGCHLD);
@@ -238,17 +301,22 @@ master_run(struct rl_config *cfg, int listen_fd)
                 master_signal_all(&m, SIGKILL);
                 deadline = util_now_ms() + MASTER_GRACE_MS;
             }
-        } else if (util_now_ms() >= m.next_spawn_ms) {
+        } else {
+            now = util_now_ms();
             for (i = 0; i < cfg->workers; i++)
-                if (m.board->slots[i].pid == 0)
+                if (m.board->slots[i].pid == 0 &&
+                    now >= m.slot[i].next_spawn_ms)
                     master_spawn(&m, i, &oldmask);
             /* Slots above a lowered worker count (after SIGHUP) drain. */
-            for (i = (int)cfg->workers; i < 256; i++)
+            for (i = (int)cfg->workers; i < RL_MAX_WORKERS; i++)
                 if (m.board->slots[i].pid != 0)
                     kill(m.board->slots[i].pid, SIGTERM);
         }
         master_enforce_timeout(&m);
 
+        wait = master_wait_ms(&m);
+        tick.tv_sec = wait / 1000;
+        tick.tv_nsec = (wait % 1000) * 1000000L;
         sig = sigtimedwait(&set, &info, &tick);
         if (sig == SIGTERM || sig == SIGINT || sig == SIGQUIT) {
             if (!stopping) {
@@ -261,6 +329,6 @@ master_run(struct rl_config *cfg, int listen_fd)
             master_reload(&m);
     }
     log_info("master %ld: stopped", (long)getpid());
-    munmap(m.board, sizeof(*m.board));
+    scoreboard_unmap(&m.shm);
     return 0;
 }

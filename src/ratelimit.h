@@ -437,6 +437,9 @@ int shm_init(struct shm *m, void *base, size_t size, size_t board_size,
  * segment of this version and size. */
 int shm_attach(struct shm *m, void *base, size_t size);
 
+/* The segment's size in bytes, as laid out. */
+size_t shm_total(const struct shm *m);
+
 /* The change generation, and its bump when PostgreSQL notified a change:
  * entries fetched under an older generation are stale. */
 uint64_t shm_generation(const struct shm *m);

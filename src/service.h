@@ -18,24 +18,42 @@ struct redis_store {
     void *ctx;                  /* redisContext, NULL when disconnected */
     const struct rl_config *cfg;
     char sha[41];               /* SHA-1 of embedded_check_lua */
-    int64_t retry_at_ms;        /* no reconnect before (monotonic) */
-    char error[160];            /* the last failure, for logs and /ready */
+    int64_t retry_at_ms;        /* while connects fail: no blocking connect
+                                   before this (monotonic); 0 = none */
+    int probing;                /* Redis did not listen: probe meanwhile */
+    int probe_fd;               /* a non-blocking connect in flight, or -1 */
+    int64_t probe_start_ms;
+    unsigned char peer[128];    /* the address last connected to (a struct
+                                   sockaddr), for the probe */
+    unsigned peer_len;          /* 0 = none yet */
+    char id_prefix[17];         /* random, per process: request ids */
+    unsigned long long id_next; /* the next request id's counter */
+    char error[160];            /* the last failure, short and without
+                                   addresses: /health/ready shows it */
 };
 
 enum { STORE_OK = 0, STORE_UNAVAILABLE = -1, STORE_BAD_REPLY = -2 };
 
+/* Call after fork: the request ids' prefix is drawn here. */
 void redis_store_init(struct redis_store *rs, const struct rl_config *cfg);
 void redis_store_close(struct redis_store *rs);
 
-/* Runs the check script.  On STORE_OK, fills d.  STORE_UNAVAILABLE means
- * Redis could not be reached (or we are backing off after a failure);
- * STORE_BAD_REPLY means Redis answered something the script should never
- * return.  NOSCRIPT is handled inside, with one EVAL. */
+/* Runs the check script, with a request key of its own (see
+ * limiter_request_key), so that a call whose connection died before its
+ * reply came is sent once more on a new connection without being charged
+ * twice.  On STORE_OK, fills d.  STORE_UNAVAILABLE means Redis could not be
+ * reached or did not answer in time (or connects are failing and Redis
+ * does not listen yet); STORE_BAD_REPLY means Redis answered an error (out
+ * of memory, say) or something the script never returns.  NOSCRIPT is
+ * handled inside, with one EVAL.  rs->error holds the short reason. */
 int redis_store_check(struct redis_store *rs, struct limiter_call *call,
     int nlimits, struct rl_decision *d);
 
-/* Readiness: connected, PING answers and the script is loaded.  Returns
- * STORE_OK or STORE_UNAVAILABLE with the reason in rs->error. */
+/* Readiness: connected (a connection Redis closed is reopened once, as for
+ * a check) and the script is loaded.  Returns STORE_OK or
+ * STORE_UNAVAILABLE with a short reason in rs->error: "redis unreachable",
+ * "redis timed out" or "redis script not loaded" (details go to the log
+ * only). */
 int redis_store_ready(struct redis_store *rs);
 
 /* ------------------------------------------------------------------ */
@@ -54,20 +72,31 @@ struct key_info {
 
 struct tenant_rules {
     int n;
+    uint64_t generation;        /* shm change generation when fetched */
     struct rl_rule *rules;
 };
 
 struct pg_store {
     void *conn;                 /* PGconn, NULL when disconnected */
     const struct rl_config *cfg;
-    int64_t retry_at_ms;
+    int64_t retry_at_ms;        /* no connect attempt before (monotonic) */
+    int64_t tick_at_ms;         /* no reconnect between requests before */
+    int failing;                /* the last attempt to use it failed */
     int notified;               /* a change notification arrived */
-    unsigned long queries;      /* round trips made, for the tests' logs */
-    char error[160];
+    char error[160];            /* short reason, for /health/ready */
 };
 
 void pg_store_init(struct pg_store *ps, const struct rl_config *cfg);
 void pg_store_close(struct pg_store *ps);
+
+/* 1 while PostgreSQL is known to be unreachable (the last attempt to
+ * reach it failed), else 0. */
+int pg_store_down(const struct pg_store *ps);
+
+/* Between requests: reconnects (and LISTENs again) when the connection is
+ * gone and the back-off allows, within a short deadline.  Never called
+ * with a request in hand. */
+void pg_store_tick(struct pg_store *ps);
 
 /* Looks up a key by its SHA-256 hex.  Returns STORE_OK (out->found says
  * whether it exists) or STORE_UNAVAILABLE. */
@@ -91,6 +120,10 @@ int pg_store_poll(struct pg_store *ps);
 /* Readiness: one "SELECT 1".  STORE_OK or STORE_UNAVAILABLE. */
 int pg_store_ready(struct pg_store *ps);
 
+/* Every call above that needs PostgreSQL is bounded by pg_query_timeout_ms
+ * in all (connect included); past it the connection is dropped and the
+ * call answers STORE_UNAVAILABLE. */
+
 /* ------------------------------------------------------------------ */
 /* auth.c: API key -> tenant, through the per-process cache */
 
@@ -104,7 +137,12 @@ struct rl_counters {
     unsigned long fail_open;
     unsigned long shadow_denied;
     unsigned long redis_errors;
-    unsigned long pg_queries;
+    unsigned long misconfigured;    /* plans refused: too many limits */
+    unsigned long fcgi_refused;     /* connections dropped: bad records */
+    unsigned long worker_crashes;   /* workers that died abnormally */
+    unsigned long worker_rss_exits; /* workers replaced for their memory */
+    unsigned long key_lookups;      /* PostgreSQL key lookups */
+    unsigned long key_lookups_limited; /* unknown keys refused unasked */
 };
 
 #define COUNT(svc, field) \
@@ -116,14 +154,22 @@ struct service {
     const struct rl_config *cfg;
     struct rl_counters *counters;
     struct scoreboard *board;
+    struct shm *shm;            /* keys, unknown keys, rules of the pool */
     struct redis_store redis;
     struct pg_store pg;
-    struct cache *keys;         /* sha256 hex -> struct key_info */
     struct cache *rules;        /* tenant id -> struct tenant_rules */
+    double lookup_tokens;       /* lookups of unknown keys still allowed */
+    int64_t lookup_refill_ms;
+    long long misconfigured_rule;   /* logged once per rule and generation */
+    uint64_t misconfigured_gen;
 };
 
-int service_init(struct service *svc, const struct rl_config *cfg);
+int service_init(struct service *svc, const struct rl_config *cfg,
+    struct shm *shm);
 void service_free(struct service *svc);
+
+/* Housekeeping between requests (PostgreSQL reconnect, notifications). */
+void service_tick(struct service *svc);
 
 enum auth_result {
     AUTH_OK = 0,
@@ -165,6 +211,8 @@ struct http_request {
     int auth_subrequest;        /* Responder on authorizer_path (nginx) */
     const char *remote_addr;
     const char *x_forwarded_for;
+    int nul_in_key;             /* the key's parameter held a NUL byte */
+    int nul_in_param;           /* another parameter held a NUL byte */
 };
 
 void api_handle(struct service *svc, const struct http_request *req,
@@ -181,10 +229,19 @@ void listen_cleanup(const struct rl_config *cfg);
 /* ------------------------------------------------------------------ */
 /* worker.c and master.c */
 
+#define RL_MAX_WORKERS 256
+
+enum slot_state {
+    SLOT_IDLE = 0,              /* waiting for a connection */
+    SLOT_READING,               /* reading a request, within its deadline */
+    SLOT_BUSY,                  /* deciding and answering */
+    SLOT_KEEPALIVE,             /* idle on a kept connection */
+};
+
 struct scoreboard_slot {
     pid_t pid;
-    int busy;
-    int64_t request_start_ms;   /* monotonic, while busy */
+    int state;                  /* enum slot_state */
+    int64_t state_since_ms;     /* monotonic */
     unsigned long requests;
 };
 
@@ -192,14 +249,25 @@ struct scoreboard {
     int64_t start_s;
     unsigned long accepted;
     int workers;                /* configured pool size; 0 = no master */
+    pid_t master;
     struct rl_counters counters;
-    struct scoreboard_slot slots[256];
+    struct scoreboard_slot slots[RL_MAX_WORKERS];
 };
 
-/* Serves requests on listen_fd until told to stop or max_requests is
- * reached.  slot may be NULL (no master).  Returns the exit status. */
+/* Counts the live workers and those on a request (reading or busy). */
+void scoreboard_count(const struct scoreboard *b, unsigned long *live,
+    unsigned long *active);
+
+/* Maps the pool's shared segment for cfg (scoreboard and tables) into m.
+ * Returns 0, or -1 with a message logged. */
+int scoreboard_map(struct shm *m, const struct rl_config *cfg);
+void scoreboard_unmap(struct shm *m);
+
+/* Serves requests on listen_fd until told to stop, max_requests is
+ * reached or its memory passes max_worker_rss_mb.  slot may be NULL (no
+ * master).  Returns the exit status. */
 int worker_run(const struct rl_config *cfg, int listen_fd,
-    struct scoreboard_slot *slot, struct scoreboard *board);
+    struct scoreboard_slot *slot, struct shm *shm);
 
 /* Runs the pool (or, with workers = 0, a worker in this process).  *cfg
  * may be replaced on SIGHUP.  Returns the exit status. */

@@ -151,6 +151,14 @@ shm_attach(struct shm *m, void *base, size_t size)
     return 0;
 }
 
+size_t
+shm_total(const struct shm *m)
+{
+    const struct shm_header *h = m->base;
+
+    return (size_t)h->size;
+}
+
 uint64_t
 shm_generation(const struct shm *m)
 {

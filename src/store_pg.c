@@ -1,16 +1,26 @@
 /*
  * store_pg.c -- the worker's connection to PostgreSQL.
  *
- * PostgreSQL is asked only on cache misses: one prepared statement for a
- * key, one for a tenant's rules with their limits.  On connect the worker
- * also LISTENs on "ratelimit_changes"; the triggers of schema/001 notify it
- * when keys, tenants, rules or limits change, and pg_store_poll() picks the
- * notifications up from the socket without a round trip, so a revoked key
- * stops working at the next request instead of at cache expiry.
+ * PostgreSQL is asked only on cache misses: one query for a key, one for a
+ * tenant's rules with their limits, one for a tenant by name.  Every
+ * exchange goes through libpq's asynchronous API and poll() with a
+ * deadline, so that no request waits more than pg_query_timeout_ms in all,
+ * connect included, whether PostgreSQL is stopped (refused at once),
+ * unreachable or frozen (no answer at all): at the deadline the connection
+ * is dropped and the caller answers from what the pool already knows.
  *
- * A failed connection is dropped and not retried before a short back-off,
- * so an outage costs one fast failure per request, not a connect timeout.
+ * On connect the worker also LISTENs on "ratelimit_changes"; the triggers
+ * of schema/001 notify it when keys, tenants, rules or limits change, and
+ * pg_store_poll() picks the notifications up from the socket without a
+ * round trip.  A new connection also counts as a change (what was missed
+ * while disconnected is unknown).  Between requests pg_store_tick()
+ * reconnects a lost connection, so LISTEN is back within about a second of
+ * PostgreSQL's return, not at the next cache miss.
+ *
+ * After a failure no new connection is tried for PG_BACKOFF_MS, so an
+ * outage costs one fast failure per request, not one deadline each.
  */
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,7 +28,9 @@
 
 #include "service.h"
 
-#define PG_BACKOFF_MS 250
+#define PG_BACKOFF_MS 500
+#define PG_TICK_DEADLINE_MS 100     /* a reconnect between requests */
+#define PG_TICK_SLOW_MS 2000        /* between such tries while unanswered */
 
 static const char sql_key[] =
     "SELECT k.id, k.key_prefix, k.tenant_id::text, k.role, k.status, "
@@ -53,17 +65,32 @@ pg_store_close(struct pg_store *ps)
     ps->conn = NULL;
 }
 
-static int
-pg_store_fail(struct pg_store *ps, const char *what, const char *detail)
+int
+pg_store_down(const struct pg_store *ps)
 {
-    char *nl;
+    return ps->failing;
+}
 
-    snprintf(ps->error, sizeof(ps->error), "postgresql %s: %s", what,
-        detail != NULL && *detail ? detail : "failed");
-    if ((nl = strchr(ps->error, '\n')) != NULL)
+/*
+ * Records a failure: reason is the short text /health/ready may show,
+ * detail (libpq's message, with host and port) goes to the log only.  The
+ * connection is dropped and the back-off starts.  Returns
+ * STORE_UNAVAILABLE.
+ */
+static int
+pg_store_fail(struct pg_store *ps, const char *reason, const char *what,
+    const char *detail)
+{
+    char line[256], *nl;
+
+    snprintf(ps->error, sizeof(ps->error), "%s", reason);
+    snprintf(line, sizeof(line), "%s", detail != NULL && *detail ? detail :
+        "failed");
+    if ((nl = strchr(line, '\n')) != NULL)
         *nl = '\0';
-    log_warn("%s", ps->error);
+    log_warn("postgresql %s: %s", what, line);
     pg_store_close(ps);
+    ps->failing = 1;
     ps->retry_at_ms = util_now_ms() + PG_BACKOFF_MS;
     return STORE_UNAVAILABLE;
 }
@@ -77,28 +104,89 @@ pg_store_notice(void *arg, const char *message)
     log_info("postgresql: %s", message);
 }
 
+/* Waits until the connection's socket is readable (or writable) or the
+ * deadline passes.  Returns 1 when ready, 0 at the deadline. */
 static int
-pg_store_prepare(struct pg_store *ps, const char *name, const char *sql,
-    int nparams)
+pg_store_wait(PGconn *c, int for_write, int64_t deadline)
 {
-    PGresult *res = PQprepare(ps->conn, name, sql, nparams, NULL);
-    int ok = PQresultStatus(res) == PGRES_COMMAND_OK;
+    struct pollfd p;
+    int64_t left;
+    int n;
 
-    if (!ok)
-        pg_store_fail(ps, "prepare", PQresultErrorMessage(res));
-    PQclear(res);
-    return ok ? STORE_OK : STORE_UNAVAILABLE;
+    p.fd = PQsocket(c);
+    p.events = for_write ? POLLOUT : POLLIN;
+    if (p.fd < 0)
+        return 0;
+    while ((left = deadline - util_now_ms()) > 0) {
+        if ((n = poll(&p, 1, (int)left)) > 0)
+            return 1;
+        if (n == 0)
+            return 0;
+    }
+    return 0;
 }
 
-static int
-pg_store_connect(struct pg_store *ps)
+/*
+ * Sends sql (with at most one parameter) and collects its result by the
+ * deadline.  Returns the last result (the caller clears it), or NULL when
+ * the connection broke or the deadline passed; then *broken says whether
+ * the connection was found closed (and so the query never ran).
+ */
+static PGresult *
+pg_store_run(PGconn *c, const char *sql, const char *param,
+    int64_t deadline, int *broken, const char **why)
 {
-    const char *keys[] = { "dbname", "connect_timeout",
-        "application_name", NULL };
-    const char *vals[4];
-    char timeout[24];
+    PGresult *res = NULL, *r;
+    int f;
+
+    *broken = 0;
+    *why = "timed out";
+    if (!PQsendQueryParams(c, sql, param != NULL, NULL,
+        param != NULL ? &param : NULL, NULL, NULL, 0)) {
+        *broken = PQstatus(c) == CONNECTION_BAD;
+        *why = PQerrorMessage(c);
+        return NULL;
+    }
+    while ((f = PQflush(c)) == 1)
+        if (!pg_store_wait(c, 1, deadline))
+            return NULL;
+    if (f == -1) {
+        *broken = 1;
+        *why = PQerrorMessage(c);
+        return NULL;
+    }
+    for (;;) {
+        if (!PQconsumeInput(c)) {
+            *broken = 1;
+            *why = PQerrorMessage(c);
+            PQclear(res);
+            return NULL;
+        }
+        while (!PQisBusy(c)) {
+            if ((r = PQgetResult(c)) == NULL)
+                return res;
+            PQclear(res);
+            res = r;
+        }
+        if (!pg_store_wait(c, 0, deadline)) {
+            PQclear(res);
+            return NULL;
+        }
+    }
+}
+
+/* Connects (unless connected) and LISTENs, by the deadline.  STORE_OK or
+ * STORE_UNAVAILABLE. */
+static int
+pg_store_connect(struct pg_store *ps, int64_t deadline)
+{
+    const char *keys[] = { "dbname", "application_name", NULL };
+    const char *vals[3];
+    PostgresPollingStatusType st = PGRES_POLLING_WRITING;
+    int64_t cdeadline;
     PGresult *res;
-    int ok;
+    const char *why;
+    int ok, broken;
 
     if (ps->conn != NULL) {
         if (PQstatus(ps->conn) == CONNECTION_OK)
@@ -107,31 +195,42 @@ pg_store_connect(struct pg_store *ps)
     }
     if (ps->retry_at_ms != 0 && util_now_ms() < ps->retry_at_ms)
         return STORE_UNAVAILABLE;
-    /* libpq counts whole seconds (and treats 1 as 2). */
-    snprintf(timeout, sizeof(timeout), "%ld",
-        (ps->cfg->pg_connect_timeout_ms + 999) / 1000);
+    cdeadline = util_now_ms() + ps->cfg->pg_connect_timeout_ms;
+    if (cdeadline > deadline)
+        cdeadline = deadline;
     vals[0] = ps->cfg->pg_conninfo;
-    vals[1] = timeout;
-    vals[2] = "ratelimit-fcgi";
-    vals[3] = NULL;
-    ps->conn = PQconnectdbParams(keys, vals, 1);
-    if (ps->conn == NULL || PQstatus(ps->conn) != CONNECTION_OK)
-        return pg_store_fail(ps, "connect",
-            ps->conn ? PQerrorMessage(ps->conn) : "out of memory");
+    vals[1] = "ratelimit-fcgi";
+    vals[2] = NULL;
+    ps->conn = PQconnectStartParams(keys, vals, 1);
+    if (ps->conn == NULL)
+        return pg_store_fail(ps, "postgresql unreachable", "connect",
+            "out of memory");
+    if (PQstatus(ps->conn) == CONNECTION_BAD)
+        return pg_store_fail(ps, "postgresql unreachable", "connect",
+            PQerrorMessage(ps->conn));
+    while (st != PGRES_POLLING_OK) {
+        if (st == PGRES_POLLING_FAILED)
+            return pg_store_fail(ps, "postgresql unreachable", "connect",
+                PQerrorMessage(ps->conn));
+        if (!pg_store_wait(ps->conn, st == PGRES_POLLING_WRITING, cdeadline))
+            return pg_store_fail(ps, "postgresql unreachable", "connect",
+                "timed out");
+        st = PQconnectPoll(ps->conn);
+    }
+    PQsetnonblocking(ps->conn, 1);
     PQsetNoticeProcessor(ps->conn, pg_store_notice, NULL);
-    if (pg_store_prepare(ps, "rl_key", sql_key, 1) != STORE_OK ||
-        pg_store_prepare(ps, "rl_rules", sql_rules, 1) != STORE_OK ||
-        pg_store_prepare(ps, "rl_tenant", sql_tenant, 1) != STORE_OK)
-        return STORE_UNAVAILABLE;
-    res = PQexec(ps->conn, "LISTEN ratelimit_changes");
-    ok = PQresultStatus(res) == PGRES_COMMAND_OK;
+    res = pg_store_run(ps->conn, "LISTEN ratelimit_changes", NULL, deadline,
+        &broken, &why);
+    ok = res != NULL && PQresultStatus(res) == PGRES_COMMAND_OK;
     if (!ok)
-        pg_store_fail(ps, "LISTEN", PQresultErrorMessage(res));
+        pg_store_fail(ps, "postgresql unreachable", "LISTEN",
+            res != NULL ? PQresultErrorMessage(res) : why);
     PQclear(res);
     if (!ok)
         return STORE_UNAVAILABLE;
-    if (ps->retry_at_ms != 0)
+    if (ps->failing)
         log_info("postgresql: connected again");
+    ps->failing = 0;
     ps->retry_at_ms = 0;
     ps->error[0] = '\0';
     /* Whatever changed while we were away is unknown: start afresh. */
@@ -140,31 +239,61 @@ pg_store_connect(struct pg_store *ps)
 }
 
 static PGresult *
-pg_store_exec(struct pg_store *ps, const char *stmt, const char *param)
+pg_store_exec(struct pg_store *ps, const char *what, const char *sql,
+    const char *param)
 {
+    int64_t deadline = util_now_ms() + ps->cfg->pg_query_timeout_ms;
     PGresult *res;
-    int reused = ps->conn != NULL, attempt;
+    const char *why;
+    int reused = ps->conn != NULL, attempt, broken;
 
     for (attempt = 0; attempt < 2; attempt++) {
-        if (pg_store_connect(ps) != STORE_OK)
+        if (pg_store_connect(ps, deadline) != STORE_OK)
             return NULL;
-        ps->queries++;
-        res = PQexecPrepared(ps->conn, stmt, 1, &param, NULL, NULL, 0);
-        if (PQresultStatus(res) == PGRES_TUPLES_OK)
+        res = pg_store_run(ps->conn, sql, param, deadline, &broken, &why);
+        if (res != NULL && PQresultStatus(res) == PGRES_TUPLES_OK) {
+            ps->failing = 0;
             return res;
+        }
         /* A connection that broke while idle (PostgreSQL restarted): the
          * lookups are read-only, so one retry on a new one is safe. */
-        if (attempt == 0 && reused && PQstatus(ps->conn) == CONNECTION_BAD) {
+        if (res == NULL && broken && attempt == 0 && reused) {
             log_info("postgresql: the connection was closed; reconnecting");
-            PQclear(res);
             pg_store_close(ps);
             continue;
         }
-        pg_store_fail(ps, stmt, PQresultErrorMessage(res));
-        PQclear(res);
+        if (res != NULL) {
+            pg_store_fail(ps, "postgresql query failed", what,
+                PQresultErrorMessage(res));
+            PQclear(res);
+        } else
+            pg_store_fail(ps, "postgresql unreachable", what, why);
         return NULL;
     }
     return NULL;
+}
+
+/*
+ * Between requests: a lost connection is made again, so that LISTEN is
+ * back soon after PostgreSQL is.  While PostgreSQL refuses, a try costs
+ * little and is made every PG_BACKOFF_MS; while it does not answer at all
+ * (frozen, or a black hole), each try costs its whole short deadline, so
+ * tries are spaced PG_TICK_SLOW_MS apart to leave the worker to requests.
+ */
+void
+pg_store_tick(struct pg_store *ps)
+{
+    int64_t now = util_now_ms(), deadline;
+    long ms = ps->cfg->pg_query_timeout_ms;
+
+    if (ps->conn != NULL || now < ps->tick_at_ms)
+        return;
+    if (ms > PG_TICK_DEADLINE_MS)
+        ms = PG_TICK_DEADLINE_MS;
+    deadline = now + ms;
+    if (pg_store_connect(ps, deadline) != STORE_OK &&
+        util_now_ms() - now >= ms / 2)
+        ps->tick_at_ms = util_now_ms() + PG_TICK_SLOW_MS;
 }
 
 static void
@@ -184,7 +313,7 @@ pg_store_key(struct pg_store *ps, const char *hash, struct key_info *out)
     PGresult *res;
 
     memset(out, 0, sizeof(*out));
-    if ((res = pg_store_exec(ps, "rl_key", hash)) == NULL)
+    if ((res = pg_store_exec(ps, "key lookup", sql_key, hash)) == NULL)
         return STORE_UNAVAILABLE;
     if (PQntuples(res) == 1) {
         out->found = 1;
@@ -209,7 +338,7 @@ pg_store_tenant(struct pg_store *ps, const char *name, struct key_info *out)
     PGresult *res;
 
     memset(out, 0, sizeof(*out));
-    if ((res = pg_store_exec(ps, "rl_tenant", name)) == NULL)
+    if ((res = pg_store_exec(ps, "tenant lookup", sql_tenant, name)) == NULL)
         return STORE_UNAVAILABLE;
     if (PQntuples(res) == 1) {
         out->found = 1;
@@ -259,7 +388,8 @@ pg_store_rules(struct pg_store *ps, const char *tenant_id,
     long long rule_id;
     int i, n;
 
-    if ((res = pg_store_exec(ps, "rl_rules", tenant_id)) == NULL)
+    if ((res = pg_store_exec(ps, "rules lookup", sql_rules, tenant_id)) ==
+        NULL)
         return STORE_UNAVAILABLE;
     n = PQntuples(res);
     if ((tr = calloc(1, sizeof(*tr))) == NULL ||
@@ -343,15 +473,8 @@ pg_store_poll(struct pg_store *ps)
 int
 pg_store_ready(struct pg_store *ps)
 {
-    PGresult *res;
-    int ok;
+    PGresult *res = pg_store_exec(ps, "SELECT 1", "SELECT 1", NULL);
 
-    if (pg_store_connect(ps) != STORE_OK)
-        return STORE_UNAVAILABLE;
-    res = PQexec(ps->conn, "SELECT 1");
-    ok = PQresultStatus(res) == PGRES_TUPLES_OK;
-    if (!ok)
-        pg_store_fail(ps, "SELECT 1", PQresultErrorMessage(res));
     PQclear(res);
-    return ok ? STORE_OK : STORE_UNAVAILABLE;
+    return res != NULL ? STORE_OK : STORE_UNAVAILABLE;
 }

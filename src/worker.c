@@ -1,23 +1,45 @@
 /*
- * worker.c -- one worker: the libfcgi accept loop.
+ * worker.c -- one worker: accepting FastCGI connections and answering.
  *
  * The worker opens its own Redis and PostgreSQL connections (lazily, after
- * fork; nothing is inherited from the master), then accepts one FastCGI
- * request at a time, turns it into a struct http_request, lets api.c
- * answer it and writes the answer with FCGX_PutStr.
+ * fork; nothing is inherited from the master).  It accepts connections
+ * itself rather than inside libfcgi, so that every connection has a
+ * deadline: a request must arrive whole within fcgi_read_timeout_ms of the
+ * accept (or, on a kept connection, of its first byte), and a kept
+ * connection may idle fcgi_keepalive_timeout_ms between requests.  Before
+ * libfcgi reads anything the worker peeks at the records and lets fcgi.c
+ * judge them, so malformed or hostile records (the ones that make
+ * Debian's libfcgi abort, management records that leak) never reach it.
+ * libfcgi then parses the request, which is already waiting in the socket
+ * buffer, api.c answers it and the answer is written with FCGX_PutStr.
+ *
+ * The scoreboard slot says what the worker is doing (idle, reading,
+ * answering, waiting on a kept connection) and since when, so that the
+ * master can kill a worker stuck past a deadline.  Between connections,
+ * and at least once a second when idle, the worker does its housekeeping
+ * (service_tick: PostgreSQL reconnect and notifications).  It leaves after
+ * max_requests (postponed while PostgreSQL is unreachable, since a new
+ * worker could not learn anything new) or when its memory passes
+ * max_worker_rss_mb.
  *
  * Signals: SIGTERM, SIGINT and SIGQUIT ask for a graceful stop.  Their
- * handler is installed without SA_RESTART so that it interrupts accept(),
- * and the signals are blocked while a request is in hand, because libfcgi
- * does not retry a read or write interrupted by a signal: the request in
- * hand completes, then the worker leaves.
+ * handler is installed without SA_RESTART so that it interrupts waits, and
+ * the signals are blocked while a request is in hand, because libfcgi does
+ * not retry a read or write interrupted by a signal: the request in hand
+ * completes, then the worker leaves.
  */
+#define _GNU_SOURCE             /* accept4 */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -27,6 +49,28 @@
 
 /* Bytes of an oversized body we read and drop before giving up on it. */
 #define WORKER_DRAIN_MAX (16L * 1024 * 1024)
+#define WORKER_TICK_MS 1000         /* housekeeping when idle */
+#define WORKER_ACCEPT_PAUSE_MS 100  /* after EMFILE, ENFILE */
+
+struct worker {
+    const struct rl_config *cfg;
+    int listen_fd;
+    int epfd;
+    struct scoreboard_slot *slot;
+    struct scoreboard *board;
+    struct service svc;
+    struct rl_response resp;
+    FCGX_Request fr;
+    sigset_t stopset;
+    unsigned long served;
+    int postponed;              /* recycling put off: PostgreSQL is down */
+    struct addr_net web_servers[32];
+    int nweb;
+    char *body;
+    /* The read-ahead window: a whole request's parameters and a body of
+     * the usual size. */
+    unsigned char peek[FCGI_PARAMS_MAX + 16384];
+};
 
 static volatile sig_atomic_t worker_stop;
 
@@ -35,7 +79,6 @@ worker_on_stop(int sig)
 {
     (void)sig;
     worker_stop = 1;
-    FCGX_ShutdownPending();
 }
 
 static void
@@ -46,7 +89,7 @@ worker_signals(sigset_t *stopset)
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = worker_on_stop;
     sigemptyset(&sa.sa_mask);
-    sa.sa_flags = 0;            /* no SA_RESTART: interrupt accept() */
+    sa.sa_flags = 0;            /* no SA_RESTART: interrupt waits */
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGQUIT, &sa, NULL);
@@ -60,6 +103,41 @@ worker_signals(sigset_t *stopset)
     sigaddset(stopset, SIGTERM);
     sigaddset(stopset, SIGINT);
     sigaddset(stopset, SIGQUIT);
+}
+
+/*
+ * Whether the worker should leave to be replaced: after max_requests
+ * (unless PostgreSQL is unreachable: a fresh worker could learn nothing
+ * new, and the outage is when a warm worker is worth most), or when its
+ * peak resident memory has passed max_worker_rss_mb.
+ */
+static int
+worker_should_leave(struct worker *w)
+{
+    const struct rl_config *cfg = w->cfg;
+    struct rusage ru;
+
+    if (cfg->max_worker_rss_mb > 0 && w->served > 0 &&
+        getrusage(RUSAGE_SELF, &ru) == 0 &&
+        ru.ru_maxrss / 1024 >= cfg->max_worker_rss_mb) {
+        log_info("worker %ld: resident memory %ld MB passed "
+            "max_worker_rss_mb (%ld); exiting to be replaced",
+            (long)getpid(), ru.ru_maxrss / 1024, cfg->max_worker_rss_mb);
+        COUNT(&w->svc, worker_rss_exits);
+        return 1;
+    }
+    if (cfg->max_requests <= 0 || w->served < (unsigned long)cfg->max_requests)
+        return 0;
+    if (pg_store_down(&w->svc.pg)) {
+        if (!w->postponed)
+            log_info("worker %ld: max_requests reached, but PostgreSQL is "
+                "unreachable; staying until it is back", (long)getpid());
+        w->postponed = 1;
+        return 0;
+    }
+    log_info("worker %ld: served max_requests (%ld); exiting to be "
+        "replaced", (long)getpid(), cfg->max_requests);
+    return 1;
 }
 
 /*
@@ -155,22 +233,23 @@ worker_request(const struct rl_config *cfg, FCGX_Request *fr,
 
 /*
  * FCGI_WEB_SERVER_ADDRS names the web servers allowed to connect.  libfcgi
- * checks it itself, but only for IPv4 peers; this covers IPv6 peers (an
- * IPv4-mapped peer is matched as IPv4).  Returns 1 when the peer of fd may
- * talk to us.
+ * would check it in its own accept, for IPv4 peers only; the worker
+ * accepts by itself, so it checks both families here.  Returns 1 when the
+ * peer may talk to us.
  */
 static int
-worker_peer_allowed(const struct addr_net *nets, int n, int fd)
+worker_peer_allowed(const struct addr_net *nets, int n,
+    const struct sockaddr_storage *ss)
 {
-    struct sockaddr_storage ss;
-    socklen_t len = sizeof(ss);
     char ip[INET6_ADDRSTRLEN];
+    const void *a;
 
-    if (n <= 0 || getpeername(fd, (struct sockaddr *)&ss, &len) == -1 ||
-        ss.ss_family != AF_INET6)
+    if (n <= 0 || (ss->ss_family != AF_INET && ss->ss_family != AF_INET6))
         return 1;
-    if (inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, ip,
-        sizeof(ip)) == NULL)
+    a = ss->ss_family == AF_INET ?
+        (const void *)&((const struct sockaddr_in *)ss)->sin_addr :
+        (const void *)&((const struct sockaddr_in6 *)ss)->sin6_addr;
+    if (inet_ntop(ss->ss_family, a, ip, sizeof(ip)) == NULL)
         return 0;
     if (addr_match(nets, n, ip))
         return 1;
@@ -178,96 +257,361 @@ worker_peer_allowed(const struct addr_net *nets, int n, int fd)
     return 0;
 }
 
+static void
+worker_state(struct scoreboard_slot *slot, int state)
+{
+    slot->state_since_ms = util_now_ms();
+    slot->state = state;
+}
+
+/* Waits until fd is readable or deadline (monotonic ms) passes.  Returns
+ * 1 when readable, 0 at the deadline or when a stop was asked for. */
+static int
+worker_wait(int fd, int64_t deadline)
+{
+    struct pollfd p;
+    int64_t left;
+    int n;
+
+    p.fd = fd;
+    p.events = POLLIN;
+    while (!worker_stop && (left = deadline - util_now_ms()) > 0) {
+        if ((n = poll(&p, 1, (int)left)) > 0)
+            return 1;
+        if (n == 0 || errno != EINTR)
+            return 0;
+    }
+    return 0;
+}
+
+/*
+ * Accepts one connection (or returns -1 after about a second, or at once
+ * when a stop was asked for, so that the caller can do its housekeeping).
+ * The listening socket is non-blocking and watched with EPOLLEXCLUSIVE, so
+ * one connection wakes one idle worker.  On EMFILE and ENFILE the worker
+ * pauses rather than spins.  *fatal is set when accepting cannot work.
+ */
+static int
+worker_accept(struct worker *w, struct sockaddr_storage *ss, int *fatal)
+{
+    struct epoll_event ev;
+    socklen_t len = sizeof(*ss);
+    int fd, n;
+
+    *fatal = 0;
+    n = epoll_wait(w->epfd, &ev, 1, WORKER_TICK_MS);
+    if (n <= 0) {
+        if (n == -1 && errno != EINTR) {
+            log_error("epoll_wait: %s", strerror(errno));
+            *fatal = 1;
+        }
+        return -1;
+    }
+    memset(ss, 0, sizeof(*ss));
+    fd = accept4(w->listen_fd, (struct sockaddr *)ss, &len, SOCK_CLOEXEC);
+    if (fd >= 0)
+        return fd;
+    switch (errno) {
+    case EAGAIN:
+    case EINTR:
+    case ECONNABORTED:
+    case EPROTO:
+        return -1;
+    case EMFILE:
+    case ENFILE:
+    case ENOBUFS:
+    case ENOMEM:
+        log_warn("accept: %s; pausing for %d ms", strerror(errno),
+            WORKER_ACCEPT_PAUSE_MS);
+        poll(NULL, 0, WORKER_ACCEPT_PAUSE_MS);
+        return -1;
+    default:
+        log_error("accept: %s", strerror(errno));
+        *fatal = 1;
+        return -1;
+    }
+}
+
+/* Reads off and drops n bytes that are known to be waiting on fd. */
+static int
+worker_discard(int fd, size_t n)
+{
+    char sink[4096];
+    ssize_t r;
+
+    while (n > 0) {
+        r = recv(fd, sink, n < sizeof(sink) ? n : sizeof(sink), MSG_DONTWAIT);
+        if (r <= 0)
+            return -1;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+/*
+ * Peeks at fd until a whole request is waiting on it (see fcgi.c), reading
+ * off the leftovers of an earlier request first.  Returns 1 with *s
+ * filled, 0 when the peer closed, went quiet past deadline or was stopped
+ * for, and -1 when its records were refused (logged).
+ *
+ * poll() cannot wait for "more than what is already queued", so while a
+ * request is incomplete the worker naps 1, 2, 4... up to 16 ms between
+ * peeks.  Web servers send the parameters in one write, so in practice the
+ * first peek finds the whole request.
+ */
+static int
+worker_prefetch(struct worker *w, int fd, int64_t deadline,
+    struct fcgi_scan *s)
+{
+    ssize_t n;
+    int rc, nap = 1;
+
+    for (;;) {
+        n = recv(fd, w->peek, sizeof(w->peek), MSG_PEEK | MSG_DONTWAIT);
+        if (n == 0)
+            return 0;
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if ((errno != EAGAIN && errno != EWOULDBLOCK) ||
+                !worker_wait(fd, deadline))
+                return 0;
+            continue;
+        }
+        rc = fcgi_scan(w->peek, (size_t)n, 1, s);
+        if (rc == FCGI_SCAN_DONE)
+            return 1;
+        if (rc == FCGI_SCAN_BAD) {
+            COUNT(&w->svc, fcgi_refused);
+            log_warn("FastCGI connection dropped: %s", s->error);
+            return -1;
+        }
+        if (s->skip > 0) {
+            if (worker_discard(fd, s->skip) == -1)
+                return 0;
+            continue;
+        }
+        if ((size_t)n == sizeof(w->peek)) {
+            /* A body larger than the window: libfcgi reads the rest,
+             * each read bounded by SO_RCVTIMEO. */
+            if (s->params_end > 0)
+                return 1;
+            COUNT(&w->svc, fcgi_refused);
+            log_warn("FastCGI connection dropped: the parameters are larger "
+                "than %d bytes", FCGI_PARAMS_MAX);
+            return -1;
+        }
+        if (util_now_ms() + nap >= deadline || worker_stop)
+            return 0;
+        poll(NULL, 0, nap);
+        if (nap < 16)
+            nap *= 2;
+    }
+}
+
+static void
+worker_set_timeout(int fd, int opt, long ms)
+{
+    struct timeval tv;
+
+    if (ms < 1)
+        ms = 1;
+    tv.tv_sec = ms / 1000;
+    tv.tv_usec = (ms % 1000) * 1000;
+    setsockopt(fd, SOL_SOCKET, opt, &tv, sizeof(tv));
+}
+
+/* Closes a connection at the end of its last request.  A TCP peer may
+ * still be sending (the tail of a body we dropped); closing with unread
+ * data would reset the connection and could destroy our answer in flight,
+ * so what is waiting is read off first. */
+static void
+worker_close(int fd, int tcp)
+{
+    char sink[4096];
+    int i;
+
+    if (tcp && shutdown(fd, SHUT_WR) == 0)
+        for (i = 0; i < 16 && recv(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0;
+            i++)
+            ;
+    close(fd);
+}
+
+/* Answers one request that libfcgi has read the parameters of. */
+static void
+worker_serve(struct worker *w, const struct fcgi_scan *s)
+{
+    struct http_request req;
+    FCGX_Request *fr = &w->fr;
+    int too_large = 0;
+
+    __atomic_add_fetch(&w->board->accepted, 1, __ATOMIC_RELAXED);
+    worker_request(w->cfg, fr, &req);
+    req.nul_in_key = s->nul_in_key;
+    req.nul_in_param = s->nul_in_value;
+    /* An authorizer gets no request body. */
+    req.body_len = req.authorizer ? 0 : worker_read_body(fr->in,
+        FCGX_GetParam("CONTENT_LENGTH", fr->envp), w->body,
+        w->cfg->max_body_size, &too_large);
+    req.body = w->body;
+    req.body_too_large = too_large;
+    worker_state(w->slot, SLOT_BUSY);
+    response_reset(&w->resp);
+    api_handle(&w->svc, &req, &w->resp);
+    worker_write(fr, &w->resp, strcmp(req.method, "HEAD") == 0);
+}
+
+/*
+ * One connection, from accept to close: each request on it (several with
+ * FCGI_KEEP_CONN) is read ahead within fcgi_read_timeout_ms, handed to
+ * libfcgi, answered, and the connection then waits at most
+ * fcgi_keepalive_timeout_ms for the next one.  libfcgi is given the
+ * connection as if it had kept it from an earlier request (ipcFd set,
+ * keepConnection on), and "detached" so that when it closes a connection
+ * itself it does not linger for up to 2 s reading what the peer sends.
+ */
+static void
+worker_connection(struct worker *w, int fd, int tcp)
+{
+    FCGX_Request *fr = &w->fr;
+    struct fcgi_scan s;
+    int64_t deadline;
+    int first = 1, keep, rc;
+
+    worker_set_timeout(fd, SO_SNDTIMEO, w->cfg->fcgi_read_timeout_ms);
+    for (;;) {
+        if (!first) {
+            /* Idle between requests of a kept connection; a stop ends
+             * the wait. */
+            worker_state(w->slot, SLOT_KEEPALIVE);
+            sigprocmask(SIG_UNBLOCK, &w->stopset, NULL);
+            rc = worker_wait(fd, util_now_ms() +
+                w->cfg->fcgi_keepalive_timeout_ms);
+            sigprocmask(SIG_BLOCK, &w->stopset, NULL);
+            if (!rc)
+                break;
+        }
+        first = 0;
+        worker_state(w->slot, SLOT_READING);
+        deadline = util_now_ms() + w->cfg->fcgi_read_timeout_ms;
+        if ((rc = worker_prefetch(w, fd, deadline, &s)) != 1) {
+            if (rc == 0 && !worker_stop)
+                log_debug("FastCGI connection closed or idle past its "
+                    "deadline");
+            break;
+        }
+        if (s.stdin_end == 0 && s.role == 1)
+            worker_set_timeout(fd, SO_RCVTIMEO,
+                (long)(deadline - util_now_ms()));
+        fr->ipcFd = fd;
+        fr->keepConnection = 1;
+        fr->detached = 1;
+        if (FCGX_Accept_r(fr) != 0) {
+            /* libfcgi closed it. */
+            log_warn("FastCGI request refused by libfcgi");
+            fd = -1;
+            break;
+        }
+        keep = fr->keepConnection;
+        worker_serve(w, &s);
+        fr->keepConnection = 1;
+        fr->detached = 1;
+        FCGX_Finish_r(fr);
+        w->served++;
+        w->slot->requests = w->served;
+        if (fr->ipcFd < 0) {
+            fd = -1;            /* an I/O error: libfcgi closed it */
+            break;
+        }
+        if (!keep || worker_stop || worker_should_leave(w))
+            break;
+    }
+    if (fd >= 0)
+        worker_close(fd, tcp);
+    fr->ipcFd = -1;
+    fr->keepConnection = 0;
+    worker_state(w->slot, SLOT_IDLE);
+}
+
 int
 worker_run(const struct rl_config *cfg, int listen_fd,
-    struct scoreboard_slot *slot, struct scoreboard *board)
+    struct scoreboard_slot *slot, struct shm *shm)
 {
-    struct service svc;
-    struct http_request req;
-    struct rl_response resp;
-    FCGX_Request fr;
-    sigset_t stopset;
-    unsigned long served = 0;
-    struct addr_net web_servers[32];
+    static struct worker w;     /* large: the peek window */
+    static struct scoreboard_slot solo_slot;
+    struct sockaddr_storage ss;
+    struct epoll_event ev;
     const char *allowed = getenv("FCGI_WEB_SERVER_ADDRS");
     char err[160];
-    char *body;
-    int too_large, nweb = 0;
+    int fd, fatal = 0, flags, rc = 0;
 
+    memset(&w, 0, sizeof(w));
+    w.cfg = cfg;
+    w.listen_fd = listen_fd;
+    w.slot = slot != NULL ? slot : &solo_slot;
+    w.board = shm->board;
     if (FCGX_Init() != 0) {
         log_error("FCGX_Init failed");
         return 1;
     }
-    worker_signals(&stopset);
+    worker_signals(&w.stopset);
     if (allowed != NULL && *allowed != '\0' &&
-        (nweb = addr_parse_list(allowed, web_servers, 32, err,
+        (w.nweb = addr_parse_list(allowed, w.web_servers, 32, err,
         sizeof(err))) == -1) {
         log_error("FCGI_WEB_SERVER_ADDRS: %s", err);
         return 1;
     }
-    if (board == NULL) {
-        /* No master (workers = 0): this process is the whole pool. */
-        static struct scoreboard solo;
-
-        board = &solo;
-    }
-    if (service_init(&svc, cfg) == -1 ||
-        (body = malloc((size_t)cfg->max_body_size + 1)) == NULL) {
-        log_error("worker: out of memory");
+    flags = fcntl(listen_fd, F_GETFL);
+    if (flags == -1 || fcntl(listen_fd, F_SETFL, flags | O_NONBLOCK) == -1 ||
+        (w.epfd = epoll_create1(EPOLL_CLOEXEC)) == -1) {
+        log_error("listening socket: %s", strerror(errno));
         return 1;
     }
-    svc.board = board;
-    svc.counters = &board->counters;
-    response_init(&resp);
-    FCGX_InitRequest(&fr, listen_fd, 0);
+    memset(&ev, 0, sizeof(ev));
+    ev.events = EPOLLIN | EPOLLEXCLUSIVE;
+    if (epoll_ctl(w.epfd, EPOLL_CTL_ADD, listen_fd, &ev) == -1) {
+        log_error("epoll_ctl: %s", strerror(errno));
+        close(w.epfd);
+        return 1;
+    }
+    if (service_init(&w.svc, cfg, shm) == -1 ||
+        (w.body = malloc((size_t)cfg->max_body_size + 1)) == NULL) {
+        log_error("worker: out of memory");
+        close(w.epfd);
+        return 1;
+    }
+    response_init(&w.resp);
+    FCGX_InitRequest(&w.fr, -1, 0);
     log_debug("worker %ld ready", (long)getpid());
-    while (!worker_stop) {
-        if (FCGX_Accept_r(&fr) < 0)
-            break;
-        sigprocmask(SIG_BLOCK, &stopset, NULL);
-        if (slot != NULL) {
-            slot->request_start_ms = util_now_ms();
-            slot->busy = 1;
-        }
-        __atomic_add_fetch(&board->accepted, 1, __ATOMIC_RELAXED);
-        if (!worker_peer_allowed(web_servers, nweb, fr.ipcFd)) {
-            response_reset(&resp);
-            response_error(&resp, 403, "forbidden", NULL);
-            worker_write(&fr, &resp, 0);
-            FCGX_Finish_r(&fr);
-            if (slot != NULL)
-                slot->busy = 0;
-            sigprocmask(SIG_UNBLOCK, &stopset, NULL);
+    while (!worker_stop && !worker_should_leave(&w)) {
+        fd = worker_accept(&w, &ss, &fatal);
+        if (fd < 0) {
+            if (fatal) {
+                rc = 1;
+                break;
+            }
+            service_tick(&w.svc);
             continue;
         }
-        worker_request(cfg, &fr, &req);
-        /* An authorizer gets no request body. */
-        req.body_len = req.authorizer ? 0 : worker_read_body(fr.in,
-            FCGX_GetParam("CONTENT_LENGTH", fr.envp), body,
-            cfg->max_body_size, &too_large);
-        if (req.authorizer)
-            too_large = 0;
-        req.body = body;
-        req.body_too_large = too_large;
-        response_reset(&resp);
-        api_handle(&svc, &req, &resp);
-        worker_write(&fr, &resp, strcmp(req.method, "HEAD") == 0);
-        FCGX_Finish_r(&fr);
-        served++;
-        if (slot != NULL) {
-            slot->busy = 0;
-            slot->requests = served;
+        sigprocmask(SIG_BLOCK, &w.stopset, NULL);
+        if (!worker_peer_allowed(w.web_servers, w.nweb, &ss))
+            close(fd);
+        else {
+            if (ss.ss_family == AF_INET || ss.ss_family == AF_INET6) {
+                int one = 1;
+
+                setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+            }
+            worker_connection(&w, fd, ss.ss_family != AF_UNIX);
         }
-        sigprocmask(SIG_UNBLOCK, &stopset, NULL);
-        if (cfg->max_requests > 0 && served >= (unsigned long)cfg->max_requests) {
-            log_info("worker %ld: served max_requests (%ld); exiting to be "
-                "replaced", (long)getpid(), cfg->max_requests);
-            break;
-        }
+        sigprocmask(SIG_UNBLOCK, &w.stopset, NULL);
+        service_tick(&w.svc);
     }
-    FCGX_Free(&fr, 0);
-    response_free(&resp);
-    service_free(&svc);
-    free(body);
-    return 0;
+    FCGX_Free(&w.fr, 0);
+    response_free(&w.resp);
+    service_free(&w.svc);
+    free(w.body);
+    close(w.epfd);
+    return rc;
 }
