@@ -125,13 +125,16 @@ fcgi_cursor_length(struct fcgi_cursor *c)
 
 /*
  * Walks the name-value pairs of the PARAMS stream that starts with the
- * record at first and holds total content bytes.  Every announced length
- * must fit in what was sent; a NUL in a value is noted (libfcgi would cut
- * the value there).
+ * record at first and holds total content bytes so far; complete says
+ * whether the empty PARAMS record has been seen.  Every announced length
+ * must fit in what was sent (or, while the stream is still arriving, in
+ * FCGI_PARAMS_MAX), so a pair announcing gigabytes is refused at once
+ * rather than waited for; a NUL in a value is noted (libfcgi would cut the
+ * value there).
  */
 static int
 fcgi_scan_params(const unsigned char *buf, size_t len, size_t first,
-    size_t total, struct fcgi_scan *s)
+    size_t total, int complete, struct fcgi_scan *s)
 {
     static const char *const key_params[] = { "HTTP_X_API_KEY",
         "HTTP_AUTHORIZATION" };
@@ -139,8 +142,8 @@ fcgi_scan_params(const unsigned char *buf, size_t len, size_t first,
     struct fcgi_record r;
     char name[32];
     long nlen, vlen, i;
+    size_t k, room;
     int b, v, is_key;
-    size_t k;
 
     memset(&c, 0, sizeof(c));
     c.buf = buf;
@@ -152,13 +155,20 @@ fcgi_scan_params(const unsigned char *buf, size_t len, size_t first,
     c.left = r.content_len;
     while (c.remaining > 0) {
         if ((nlen = fcgi_cursor_length(&c)) < 0 ||
-            (vlen = fcgi_cursor_length(&c)) < 0)
+            (vlen = fcgi_cursor_length(&c)) < 0) {
+            if (!complete)
+                return FCGI_SCAN_MORE;
             return fcgi_bad(s, "a parameter's length is cut short");
-        if ((size_t)nlen > c.remaining || (size_t)vlen > c.remaining - nlen)
+        }
+        /* What the rest of the stream holds, or may still hold. */
+        room = complete ? c.remaining : FCGI_PARAMS_MAX - (total - c.remaining);
+        if ((size_t)nlen > room || (size_t)vlen > room - (size_t)nlen)
             return fcgi_bad(s, "a parameter is longer than the PARAMS "
-                "stream");
+                "stream may be");
         if (nlen == 0)
             return fcgi_bad(s, "a parameter has an empty name");
+        if ((size_t)(nlen + vlen) > c.remaining)
+            return FCGI_SCAN_MORE;      /* the rest is still to come */
         s->nparams++;
         for (i = 0; i < nlen; i++) {
             b = fcgi_cursor_byte(&c);
@@ -187,7 +197,7 @@ int
 fcgi_scan(const unsigned char *buf, size_t len, int want_stdin,
     struct fcgi_scan *s)
 {
-    struct fcgi_record r;
+    struct fcgi_record r, next;
     size_t off = 0, params_first = 0;
     int version_ok, rc;
     enum { BEGIN, PARAMS, STDIN } state = BEGIN;
@@ -233,8 +243,9 @@ fcgi_scan(const unsigned char *buf, size_t len, int want_stdin,
             if (r.type != FCGI_PARAMS)
                 return fcgi_bad(s, "PARAMS expected");
             if (r.content_len == 0) {
+                s->nparams = s->nul_in_key = s->nul_in_value = 0;
                 if (s->params_len > 0 && (rc = fcgi_scan_params(buf, len,
-                    params_first, s->params_len, s)) != FCGI_SCAN_DONE)
+                    params_first, s->params_len, 1, s)) != FCGI_SCAN_DONE)
                     return rc;
                 s->params_end = off + r.total;
                 if (!want_stdin || s->role != FCGI_RESPONDER)
@@ -246,6 +257,12 @@ fcgi_scan(const unsigned char *buf, size_t len, int want_stdin,
             if (s->params_len > FCGI_PARAMS_MAX)
                 return fcgi_bad(s, "the parameters are larger than the "
                     "limit");
+            /* Judge the pairs so far: an impossible length is refused
+             * now, not after the read deadline. */
+            if (fcgi_record_at(buf, len, off + r.total, &next, &version_ok) ==
+                0 && fcgi_scan_params(buf, len, params_first,
+                s->params_len, 0, s) == FCGI_SCAN_BAD)
+                return FCGI_SCAN_BAD;
             break;
         case STDIN:
             if (r.request_id != s->request_id)

@@ -140,12 +140,13 @@ START_TEST(test_huge_lengths_refused)
     memset(&w, 0, sizeof(w));
     begin(&w, 1, 1, 0);
     record(&w, 4, 1, lens, 8, 0);
-    /* Before the end of PARAMS it is only incomplete... */
-    ck_assert_int_eq(fcgi_scan(w.b, w.n, 0, &s), FCGI_SCAN_MORE);
-    record(&w, 4, 1, "", 0, 0);
-    /* ...and refused once the stream is known to hold less. */
+    /* Refused at once, before the end of PARAMS: no stream may be that
+     * long, so there is nothing to wait for... */
     ck_assert_int_eq(fcgi_scan(w.b, w.n, 0, &s), FCGI_SCAN_BAD);
     ck_assert_ptr_nonnull(s.error);
+    record(&w, 4, 1, "", 0, 0);
+    /* ...and of course once the stream is known to hold less. */
+    ck_assert_int_eq(fcgi_scan(w.b, w.n, 0, &s), FCGI_SCAN_BAD);
 }
 END_TEST
 
@@ -270,6 +271,28 @@ START_TEST(test_params_limit)
 }
 END_TEST
 
+/* A pair that fits the limit but not yet the bytes sent is waited for; one
+ * that cannot fit the limit is refused before the stream ends. */
+START_TEST(test_partial_pairs)
+{
+    /* name 1 byte; value 4096 bytes announced, 1 byte of it sent */
+    static const unsigned char fits[] = { 1, 0x80, 0, 0x10, 0, 'A', 'b' };
+    /* name 1 byte; value 65536 bytes: more than any stream may hold */
+    static const unsigned char cannot[] = { 1, 0x80, 1, 0, 0, 'A' };
+    struct wire w;
+    struct fcgi_scan s;
+
+    memset(&w, 0, sizeof(w));
+    begin(&w, 1, 1, 0);
+    record(&w, 4, 1, fits, sizeof(fits), 0);
+    ck_assert_int_eq(fcgi_scan(w.b, w.n, 0, &s), FCGI_SCAN_MORE);
+    memset(&w, 0, sizeof(w));
+    begin(&w, 1, 1, 0);
+    record(&w, 4, 1, cannot, sizeof(cannot), 0);
+    ck_assert_int_eq(fcgi_scan(w.b, w.n, 0, &s), FCGI_SCAN_BAD);
+}
+END_TEST
+
 /* The leftover empty STDIN of an earlier request on a kept connection is
  * reported for the caller to read off. */
 START_TEST(test_leftover_stdin_skipped)
@@ -305,6 +328,7 @@ fcgi_suite(void)
     tcase_add_test(tc, test_refusals);
     tcase_add_test(tc, test_params_limit);
     tcase_add_test(tc, test_leftover_stdin_skipped);
+    tcase_add_test(tc, test_partial_pairs);
     suite_add_tcase(s, tc);
     return s;
 }
