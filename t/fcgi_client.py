@@ -576,6 +576,12 @@ def crash_burst(address, count=50, rate=0.0, probe_url=None,
         except OSError as e:
             errors.append(str(e))
     last = time.monotonic()
+    if prober:
+        # Probing ends probe_tail seconds after the last crash, whatever
+        # the recovery poll below does meanwhile.
+        timer = threading.Timer(probe_tail, prober.stopping.set)
+        timer.daemon = True
+        timer.start()
     res = {"crashes": count, "sent": sent, "send_errors": len(errors),
            "send_error_samples": sorted(set(errors))[:3],
            "send_s": round(last - start, 3)}
@@ -593,6 +599,7 @@ def crash_burst(address, count=50, rate=0.0, probe_url=None,
         res["recovery_polls"] = polls
     if prober:
         time.sleep(max(0.0, last + probe_tail - time.monotonic()))
+        timer.cancel()
         prober.stop()
         res.update(prober.summary())
     return res
