@@ -32,7 +32,7 @@ HEADERS = $(wildcard src/*.h)
 UNIT_SRC = $(wildcard t/check_*.c)
 
 .PHONY: all deps test unit lua-test integration run stop bench install \
-	asan clean test-faults
+	asan clean test-faults fuzz asan-test
 
 all: $(BUILD)/ratelimit-fcgi $(BUILD)/ratelimitctl
 
@@ -77,6 +77,37 @@ unit: $(BUILD)/check_all
 test-faults: deps
 	$(MAKE) all
 	TESTS="faults hostile pgfaults" sh t/integration/run.sh
+
+# libFuzzer harnesses of the pure parsers (t/fuzz/), FUZZ_SECONDS (15) each
+# against the modules of CORE; needs clang.  See t/fuzz/run.sh.
+fuzz:
+	CORE="$(CORE)" PKGS="$(PKGS)" sh t/fuzz/run.sh
+
+# The sanitizer build (ASAN_BUILD) through the unit tests (Check not
+# forking, so that leaks are found), the Lua tests and the integration
+# tests ASAN_TESTS.  Any report of AddressSanitizer, LeakSanitizer or
+# UndefinedBehaviorSanitizer from any process of ours, the service's
+# workers included, fails it: the reports are written to
+# ASAN_BUILD/sanitizer/ and shown at the end.
+ASAN_BUILD ?= build-asan
+ASAN_OPT = -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer
+ASAN_TESTS ?= api
+asan-test: deps
+	$(MAKE) BUILD=$(ASAN_BUILD) OPT="$(ASAN_OPT)" all $(ASAN_BUILD)/check_all
+	rm -rf $(ASAN_BUILD)/sanitizer
+	mkdir -p $(ASAN_BUILD)/sanitizer
+	@san=$$(cd $(ASAN_BUILD)/sanitizer && pwd); rc=0; \
+	export ASAN_OPTIONS="log_path=$$san/asan:detect_leaks=1" \
+	    UBSAN_OPTIONS="log_path=$$san/ubsan:print_stacktrace=1:halt_on_error=1"; \
+	CK_FORK=no $(ASAN_BUILD)/check_all || rc=1; \
+	sh t/lua_test.sh || rc=1; \
+	BUILD=$(ASAN_BUILD) TESTS="$(ASAN_TESTS)" sh t/integration/run.sh || rc=1; \
+	for f in "$$san"/*; do \
+	    [ -f "$$f" ] || continue; \
+	    echo "asan-test: sanitizer report $$f:"; cat "$$f"; rc=1; \
+	done; \
+	[ "$$rc" = 0 ] && echo "asan-test: passed, no sanitizer report"; \
+	exit $$rc
 
 run: deps
 	$(MAKE) all

@@ -164,12 +164,51 @@ rules_plan_add(struct rl_plan *plan, const struct rl_rule *rule)
     }
 }
 
+/*
+ * Gives the limits of plan unique policy names.  A limit keeps its own
+ * name unless another limit of the plan is called the same; then it is
+ * qualified by its rule's id: two "default"s become "r7-default" and
+ * "r9-default".  A qualified name can equal another limit's own name (rule
+ * 9 may have a limit called "r7-default"), which is then qualified as
+ * well, until nothing is left to qualify.  Qualified names differ from each
+ * other, since a rule's limits have different names and rules different
+ * ids, and own names left differ from every other name.
+ */
+static void
+rules_plan_names(struct rl_plan *plan)
+{
+    int qualified[RL_MAX_LIMITS] = { 0 };
+    int i, j, changed;
+
+    do {
+        changed = 0;
+        for (i = 0; i < plan->n; i++) {
+            if (qualified[i])
+                snprintf(plan->name[i], sizeof(plan->name[i]), "r%lld-%s",
+                    plan->rule[i]->id, plan->limit[i]->name);
+            else
+                snprintf(plan->name[i], sizeof(plan->name[i]), "%s",
+                    plan->limit[i]->name);
+        }
+        for (i = 0; i < plan->n; i++) {
+            if (qualified[i])
+                continue;
+            for (j = 0; j < plan->n; j++)
+                if (j != i && strcmp(plan->limit[i]->name,
+                    plan->name[j]) == 0) {
+                    qualified[i] = changed = 1;
+                    break;
+                }
+        }
+    } while (changed);
+}
+
 int
 rules_plan(const struct rl_rule *rules, int n, const char *route,
     struct rl_plan *plan)
 {
     long needed;
-    int i, j, best, dup;
+    int i, best;
 
     plan->n = 0;
     needed = rules_needed(rules, n, route, 1, &best);
@@ -186,19 +225,7 @@ rules_plan(const struct rl_rule *rules, int n, const char *route,
     for (i = 0; i < n; i++)
         if (i != best && rules_in_plan(rules, i, best, route, 1))
             rules_plan_add(plan, &rules[i]);
-    /* Policy names must be unique within one answer: when two rules both
-     * have a limit called "default", both are qualified by their rule id. */
-    for (i = 0; i < plan->n; i++) {
-        for (dup = 0, j = 0; j < plan->n && !dup; j++)
-            dup = j != i &&
-                strcmp(plan->limit[i]->name, plan->limit[j]->name) == 0;
-        if (dup)
-            snprintf(plan->name[i], sizeof(plan->name[i]), "r%lld-%s",
-                plan->rule[i]->id, plan->limit[i]->name);
-        else
-            snprintf(plan->name[i], sizeof(plan->name[i]), "%s",
-                plan->limit[i]->name);
-    }
+    rules_plan_names(plan);
     return plan->n;
 }
 

@@ -419,6 +419,31 @@ START_TEST(test_plan_unique_names)
 }
 END_TEST
 
+START_TEST(test_plan_unique_names_qualified_clash)
+{
+    static const char *const a[] = { "default" };
+    static const char *const b[] = { "default", "r7-default" };
+    struct rl_rule r[2];
+    struct rl_plan plan;
+
+    /* Qualifying rule 7's "default" gives "r7-default", which rule 9 has
+     * as a name of its own: that one is qualified too. */
+    rule_set(&r[0], 7, "/api*", 0);
+    rule_limits(&r[0], 1, a, 10);
+    rule_set(&r[1], 9, "*", 0);
+    r[1].always = 1;
+    rule_limits(&r[1], 2, b, 20);
+    ck_assert_int_eq(rules_plan(r, 2, "/api", &plan), 3);
+    ck_assert_str_eq(plan.name[0], "r7-default");
+    ck_assert_str_eq(plan.name[1], "r9-default");
+    ck_assert_str_eq(plan.name[2], "r9-r7-default");
+    /* Without the clash, names stay as they are. */
+    ck_assert_int_eq(rules_plan(r, 2, "/other", &plan), 2);
+    ck_assert_str_eq(plan.name[0], "default");
+    ck_assert_str_eq(plan.name[1], "r7-default");
+}
+END_TEST
+
 static const char *const limit_names[] = {
     "l0", "l1", "l2", "l3", "l4", "l5", "l6", "l7",
 };
@@ -674,6 +699,7 @@ rules_suite(void)
     tcase_add_test(tc, test_plan_no_match);
     tcase_add_test(tc, test_plan_always_rules);
     tcase_add_test(tc, test_plan_unique_names);
+    tcase_add_test(tc, test_plan_unique_names_qualified_clash);
     tcase_add_test(tc, test_plan_overflow);
     tcase_add_test(tc, test_plan_overflow_always_only);
     tcase_add_test(tc, test_plan_exactly_max);
