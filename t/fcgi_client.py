@@ -361,6 +361,14 @@ def send_raw(address, data, timeout=5.0):
     return res
 
 
+def _ready(path):
+    """Creates the file path (when given): the held connections are in
+    place, for a script that waits for them."""
+    if path:
+        with open(path, "w", encoding="ascii") as f:
+            f.write("ready\n")
+
+
 def _hold(socks, started, hold):
     """Watches the sockets until each is closed by the peer or hold
     seconds have passed since started[i].  Returns, per socket, the seconds
@@ -409,11 +417,12 @@ def _summary(closed, connected):
 
 
 def hold_partial(address, connections=4, nbytes=3, hold=15.0,
-                 timeout=5.0):
+                 timeout=5.0, ready_file=None):
     """Opens connections that each send the first nbytes bytes of a
-    BEGIN_REQUEST record (nbytes < 8: part of its header) and then wait up
-    to hold seconds for the peer to close.  Returns _summary's fields
-    (close times counted from the partial send) plus connect_errors."""
+    BEGIN_REQUEST record (nbytes < 8: part of its header), creates
+    ready_file (when given), and then waits up to hold seconds for the
+    peer to close them.  Returns _summary's fields (close times counted
+    from the partial send) plus connect_errors."""
     data = begin_request()[:nbytes]
     socks, started, errors = [], [], []
     for _ in range(connections):
@@ -424,6 +433,7 @@ def hold_partial(address, connections=4, nbytes=3, hold=15.0,
             started.append(time.monotonic())
         except OSError as e:
             errors.append(str(e))
+    _ready(ready_file)
     try:
         closed, got = _hold(socks, started, hold)
     finally:
@@ -436,11 +446,12 @@ def hold_partial(address, connections=4, nbytes=3, hold=15.0,
 
 
 def hold_idle(address, connections=4, hold=15.0, uri="/health/live",
-              timeout=5.0):
+              timeout=5.0, ready_file=None):
     """Opens connections that each complete one FCGI_KEEP_CONN request for
-    GET uri and then stay idle up to hold seconds, waiting for the peer to
-    close.  Returns _summary's fields (close times counted from the end of
-    the answer), statuses (of the requests) and errors."""
+    GET uri, creates ready_file (when given), and then keeps them idle up
+    to hold seconds, waiting for the peer to close.  Returns _summary's
+    fields (close times counted from the end of the answer), statuses (of
+    the requests) and errors."""
     socks, started, statuses, errors = [], [], [], []
     for _ in range(connections):
         try:
@@ -465,6 +476,7 @@ def hold_idle(address, connections=4, hold=15.0, uri="/health/live",
             continue
         socks.append(s)
         started.append(time.monotonic())
+    _ready(ready_file)
     try:
         closed, _ = _hold(socks, started, hold)
     finally:
@@ -780,6 +792,8 @@ def main(argv=None):
     h.add_argument("--connections", type=int, default=4)
     h.add_argument("--bytes", type=int, default=3)
     h.add_argument("--hold", type=float, default=15.0)
+    h.add_argument("--ready-file", help="created once the connections are "
+                   "in place")
 
     i = sub.add_parser("idle", help="N connections each completing one "
                        "KEEP_CONN request, then idle until closed or HOLD s")
@@ -787,6 +801,8 @@ def main(argv=None):
     i.add_argument("--connections", type=int, default=4)
     i.add_argument("--hold", type=float, default=15.0)
     i.add_argument("--uri", default="/health/live")
+    i.add_argument("--ready-file", help="created once the connections are "
+                   "in place")
 
     c = sub.add_parser("crash", help="connections sending BEGIN_REQUEST and "
                        "a PARAMS record announcing two 2^30 lengths")
@@ -823,9 +839,11 @@ def main(argv=None):
     elif a.cmd == "raw":
         res = _cmd_raw(a)
     elif a.cmd == "partial":
-        res = hold_partial(a.address, a.connections, a.bytes, a.hold)
+        res = hold_partial(a.address, a.connections, a.bytes, a.hold,
+                           ready_file=a.ready_file)
     elif a.cmd == "idle":
-        res = hold_idle(a.address, a.connections, a.hold, a.uri)
+        res = hold_idle(a.address, a.connections, a.hold, a.uri,
+                        ready_file=a.ready_file)
     elif a.cmd == "crash":
         res = crash_burst(a.address, a.count, a.rate, a.probe_url,
                           a.probe_interval, a.probe_timeout,

@@ -337,20 +337,29 @@ fi
 
 # ---------------------------------------------------------------- partial
 
-# hold_scenario NAME WHAT LIMIT_S CMD...: runs the holding client CMD in
-# the background, probes through lighttpd meanwhile, and checks the probes
-# (all 200, none slower than LIMIT_S) and that the app closed every held
-# connection within LIMIT_S + 0.4 s.  Leaves the client's answer in OUT.
+# hold_scenario NAME WHAT LIMIT_S CMD...: runs the holding client CMD
+# (given --ready-file) in the background, probes through lighttpd
+# meanwhile, and checks the probes (all 200, none slower than LIMIT_S) and
+# that the app closed every held connection within LIMIT_S + 0.4 s.
+# Leaves the client's answer in OUT.
 hold_scenario() {
     hs_name=$1
     hs_what=$2
     hs_limit=$3
     shift 3
-    "$@" >"$T_TMP/$hs_name.out" &
+    rm -f "$T_TMP/$hs_name.ready"
+    "$@" --ready-file "$T_TMP/$hs_name.ready" >"$T_TMP/$hs_name.out" &
     hs_pid=$!
     BG_PIDS="$BG_PIDS $hs_pid"
-    # The held connections reach the workers before the first probe.
-    sleep 0.2
+    # The first probe goes just after the held connections are in place
+    # (at most 5 s to get there), so that it finds every worker taken.
+    hs_n=0
+    while [ ! -f "$T_TMP/$hs_name.ready" ] && [ "$hs_n" -lt 100 ] &&
+        alive "$hs_pid"; do
+        hs_n=$((hs_n + 1))
+        sleep 0.05
+    done
+    sleep 0.1
     probe_while "$hs_pid" 3 "$T_TMP/$hs_name.probes"
     wait "$hs_pid"
     BG_PIDS=
