@@ -79,8 +79,11 @@ struct tenant_rules {
 struct pg_store {
     void *conn;                 /* PGconn, NULL when disconnected */
     const struct rl_config *cfg;
+    int state;                  /* PGS_* in store_pg.c */
+    int polling;                /* libpq's connect polling status */
+    int result_ok;              /* LISTEN answered OK */
+    int64_t started_ms;         /* when the connect began */
     int64_t retry_at_ms;        /* no connect attempt before (monotonic) */
-    int64_t tick_at_ms;         /* no reconnect between requests before */
     int failing;                /* the last attempt to use it failed */
     int notified;               /* a change notification arrived */
     char error[160];            /* short reason, for /health/ready */

@@ -14,12 +14,15 @@
  * pg_store_poll() picks the notifications up from the socket without a
  * round trip.  A new connection also counts as a change (what was missed
  * while disconnected is unknown).  Between requests pg_store_tick()
- * reconnects a lost connection, so LISTEN is back within about a second of
- * PostgreSQL's return, not at the next cache miss.
+ * advances a new connection without waiting (libpq's non-blocking
+ * connect, then LISTEN), so LISTEN is back within about a second of
+ * PostgreSQL's return, not at the next cache miss, and a PostgreSQL that
+ * does not answer at all never holds a worker outside a request.
  *
  * After a failure no new connection is tried for PG_BACKOFF_MS, so an
  * outage costs one fast failure per request, not one deadline each.
  */
+#include <errno.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,8 +32,10 @@
 #include "service.h"
 
 #define PG_BACKOFF_MS 500
-#define PG_TICK_DEADLINE_MS 100     /* a reconnect between requests */
-#define PG_TICK_SLOW_MS 2000        /* between such tries while unanswered */
+#define PG_PENDING 1                /* pg_store_advance: still connecting */
+
+/* Where the connection stands (struct pg_store's state). */
+enum { PGS_NONE = 0, PGS_CONNECTING, PGS_LISTENING, PGS_READY };
 
 static const char sql_key[] =
     "SELECT k.id, k.key_prefix, k.tenant_id::text, k.role, k.status, "
@@ -63,6 +68,7 @@ pg_store_close(struct pg_store *ps)
     if (ps->conn != NULL)
         PQfinish(ps->conn);
     ps->conn = NULL;
+    ps->state = PGS_NONE;
 }
 
 int
@@ -105,7 +111,8 @@ pg_store_notice(void *arg, const char *message)
 }
 
 /* Waits until the connection's socket is readable (or writable) or the
- * deadline passes.  Returns 1 when ready, 0 at the deadline. */
+ * deadline passes; a deadline already past only looks.  Returns 1 when
+ * ready, 0 otherwise. */
 static int
 pg_store_wait(PGconn *c, int for_write, int64_t deadline)
 {
@@ -117,13 +124,11 @@ pg_store_wait(PGconn *c, int for_write, int64_t deadline)
     p.events = for_write ? POLLOUT : POLLIN;
     if (p.fd < 0)
         return 0;
-    while ((left = deadline - util_now_ms()) > 0) {
-        if ((n = poll(&p, 1, (int)left)) > 0)
-            return 1;
-        if (n == 0)
-            return 0;
-    }
-    return 0;
+    do {
+        left = deadline - util_now_ms();
+        n = poll(&p, 1, left > 0 ? (int)left : 0);
+    } while (n == -1 && errno == EINTR);
+    return n > 0;
 }
 
 /*
@@ -175,59 +180,88 @@ pg_store_run(PGconn *c, const char *sql, const char *param,
     }
 }
 
-/* Connects (unless connected) and LISTENs, by the deadline.  STORE_OK or
- * STORE_UNAVAILABLE. */
+/*
+ * Takes the connection as far as it goes by the deadline: starts a
+ * connection when there is none (unless backing off), drives libpq's
+ * non-blocking connect, then sends LISTEN and collects its result.  With
+ * a deadline already past it only does what needs no waiting, which is
+ * how a connection is made between requests without ever blocking a
+ * worker.  Returns STORE_OK when the connection is ready for queries,
+ * STORE_UNAVAILABLE when it failed (or we are backing off), and
+ * PG_PENDING when it is still under way at the deadline.
+ */
 static int
-pg_store_connect(struct pg_store *ps, int64_t deadline)
+pg_store_advance(struct pg_store *ps, int64_t deadline)
 {
     const char *keys[] = { "dbname", "application_name", NULL };
     const char *vals[3];
-    PostgresPollingStatusType st = PGRES_POLLING_WRITING;
-    int64_t cdeadline;
-    PGresult *res;
-    const char *why;
-    int ok, broken;
+    PGresult *r;
+    int f;
 
-    if (ps->conn != NULL) {
-        if (PQstatus(ps->conn) == CONNECTION_OK)
-            return STORE_OK;
+    if (ps->state == PGS_READY && PQstatus(ps->conn) != CONNECTION_OK)
         pg_store_close(ps);
-    }
-    if (ps->retry_at_ms != 0 && util_now_ms() < ps->retry_at_ms)
-        return STORE_UNAVAILABLE;
-    cdeadline = util_now_ms() + ps->cfg->pg_connect_timeout_ms;
-    if (cdeadline > deadline)
-        cdeadline = deadline;
-    vals[0] = ps->cfg->pg_conninfo;
-    vals[1] = "ratelimit-fcgi";
-    vals[2] = NULL;
-    ps->conn = PQconnectStartParams(keys, vals, 1);
-    if (ps->conn == NULL)
-        return pg_store_fail(ps, "postgresql unreachable", "connect",
-            "out of memory");
-    if (PQstatus(ps->conn) == CONNECTION_BAD)
-        return pg_store_fail(ps, "postgresql unreachable", "connect",
-            PQerrorMessage(ps->conn));
-    while (st != PGRES_POLLING_OK) {
-        if (st == PGRES_POLLING_FAILED)
+    if (ps->state == PGS_NONE) {
+        if (ps->retry_at_ms != 0 && util_now_ms() < ps->retry_at_ms)
+            return STORE_UNAVAILABLE;
+        vals[0] = ps->cfg->pg_conninfo;
+        vals[1] = "ratelimit-fcgi";
+        vals[2] = NULL;
+        ps->conn = PQconnectStartParams(keys, vals, 1);
+        if (ps->conn == NULL)
+            return pg_store_fail(ps, "postgresql unreachable", "connect",
+                "out of memory");
+        ps->state = PGS_CONNECTING;
+        ps->polling = PGRES_POLLING_WRITING;
+        ps->started_ms = util_now_ms();
+        if (PQstatus(ps->conn) == CONNECTION_BAD)
             return pg_store_fail(ps, "postgresql unreachable", "connect",
                 PQerrorMessage(ps->conn));
-        if (!pg_store_wait(ps->conn, st == PGRES_POLLING_WRITING, cdeadline))
-            return pg_store_fail(ps, "postgresql unreachable", "connect",
-                "timed out");
-        st = PQconnectPoll(ps->conn);
     }
-    PQsetnonblocking(ps->conn, 1);
-    PQsetNoticeProcessor(ps->conn, pg_store_notice, NULL);
-    res = pg_store_run(ps->conn, "LISTEN ratelimit_changes", NULL, deadline,
-        &broken, &why);
-    ok = res != NULL && PQresultStatus(res) == PGRES_COMMAND_OK;
-    if (!ok)
-        pg_store_fail(ps, "postgresql unreachable", "LISTEN",
-            res != NULL ? PQresultErrorMessage(res) : why);
-    PQclear(res);
-    if (!ok)
-        return STORE_UNAVAILABLE;
+    while (ps->state == PGS_CONNECTING) {
+        if (ps->polling == PGRES_POLLING_FAILED)
+            return pg_store_fail(ps, "postgresql unreachable", "connect",
+                PQerrorMessage(ps->conn));
+        if (ps->polling == PGRES_POLLING_OK) {
+            PQsetnonblocking(ps->conn, 1);
+            PQsetNoticeProcessor(ps->conn, pg_store_notice, NULL);
+            if (!PQsendQuery(ps->conn, "LISTEN ratelimit_changes"))
+                return pg_store_fail(ps, "postgresql unreachable", "LISTEN",
+                    PQerrorMessage(ps->conn));
+            ps->state = PGS_LISTENING;
+            ps->result_ok = 0;
+            break;
+        }
+        if (!pg_store_wait(ps->conn, ps->polling == PGRES_POLLING_WRITING,
+            deadline))
+            goto pending;
+        ps->polling = PQconnectPoll(ps->conn);
+    }
+    while (ps->state == PGS_LISTENING) {
+        if ((f = PQflush(ps->conn)) == -1 || !PQconsumeInput(ps->conn))
+            return pg_store_fail(ps, "postgresql unreachable", "LISTEN",
+                PQerrorMessage(ps->conn));
+        while (f == 0 && !PQisBusy(ps->conn)) {
+            if ((r = PQgetResult(ps->conn)) == NULL) {
+                if (!ps->result_ok)
+                    return pg_store_fail(ps, "postgresql unreachable",
+                        "LISTEN", "no result");
+                ps->state = PGS_READY;
+                break;
+            }
+            if (PQresultStatus(r) == PGRES_COMMAND_OK)
+                ps->result_ok = 1;
+            else {
+                pg_store_fail(ps, "postgresql unreachable", "LISTEN",
+                    PQresultErrorMessage(r));
+                PQclear(r);
+                return STORE_UNAVAILABLE;
+            }
+            PQclear(r);
+        }
+        if (ps->state == PGS_LISTENING &&
+            !pg_store_wait(ps->conn, f == 1, deadline))
+            goto pending;
+    }
     if (ps->failing)
         log_info("postgresql: connected again");
     ps->failing = 0;
@@ -236,6 +270,11 @@ pg_store_connect(struct pg_store *ps, int64_t deadline)
     /* Whatever changed while we were away is unknown: start afresh. */
     ps->notified = 1;
     return STORE_OK;
+pending:
+    if (util_now_ms() - ps->started_ms >= ps->cfg->pg_connect_timeout_ms)
+        return pg_store_fail(ps, "postgresql unreachable", "connect",
+            "timed out");
+    return PG_PENDING;
 }
 
 static PGresult *
@@ -245,10 +284,13 @@ pg_store_exec(struct pg_store *ps, const char *what, const char *sql,
     int64_t deadline = util_now_ms() + ps->cfg->pg_query_timeout_ms;
     PGresult *res;
     const char *why;
-    int reused = ps->conn != NULL, attempt, broken;
+    int reused = ps->state == PGS_READY, attempt, broken, rc;
 
     for (attempt = 0; attempt < 2; attempt++) {
-        if (pg_store_connect(ps, deadline) != STORE_OK)
+        if ((rc = pg_store_advance(ps, deadline)) == PG_PENDING)
+            pg_store_fail(ps, "postgresql unreachable", "connect",
+                "timed out");
+        if (rc != STORE_OK)
             return NULL;
         res = pg_store_run(ps->conn, sql, param, deadline, &broken, &why);
         if (res != NULL && PQresultStatus(res) == PGRES_TUPLES_OK) {
@@ -274,26 +316,15 @@ pg_store_exec(struct pg_store *ps, const char *what, const char *sql,
 }
 
 /*
- * Between requests: a lost connection is made again, so that LISTEN is
- * back soon after PostgreSQL is.  While PostgreSQL refuses, a try costs
- * little and is made every PG_BACKOFF_MS; while it does not answer at all
- * (frozen, or a black hole), each try costs its whole short deadline, so
- * tries are spaced PG_TICK_SLOW_MS apart to leave the worker to requests.
+ * Between requests: a lost connection is made again, a step at a time and
+ * never waiting, so that LISTEN is back soon after PostgreSQL is, without
+ * holding the worker even when PostgreSQL does not answer at all.
  */
 void
 pg_store_tick(struct pg_store *ps)
 {
-    int64_t now = util_now_ms(), deadline;
-    long ms = ps->cfg->pg_query_timeout_ms;
-
-    if (ps->conn != NULL || now < ps->tick_at_ms)
-        return;
-    if (ms > PG_TICK_DEADLINE_MS)
-        ms = PG_TICK_DEADLINE_MS;
-    deadline = now + ms;
-    if (pg_store_connect(ps, deadline) != STORE_OK &&
-        util_now_ms() - now >= ms / 2)
-        ps->tick_at_ms = util_now_ms() + PG_TICK_SLOW_MS;
+    if (ps->state != PGS_READY)
+        pg_store_advance(ps, 0);
 }
 
 static void
@@ -453,7 +484,7 @@ pg_store_poll(struct pg_store *ps)
     int changed = ps->notified;
 
     ps->notified = 0;
-    if (ps->conn == NULL)
+    if (ps->state != PGS_READY)
         return changed;
     if (PQconsumeInput(ps->conn) == 0) {
         /* The connection broke; the next query reconnects.  The caches

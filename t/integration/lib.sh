@@ -163,6 +163,11 @@ contains() {
     return 1
 }
 
+# not_contains HAYSTACK NEEDLE
+not_contains() {
+    ! contains "$1" "$2"
+}
+
 # matches TEXT ERE
 matches() {
     printf '%s\n' "$1" | grep -Eq -- "$2"

@@ -31,11 +31,14 @@ wait_workers() {
     done
 }
 
-# stall_request SECONDS: a FastCGI request for /v1/check that announces a
-# 40-byte body, sends half of it, waits SECONDS, then sends the rest.
-# Prints the status the application answered, or "none".
+# stall_request SECONDS [MARK]: a FastCGI request for /v1/check that
+# announces a 40-byte body, sends half of it (then creates the file MARK,
+# if given), waits SECONDS, then sends the rest.  Prints the status the
+# application answered, or "none".  With SECONDS "eof" it does not send
+# the rest but waits for the application to close the connection, and
+# prints how many milliseconds that took.
 stall_request() {
-    python3 - "$SOCK" "$1" <<'PY'
+    python3 - "$SOCK" "$1" "${2:-}" <<'PY'
 import socket, struct, sys, time
 def rec(t, content, rid=1):
     return struct.pack(">BBHHBx", 1, t, rid, len(content), 0) + content
@@ -50,6 +53,17 @@ s.settimeout(20)
 s.connect(sys.argv[1])
 s.sendall(rec(1, struct.pack(">HB5x", 1, 0)) + rec(4, params) + rec(4, b"")
           + rec(5, body[:20]))
+t0 = time.monotonic()
+if sys.argv[3]:
+    open(sys.argv[3], "w").close()
+if sys.argv[2] == "eof":
+    try:
+        while s.recv(65536):
+            pass
+    except OSError:
+        pass
+    print(int((time.monotonic() - t0) * 1000))
+    sys.exit(0)
 time.sleep(float(sys.argv[2]))
 try:
     s.sendall(rec(5, body[20:]) + rec(5, b""))
@@ -112,31 +126,54 @@ fetch "$L/health/live"
 check "SIGHUP with a bad file: requests are still served ($STATUS)" \
     eq "$STATUS" 200
 app_conf "$D/app.conf" "listen=unix:$SOCK" workers=2 max_requests=0 \
-    request_timeout=2
+    request_timeout=1 fcgi_read_timeout_ms=1000 redis_command_timeout_ms=5000
 kill -HUP "$MASTER"
 check "SIGHUP back to 2 workers" wait_workers "$MASTER" 2
 
-# ---------------------------------------------------------------- timeout
+# ---------------------------------------------------------------- timeouts
 
-# A client that stops sending in the middle of its body holds a worker
-# (libfcgi has no I/O timeout); the master kills it after request_timeout.
+# A client that stops sending in the middle of its body: the worker drops
+# the connection at fcgi_read_timeout_ms (1 s) by itself and stays.
 before=$(workers_of "$MASTER" | tr '\n' ' ')
-got=$(stall_request 4)
-check "a request stalled past request_timeout gets no answer ($got)" \
-    eq "$got" none
+got=$(stall_request 3)
+check "a request stalled in its body gets no answer ($got)" eq "$got" none
+ms=$(stall_request eof)
+check "... the worker closes it at fcgi_read_timeout_ms ($ms ms after the half body)" \
+    le "$ms" 1500
+check "... and the worker stays: no process was replaced" \
+    eq "$(workers_of "$MASTER" | tr '\n' ' ')" "$before"
+check "... and the log does not blame request_timeout" \
+    not_contains "$(cat "$D/app.log")" "request_timeout"
+
+# A check that hangs while being decided (Redis paused longer than
+# request_timeout, with a longer command timeout): the master kills the
+# worker after request_timeout.
+rcli CLIENT PAUSE 3000 ALL >/dev/null
+fetch "$L/v1/check" -H "X-API-Key: $DEMO_KEY" --data-raw \
+    '{"route":"/process/paused","subject":"x"}'
+check "a check held past request_timeout is cut ($STATUS)" \
+    matches "$STATUS" '^(5..|000)$'
 check "the stuck worker was killed and replaced: 2 workers" \
     wait_workers "$MASTER" 2
 check "the log names request_timeout" \
     contains "$(cat "$D/app.log")" "request_timeout"
 check "a replacement worker is a new process" \
     ne "$(workers_of "$MASTER" | tr '\n' ' ')" "$before"
+sleep 2
+rcli CLIENT UNPAUSE >/dev/null 2>&1 || true
 
 # ---------------------------------------------------------------- graceful
 
 # SIGTERM while a request is in hand: it completes, then the pool stops.
-stall_request 1 >"$D/graceful.out" &
+# The client waits 0.5 s, within fcgi_read_timeout_ms, to send the rest; the
+# signal comes once its first half is on the way.
+stall_request 0.5 "$D/sent" >"$D/graceful.out" &
 client=$!
-sleep 0.3
+n=0
+while [ ! -f "$D/sent" ] && [ "$n" -lt 100 ]; do
+    sleep 0.05
+    n=$((n + 1))
+done
 kill -TERM "$MASTER"
 wait "$client"
 got=$(cat "$D/graceful.out")
