@@ -5,34 +5,129 @@
  * the connect and every command are bounded by the configured timeouts
  * (hiredis 0.14 applies the connect timeout only to connect(), so the
  * command timeout is set again after every connect).  After any failure
- * the context is dropped -- hiredis contexts are dead after an I/O error --
- * and the worker answers "unavailable" at once until redis_backoff_ms has
- * passed, so an outage costs a client one fast 503, not a hanging socket.
+ * the context is dropped -- hiredis contexts are dead after an I/O error.
+ *
+ * Connects that fail start a back-off: no blocking connect for
+ * redis_backoff_ms, and a check answers "unavailable" at once, so an
+ * outage costs a client one fast 503, not a hanging socket.  Meanwhile,
+ * when Redis did not listen (refused, unreachable, closed on us), every
+ * request looks at a non-blocking connect to the last address Redis had:
+ * once that one is accepted, Redis is back, and the worker connects at
+ * once instead of answering 503s for the rest of the back-off.  A Redis
+ * that answers but fails (an error to SCRIPT LOAD, a timeout) is not
+ * probed: it is retried when the back-off ends.
+ *
+ * A check's script call charges; when its connection dies before the reply
+ * came (the server closed it: a restart, a failover, CLIENT KILL, the idle
+ * timeout), it may or may not have run.  Every call carries a request key
+ * of its own (limiter_request_key: a per-process random prefix and a
+ * counter, no system call), under which lua/check.lua keeps the reply of a
+ * call that charged for a few seconds and replays it for the same key.  So
+ * the call is sent once more on a new connection, and is never charged
+ * twice.  A timeout is not retried: the budget of a check is one command
+ * timeout, and a Redis too slow to answer is not helped by more load.
  *
  * The script is loaded with SCRIPT LOAD on every connect and run with
  * EVALSHA.  Redis forgets scripts on restart, failover and SCRIPT FLUSH; a
  * NOSCRIPT reply is answered by one EVAL of the full text (which also puts
  * it back in the script cache) and the check goes on.
+ *
+ * rs->error is a short reason without addresses, since /health/ready shows
+ * it; the details (hiredis' text, Redis' error replies) go to the log,
+ * whose lines log_emit limits to one per call site and second.
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <hiredis/hiredis.h>
 #include <openssl/sha.h>
 
 #include "service.h"
 
+/* A call whose connection died is sent again only this soon after it was
+ * first sent: lua/check.lua keeps a reply for 5 s (REPLAY_TTL_MS). */
+#define REDIS_RESEND_MS 2000
+
+/* How many connections a check or a readiness probe tries when Redis
+ * closes them under it: the first, and one new one. */
+#define REDIS_MAX_TRIES 2
+
+/* What redis_store_connect() found, besides STORE_OK and
+ * STORE_UNAVAILABLE: Redis accepted the connection and closed it before
+ * SCRIPT LOAD was answered.  A new connection may work. */
+#define REDIS_CLOSED (-10)
+
+/*
+ * The address to probe before any connect has worked: a Unix socket path
+ * or a numeric address is known from the configuration; a host name is
+ * learnt from the first connection (the probe never waits on DNS).
+ */
+static void
+redis_store_addr(struct redis_store *rs)
+{
+    const char *addr = rs->cfg->redis, *colon;
+    struct sockaddr_storage ss;
+    struct sockaddr_un *un = (struct sockaddr_un *)&ss;
+    struct sockaddr_in *in4 = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
+    char host[64];
+    size_t n;
+    int port;
+
+    memset(&ss, 0, sizeof(ss));
+    if (strncmp(addr, "unix:", 5) == 0) {
+        if ((n = strlen(addr + 5)) >= sizeof(un->sun_path))
+            return;
+        un->sun_family = AF_UNIX;
+        memcpy(un->sun_path, addr + 5, n + 1);
+        memcpy(rs->peer, &ss, sizeof(*un));
+        rs->peer_len = sizeof(*un);
+        return;
+    }
+    if ((colon = strrchr(addr, ':')) == NULL ||
+        (port = atoi(colon + 1)) <= 0 || port > 65535)
+        return;
+    n = (size_t)(colon - addr);
+    if (addr[0] == '[' && n >= 2) {
+        addr++;
+        n -= 2;
+    }
+    if (n >= sizeof(host))
+        return;
+    memcpy(host, addr, n);
+    host[n] = '\0';
+    if (inet_pton(AF_INET, host, &in4->sin_addr) == 1) {
+        in4->sin_family = AF_INET;
+        in4->sin_port = htons((uint16_t)port);
+        n = sizeof(*in4);
+    } else if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
+        in6->sin6_family = AF_INET6;
+        in6->sin6_port = htons((uint16_t)port);
+        n = sizeof(*in6);
+    } else
+        return;
+    memcpy(rs->peer, &ss, n);
+    rs->peer_len = (unsigned)n;
+}
+
 void
 redis_store_init(struct redis_store *rs, const struct rl_config *cfg)
 {
     static const char hex[] = "0123456789abcdef";
-    unsigned char md[SHA_DIGEST_LENGTH];
+    unsigned char md[SHA_DIGEST_LENGTH], seed[8];
     size_t i;
 
     memset(rs, 0, sizeof(*rs));
     rs->cfg = cfg;
+    rs->probe_fd = -1;
     SHA1((const unsigned char *)embedded_check_lua,
         strlen(embedded_check_lua), md);
     for (i = 0; i < SHA_DIGEST_LENGTH; i++) {
@@ -40,6 +135,30 @@ redis_store_init(struct redis_store *rs, const struct rl_config *cfg)
         rs->sha[2 * i + 1] = hex[md[i] & 15];
     }
     rs->sha[40] = '\0';
+    /* Request ids: 64 random bits per process, then a counter.  Should the
+     * random source fail, the pid and the clock still tell processes
+     * apart on one host. */
+    if (util_random(seed, sizeof(seed)) == -1) {
+        uint64_t v = ((uint64_t)getpid() << 40) ^ (uint64_t)util_now_ms();
+
+        log_warn("redis: no random bytes for request ids; using the pid");
+        for (i = 0; i < sizeof(seed); i++)
+            seed[i] = (unsigned char)(v >> (8 * i));
+    }
+    for (i = 0; i < sizeof(seed); i++) {
+        rs->id_prefix[2 * i] = hex[seed[i] >> 4];
+        rs->id_prefix[2 * i + 1] = hex[seed[i] & 15];
+    }
+    rs->id_prefix[16] = '\0';
+    redis_store_addr(rs);
+}
+
+static void
+redis_store_probe_stop(struct redis_store *rs)
+{
+    if (rs->probe_fd >= 0)
+        close(rs->probe_fd);
+    rs->probe_fd = -1;
 }
 
 void
@@ -48,6 +167,7 @@ redis_store_close(struct redis_store *rs)
     if (rs->ctx != NULL)
         redisFree(rs->ctx);
     rs->ctx = NULL;
+    redis_store_probe_stop(rs);
 }
 
 static struct timeval
@@ -61,34 +181,130 @@ ms_to_tv(long ms)
 }
 
 /*
- * Drops the connection.  A failure to connect (or to load the script right
- * after) starts the back-off, so a dead Redis costs no connect attempt per
- * request; a failed command does not, since the next request's fresh
- * connect tells at once whether Redis is down or was only slow this once.
- * Returns STORE_UNAVAILABLE so callers can "return redis_store_fail(...)".
+ * Whether a failed command met a connection the server closed (end of
+ * file, reset, broken pipe).  The command may or may not have run.  err is
+ * errno right after the failed call.
  */
 static int
-redis_store_fail(struct redis_store *rs, const char *what, int backoff)
+redis_store_closed(const redisContext *c, int err)
 {
-    const char *detail = "";
+    return c->err == REDIS_ERR_EOF || (c->err == REDIS_ERR_IO &&
+        (err == ECONNRESET || err == EPIPE));
+}
 
-    if (rs->ctx != NULL && ((redisContext *)rs->ctx)->err)
-        detail = ((redisContext *)rs->ctx)->errstr;
-    snprintf(rs->error, sizeof(rs->error), "redis %s: %s", what,
-        *detail ? detail : "failed");
+static int
+redis_store_timed_out(const redisContext *c, int err)
+{
+    return c->err == REDIS_ERR_IO && (err == EAGAIN || err == EWOULDBLOCK);
+}
+
+/*
+ * Records a failure of what (a command, or "connect") and drops the
+ * connection.  With backoff, no blocking connect is made for
+ * redis_backoff_ms, and with probing (Redis did not listen) a
+ * non-blocking probe may end that early; a failed command starts no
+ * back-off, since the next request's fresh connect tells at once whether
+ * Redis is down or was only slow this once.  err is errno right after
+ * the failed call.  Returns STORE_UNAVAILABLE, for "return
+ * redis_store_fail(...)".
+ */
+static int
+redis_store_fail(struct redis_store *rs, const char *what, int err,
+    int backoff, int probing)
+{
+    const redisContext *c = rs->ctx;
+    const char *detail = "failed";
+
+    if (c != NULL && c->err) {
+        detail = c->errstr;
+        snprintf(rs->error, sizeof(rs->error), "%s",
+            redis_store_timed_out(c, err) ? "redis timed out" :
+            "redis unreachable");
+    } else
+        snprintf(rs->error, sizeof(rs->error), "redis unreachable");
     if (!backoff)
-        log_warn("%s", rs->error);
+        log_warn("redis %s (%s): %s", what, rs->cfg->redis, detail);
     else if (rs->retry_at_ms == 0)
-        log_warn("%s; answering 503 for %ld ms before reconnecting",
-            rs->error, rs->cfg->redis_backoff_ms);
+        log_warn("redis %s (%s): %s; answering 503 for up to %ld ms before "
+            "connecting again%s", what, rs->cfg->redis, detail,
+            rs->cfg->redis_backoff_ms, probing && rs->peer_len > 0 ?
+            ", or until it accepts connections again" : "");
     redis_store_close(rs);
-    if (backoff)
+    if (backoff) {
         rs->retry_at_ms = util_now_ms() + rs->cfg->redis_backoff_ms;
+        rs->probing = probing && rs->peer_len > 0;
+    }
     return STORE_UNAVAILABLE;
 }
 
-/* Connects (unless connected) and loads the script.  STORE_OK or
- * STORE_UNAVAILABLE. */
+/* Remembers the address of the server c is connected to, for the probe. */
+static void
+redis_store_peer(struct redis_store *rs, const redisContext *c)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+
+    if (getpeername(c->fd, (struct sockaddr *)&ss, &len) == 0 &&
+        len <= sizeof(rs->peer)) {
+        memcpy(rs->peer, &ss, len);
+        rs->peer_len = len;
+    }
+}
+
+/*
+ * During a back-off after Redis did not listen: whether it accepts
+ * connections again, without waiting.  A non-blocking connect to the last
+ * address is started and then looked at (poll with no timeout) on this
+ * and later requests; one that has been pending for longer than the
+ * connect timeout is started anew.  Returns 1 when a connect was accepted.
+ */
+static int
+redis_store_probe(struct redis_store *rs, int64_t now_ms)
+{
+    struct sockaddr_storage ss;
+    struct pollfd pfd;
+    socklen_t len;
+    int fd, soerr;
+
+    if (rs->probe_fd >= 0 &&
+        now_ms - rs->probe_start_ms > rs->cfg->redis_connect_timeout_ms)
+        redis_store_probe_stop(rs);
+    if (rs->probe_fd < 0) {
+        memcpy(&ss, rs->peer, rs->peer_len);
+        fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+            0);
+        if (fd == -1)
+            return 0;
+        if (connect(fd, (struct sockaddr *)&ss, rs->peer_len) == 0) {
+            close(fd);
+            return 1;
+        }
+        if (errno != EINPROGRESS && errno != EAGAIN) {
+            close(fd);
+            return 0;
+        }
+        rs->probe_fd = fd;
+        rs->probe_start_ms = now_ms;
+    }
+    pfd.fd = rs->probe_fd;
+    pfd.events = POLLOUT;
+    pfd.revents = 0;
+    if (poll(&pfd, 1, 0) != 1)
+        return 0;
+    soerr = 0;
+    len = sizeof(soerr);
+    if (getsockopt(rs->probe_fd, SOL_SOCKET, SO_ERROR, &soerr, &len) == -1)
+        soerr = errno;
+    redis_store_probe_stop(rs);
+    return soerr == 0;
+}
+
+/*
+ * Connects (unless connected) and loads the script.  Returns STORE_OK,
+ * STORE_UNAVAILABLE (with the back-off started or running), or
+ * REDIS_CLOSED when Redis closed the new connection before SCRIPT LOAD was
+ * answered (no back-off: it accepted us, so it is up).
+ */
 static int
 redis_store_connect(struct redis_store *rs)
 {
@@ -97,12 +313,16 @@ redis_store_connect(struct redis_store *rs)
     const char *colon;
     redisContext *c;
     redisReply *r;
+    int64_t now_ms;
     size_t n;
+    int err;
 
     if (rs->ctx != NULL)
         return STORE_OK;
-    if (rs->retry_at_ms != 0 && util_now_ms() < rs->retry_at_ms)
+    if (rs->retry_at_ms != 0 && (now_ms = util_now_ms()) < rs->retry_at_ms &&
+        !(rs->probing && redis_store_probe(rs, now_ms)))
         return STORE_UNAVAILABLE;
+    redis_store_probe_stop(rs);
     if (strncmp(addr, "unix:", 5) == 0)
         c = redisConnectUnixWithTimeout(addr + 5,
             ms_to_tv(rs->cfg->redis_connect_timeout_ms));
@@ -121,32 +341,45 @@ redis_store_connect(struct redis_store *rs)
             ms_to_tv(rs->cfg->redis_connect_timeout_ms));
     }
     if (c == NULL) {
-        snprintf(rs->error, sizeof(rs->error), "redis connect: out of memory");
+        log_error("redis connect: out of memory");
+        snprintf(rs->error, sizeof(rs->error), "redis unreachable");
         rs->retry_at_ms = util_now_ms() + rs->cfg->redis_backoff_ms;
+        rs->probing = 0;
         return STORE_UNAVAILABLE;
     }
     rs->ctx = c;
     if (c->err)
-        return redis_store_fail(rs, "connect", 1);
+        return redis_store_fail(rs, "connect", errno, 1, 1);
     if (redisSetTimeout(c, ms_to_tv(rs->cfg->redis_command_timeout_ms)) !=
         REDIS_OK)
-        return redis_store_fail(rs, "set timeout", 1);
+        return redis_store_fail(rs, "set timeout", errno, 1, 0);
     r = redisCommand(c, "SCRIPT LOAD %s", embedded_check_lua);
-    if (r == NULL)
-        return redis_store_fail(rs, "SCRIPT LOAD", 1);
+    if (r == NULL) {
+        err = errno;
+        if (redis_store_closed(c, err)) {
+            redis_store_fail(rs, "SCRIPT LOAD", err, 0, 0);
+            return REDIS_CLOSED;
+        }
+        return redis_store_fail(rs, "SCRIPT LOAD", err, 1, 0);
+    }
     if (r->type != REDIS_REPLY_STRING || strcmp(r->str, rs->sha) != 0) {
-        snprintf(rs->error, sizeof(rs->error), "redis SCRIPT LOAD: %s",
-            r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+        log_error("redis SCRIPT LOAD (%s): %s; answering 503 for %ld ms "
+            "before connecting again", rs->cfg->redis,
+            r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply",
+            rs->cfg->redis_backoff_ms);
+        snprintf(rs->error, sizeof(rs->error), "redis script not loaded");
         freeReplyObject(r);
         redis_store_close(rs);
-        log_error("%s", rs->error);
         rs->retry_at_ms = util_now_ms() + rs->cfg->redis_backoff_ms;
+        rs->probing = 0;
         return STORE_UNAVAILABLE;
     }
     freeReplyObject(r);
     if (rs->retry_at_ms != 0)
         log_info("redis: connected to %s again", rs->cfg->redis);
+    redis_store_peer(rs, c);
     rs->retry_at_ms = 0;
+    rs->probing = 0;
     rs->error[0] = '\0';
     return STORE_OK;
 }
@@ -159,8 +392,8 @@ redis_store_decode(struct redis_store *rs, redisReply *r, int nlimits,
     size_t i;
 
     if (r->type == REDIS_REPLY_ERROR) {
-        snprintf(rs->error, sizeof(rs->error), "redis script: %s", r->str);
-        log_error("%s", rs->error);
+        snprintf(rs->error, sizeof(rs->error), "redis error reply");
+        log_error("redis script: %s", r->str);
         return STORE_BAD_REPLY;
     }
     if (r->type != REDIS_REPLY_ARRAY || r->elements > 2 + 5 * RL_MAX_LIMITS)
@@ -174,65 +407,75 @@ redis_store_decode(struct redis_store *rs, redisReply *r, int nlimits,
         goto bad;
     return STORE_OK;
 bad:
-    snprintf(rs->error, sizeof(rs->error), "redis script: reply of "
-        "unexpected shape");
-    log_error("%s", rs->error);
+    snprintf(rs->error, sizeof(rs->error), "redis bad reply");
+    log_error("redis script: reply of unexpected shape");
     return STORE_BAD_REPLY;
 }
 
-/*
- * Whether a failed command met a connection the server had closed (end of
- * file, reset, broken pipe): then it was not executed.  A timeout is not
- * such a case -- the script may be running -- and is never retried.
- */
-static int
-redis_store_closed(const redisContext *c, int err)
+/* Sends call once: EVALSHA, and on NOSCRIPT one EVAL of the text.  Returns
+ * the reply, or NULL with *err set to errno after the failed call. */
+static redisReply *
+redis_store_run(struct redis_store *rs, struct limiter_call *call, int *err)
 {
-    return c->err == REDIS_ERR_EOF || (c->err == REDIS_ERR_IO &&
-        (err == ECONNRESET || err == EPIPE));
+    const char *sha = call->argv[1];
+    size_t shalen = call->argvlen[1];
+    redisReply *r;
+
+    r = redisCommandArgv(rs->ctx, call->argc, call->argv, call->argvlen);
+    *err = errno;
+    if (r == NULL || r->type != REDIS_REPLY_ERROR ||
+        strncmp(r->str, "NOSCRIPT", 8) != 0)
+        return r;
+    freeReplyObject(r);
+    log_info("redis: script cache was emptied; loading it again");
+    call->argv[0] = "EVAL";
+    call->argvlen[0] = 4;
+    call->argv[1] = embedded_check_lua;
+    call->argvlen[1] = strlen(embedded_check_lua);
+    r = redisCommandArgv(rs->ctx, call->argc, call->argv, call->argvlen);
+    *err = errno;
+    call->argv[0] = "EVALSHA";
+    call->argvlen[0] = 7;
+    call->argv[1] = sha;
+    call->argvlen[1] = shalen;
+    return r;
 }
 
 int
 redis_store_check(struct redis_store *rs, struct limiter_call *call,
     int nlimits, struct rl_decision *d)
 {
-    redisReply *r;
-    int rc, reused;
+    char id[LIMITER_ID_MAX + 1];
+    redisReply *r = NULL;
+    int64_t first_ms = 0;
+    int attempt, rc, err = 0, keyed;
 
-    reused = rs->ctx != NULL;
-    if (redis_store_connect(rs) != STORE_OK)
-        return STORE_UNAVAILABLE;
-    r = redisCommandArgv(rs->ctx, call->argc, call->argv, call->argvlen);
-    if (r == NULL && reused && redis_store_closed(rs->ctx, errno)) {
-        /* Redis restarted (or a failover closed us) while this worker was
-         * idle: the command never reached the old server.  One fresh
-         * connection and one retry, so a restart costs no 503s. */
-        log_info("redis: the connection was closed (%s); reconnecting",
-            ((redisContext *)rs->ctx)->errstr);
-        redis_store_close(rs);
-        if (redis_store_connect(rs) != STORE_OK)
+    snprintf(id, sizeof(id), "%s.%llx", rs->id_prefix, rs->id_next++);
+    keyed = limiter_request_key(call, id) == 0;
+    if (!keyed)
+        log_error("redis: cannot add a request key to the call; a lost "
+            "reply will not be sent again");
+    for (attempt = 1; ; attempt++) {
+        rc = redis_store_connect(rs);
+        if (rc == STORE_UNAVAILABLE)
             return STORE_UNAVAILABLE;
-        r = redisCommandArgv(rs->ctx, call->argc, call->argv, call->argvlen);
-    }
-    if (r == NULL)
-        return redis_store_fail(rs, "EVALSHA", 0);
-    if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
-        const char *sha = call->argv[1];
-        size_t shalen = call->argvlen[1];
-
-        freeReplyObject(r);
-        log_info("redis: script cache was emptied; loading it again");
-        call->argv[0] = "EVAL";
-        call->argvlen[0] = 4;
-        call->argv[1] = embedded_check_lua;
-        call->argvlen[1] = strlen(embedded_check_lua);
-        r = redisCommandArgv(rs->ctx, call->argc, call->argv, call->argvlen);
-        call->argv[0] = "EVALSHA";
-        call->argvlen[0] = 7;
-        call->argv[1] = sha;
-        call->argvlen[1] = shalen;
-        if (r == NULL)
-            return redis_store_fail(rs, "EVAL", 0);
+        if (rc == STORE_OK) {
+            if (first_ms == 0)
+                first_ms = util_now_ms();
+            if ((r = redis_store_run(rs, call, &err)) != NULL)
+                break;
+            if (!redis_store_closed(rs->ctx, err))
+                return redis_store_fail(rs, "EVALSHA", err, 0, 0);
+            /* Closed with the call in flight: it may have run. */
+            if (attempt == REDIS_MAX_TRIES || !keyed ||
+                util_now_ms() - first_ms > REDIS_RESEND_MS)
+                return redis_store_fail(rs, "EVALSHA", err, 0, 0);
+            log_warn("redis: the connection was closed with a check in "
+                "flight (%s); sending it again on a new connection",
+                ((redisContext *)rs->ctx)->errstr);
+            redis_store_close(rs);
+        } else if (attempt == REDIS_MAX_TRIES)  /* REDIS_CLOSED */
+            return STORE_UNAVAILABLE;
     }
     rc = redis_store_decode(rs, r, nlimits, d);
     freeReplyObject(r);
@@ -243,13 +486,26 @@ int
 redis_store_ready(struct redis_store *rs)
 {
     redisReply *r;
-    int ok;
+    int attempt, rc, err, ok;
 
-    if (redis_store_connect(rs) != STORE_OK)
-        return STORE_UNAVAILABLE;
-    r = redisCommand(rs->ctx, "SCRIPT EXISTS %s", rs->sha);
-    if (r == NULL)
-        return redis_store_fail(rs, "SCRIPT EXISTS", 0);
+    for (attempt = 1; ; attempt++) {
+        rc = redis_store_connect(rs);
+        if (rc == STORE_UNAVAILABLE)
+            return STORE_UNAVAILABLE;
+        if (rc == STORE_OK) {
+            r = redisCommand(rs->ctx, "SCRIPT EXISTS %s", rs->sha);
+            err = errno;
+            if (r != NULL)
+                break;
+            if (attempt == REDIS_MAX_TRIES ||
+                !redis_store_closed(rs->ctx, err))
+                return redis_store_fail(rs, "SCRIPT EXISTS", err, 0, 0);
+            log_info("redis: the connection was closed (%s); reconnecting",
+                ((redisContext *)rs->ctx)->errstr);
+            redis_store_close(rs);
+        } else if (attempt == REDIS_MAX_TRIES)
+            return STORE_UNAVAILABLE;
+    }
     ok = r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
         r->element[0]->type == REDIS_REPLY_INTEGER &&
         r->element[0]->integer == 1;
@@ -259,11 +515,14 @@ redis_store_ready(struct redis_store *rs)
          * works. */
         r = redisCommand(rs->ctx, "SCRIPT LOAD %s", embedded_check_lua);
         if (r == NULL)
-            return redis_store_fail(rs, "SCRIPT LOAD", 0);
+            return redis_store_fail(rs, "SCRIPT LOAD", errno, 0, 0);
         ok = r->type == REDIS_REPLY_STRING;
+        if (!ok)
+            log_error("redis SCRIPT LOAD: %s", r->type == REDIS_REPLY_ERROR ?
+                r->str : "unexpected reply");
         freeReplyObject(r);
         if (!ok) {
-            snprintf(rs->error, sizeof(rs->error), "redis: script not loaded");
+            snprintf(rs->error, sizeof(rs->error), "redis script not loaded");
             return STORE_UNAVAILABLE;
         }
     }
