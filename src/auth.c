@@ -76,9 +76,9 @@ auth_sync(struct service *svc)
 }
 
 void
-service_tick(struct service *svc)
+service_tick(struct service *svc, int idle)
 {
-    pg_store_tick(&svc->pg);
+    pg_store_tick(&svc->pg, idle);
     auth_sync(svc);
 }
 

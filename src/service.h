@@ -96,10 +96,10 @@ void pg_store_close(struct pg_store *ps);
  * reach it failed), else 0. */
 int pg_store_down(const struct pg_store *ps);
 
-/* Between requests: reconnects (and LISTENs again) when the connection is
- * gone and the back-off allows, within a short deadline.  Never called
- * with a request in hand. */
-void pg_store_tick(struct pg_store *ps);
+/* Between requests: takes a lost connection a step further towards being
+ * connected and LISTENing again, waiting a little only when idle is set.
+ * Never called with a request in hand. */
+void pg_store_tick(struct pg_store *ps, int idle);
 
 /* Looks up a key by its SHA-256 hex.  Returns STORE_OK (out->found says
  * whether it exists) or STORE_UNAVAILABLE. */
@@ -171,8 +171,9 @@ int service_init(struct service *svc, const struct rl_config *cfg,
     struct shm *shm);
 void service_free(struct service *svc);
 
-/* Housekeeping between requests (PostgreSQL reconnect, notifications). */
-void service_tick(struct service *svc);
+/* Housekeeping between requests (PostgreSQL reconnect, notifications);
+ * idle says no request is waiting. */
+void service_tick(struct service *svc, int idle);
 
 enum auth_result {
     AUTH_OK = 0,

@@ -33,6 +33,7 @@
 
 #define PG_BACKOFF_MS 500
 #define PG_PENDING 1                /* pg_store_advance: still connecting */
+#define PG_TICK_WAIT_MS 50          /* an idle worker's wait for a step */
 
 /* Where the connection stands (struct pg_store's state). */
 enum { PGS_NONE = 0, PGS_CONNECTING, PGS_LISTENING, PGS_READY };
@@ -198,8 +199,11 @@ pg_store_advance(struct pg_store *ps, int64_t deadline)
     PGresult *r;
     int f;
 
-    if (ps->state == PGS_READY && PQstatus(ps->conn) != CONNECTION_OK)
+    if (ps->state == PGS_READY) {
+        if (PQstatus(ps->conn) == CONNECTION_OK)
+            return STORE_OK;
         pg_store_close(ps);
+    }
     if (ps->state == PGS_NONE) {
         if (ps->retry_at_ms != 0 && util_now_ms() < ps->retry_at_ms)
             return STORE_UNAVAILABLE;
@@ -316,15 +320,18 @@ pg_store_exec(struct pg_store *ps, const char *what, const char *sql,
 }
 
 /*
- * Between requests: a lost connection is made again, a step at a time and
- * never waiting, so that LISTEN is back soon after PostgreSQL is, without
- * holding the worker even when PostgreSQL does not answer at all.
+ * Between requests: a lost connection is made again, a step at a time, so
+ * that LISTEN is back soon after PostgreSQL is.  Right after a request the
+ * worker only takes the steps that need no waiting; when it is idle it
+ * waits up to PG_TICK_WAIT_MS for each, so a healthy server is connected
+ * within one idle tick, while a server that does not answer at all costs
+ * an idle worker a few milliseconds a second and a busy one nothing.
  */
 void
-pg_store_tick(struct pg_store *ps)
+pg_store_tick(struct pg_store *ps, int idle)
 {
     if (ps->state != PGS_READY)
-        pg_store_advance(ps, 0);
+        pg_store_advance(ps, idle ? util_now_ms() + PG_TICK_WAIT_MS : 0);
 }
 
 static void

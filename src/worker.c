@@ -363,6 +363,7 @@ static int
 worker_prefetch(struct worker *w, int fd, int64_t deadline,
     struct fcgi_scan *s)
 {
+    struct pollfd p;
     ssize_t n;
     int rc, nap = 1;
 
@@ -403,7 +404,14 @@ worker_prefetch(struct worker *w, int fd, int64_t deadline,
         }
         if (util_now_ms() + nap >= deadline || worker_stop)
             return 0;
-        poll(NULL, 0, nap);
+        /* The nap ends early if the peer closes: an incomplete request
+         * from a peer that has gone can never complete. */
+        p.fd = fd;
+        p.events = POLLRDHUP;
+        p.revents = 0;
+        if (poll(&p, 1, nap) > 0 && (p.revents & (POLLRDHUP | POLLHUP |
+            POLLERR)))
+            return 0;
         if (nap < 16)
             nap *= 2;
     }
@@ -591,7 +599,7 @@ worker_run(const struct rl_config *cfg, int listen_fd,
                 rc = 1;
                 break;
             }
-            service_tick(&w.svc);
+            service_tick(&w.svc, 1);
             continue;
         }
         sigprocmask(SIG_BLOCK, &w.stopset, NULL);
@@ -606,7 +614,7 @@ worker_run(const struct rl_config *cfg, int listen_fd,
             worker_connection(&w, fd, ss.ss_family != AF_UNIX);
         }
         sigprocmask(SIG_UNBLOCK, &w.stopset, NULL);
-        service_tick(&w.svc);
+        service_tick(&w.svc, 0);
     }
     FCGX_Free(&w.fr, 0);
     response_free(&w.resp);
