@@ -85,10 +85,11 @@ fuzz:
 
 # The sanitizer build (ASAN_BUILD) through the unit tests (Check not
 # forking, so that leaks are found), the Lua tests and the integration
-# tests ASAN_TESTS.  Any report of AddressSanitizer, LeakSanitizer or
-# UndefinedBehaviorSanitizer from any process of ours, the service's
-# workers included, fails it: the reports are written to
-# ASAN_BUILD/sanitizer/ and shown at the end.
+# tests ASAN_TESTS.  Any AddressSanitizer or LeakSanitizer report from any
+# process of ours (ASAN_OPTIONS log_path, ASAN_BUILD/sanitizer/), and any
+# UndefinedBehaviorSanitizer report (which halts the process; gcc's runtime
+# writes it to stderr, so the stack's logs are kept and searched), fails
+# it; the reports are shown at the end.
 ASAN_BUILD ?= build-asan
 ASAN_OPT = -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer
 ASAN_TESTS ?= api
@@ -98,10 +99,19 @@ asan-test: deps
 	mkdir -p $(ASAN_BUILD)/sanitizer
 	@san=$$(cd $(ASAN_BUILD)/sanitizer && pwd); rc=0; \
 	export ASAN_OPTIONS="log_path=$$san/asan:detect_leaks=1" \
-	    UBSAN_OPTIONS="log_path=$$san/ubsan:print_stacktrace=1:halt_on_error=1"; \
+	    UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"; \
 	CK_FORK=no $(ASAN_BUILD)/check_all || rc=1; \
 	sh t/lua_test.sh || rc=1; \
-	BUILD=$(ASAN_BUILD) TESTS="$(ASAN_TESTS)" sh t/integration/run.sh || rc=1; \
+	KEEP_VAR=1 BUILD=$(ASAN_BUILD) TESTS="$(ASAN_TESTS)" \
+	    sh t/integration/run.sh 2>&1 | tee "$$san/integration.out"; \
+	tail -n 1 "$$san/integration.out" | grep -q ' 0 failed$$' || rc=1; \
+	var=$$(sed -n 's/^run.sh: kept //p' "$$san/integration.out"); \
+	mv "$$san/integration.out" "$$san/../integration.out"; \
+	if [ -n "$$var" ] && [ -d "$$var" ]; then \
+	    grep -h -A 12 'runtime error:' "$$var"/*.log >"$$san/ubsan" || \
+	        rm -f "$$san/ubsan"; \
+	    sh scripts/pg.sh destroy "$$var" >/dev/null 2>&1; rm -rf "$$var"; \
+	fi; \
 	for f in "$$san"/*; do \
 	    [ -f "$$f" ] || continue; \
 	    echo "asan-test: sanitizer report $$f:"; cat "$$f"; rc=1; \
