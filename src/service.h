@@ -82,6 +82,7 @@ struct pg_store {
     int state;                  /* PGS_* in store_pg.c */
     int polling;                /* libpq's connect polling status */
     int result_ok;              /* LISTEN answered OK */
+    int was_ready;              /* it has been connected before */
     int64_t started_ms;         /* when the connect began */
     int64_t retry_at_ms;        /* no connect attempt before (monotonic) */
     int failing;                /* the last attempt to use it failed */

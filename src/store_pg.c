@@ -271,8 +271,12 @@ pg_store_advance(struct pg_store *ps, int64_t deadline)
     ps->failing = 0;
     ps->retry_at_ms = 0;
     ps->error[0] = '\0';
-    /* Whatever changed while we were away is unknown: start afresh. */
-    ps->notified = 1;
+    /* After a lost connection, whatever changed while nobody may have
+     * been listening is unknown: what the pool knows is checked afresh.  A
+     * worker's first connection changes nothing: the pool was listening. */
+    if (ps->was_ready)
+        ps->notified = 1;
+    ps->was_ready = 1;
     return STORE_OK;
 pending:
     if (util_now_ms() - ps->started_ms >= ps->cfg->pg_connect_timeout_ms)
