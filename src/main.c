@@ -4,6 +4,7 @@
  * Read as a checklist: parse flags, load and (with -t) test the
  * configuration, open or inherit the listening socket, start the pool.
  */
+#include <fcntl.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +62,7 @@ main(int argc, char **argv)
     };
     static struct rl_config cfg;
     const char *path = DEFAULT_CONFIG;
+    const char *inherited;
     char err[600];
     int ch, test = 0, fd, rc;
 
@@ -109,7 +111,18 @@ main(int argc, char **argv)
     }
 
     log_init("ratelimit-fcgi", cfg.log_target, cfg.log_level);
-    if ((fd = listen_open(&cfg, err, sizeof(err))) == -1) {
+    master_set_argv(argv);
+    /* A worker whose master died starts us with the socket still open. */
+    if ((inherited = getenv("RATELIMIT_FCGI_LISTEN_FD")) != NULL) {
+        fd = atoi(inherited);
+        unsetenv("RATELIMIT_FCGI_LISTEN_FD");
+        if (fd < 0 || fcntl(fd, F_GETFD) == -1) {
+            log_error("RATELIMIT_FCGI_LISTEN_FD: %s is not an open file",
+                inherited);
+            return 1;
+        }
+        fcntl(fd, F_SETFD, FD_CLOEXEC);
+    } else if ((fd = listen_open(&cfg, err, sizeof(err))) == -1) {
         log_error("%s", err);
         return 1;
     }

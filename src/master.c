@@ -22,8 +22,19 @@
  *
  * With workers = 0 there is no master: the process serves requests itself
  * (Apache mod_fcgid manages processes and must not see them fork).
+ *
+ * Should the master itself die (SIGKILL, the OOM killer), its workers are
+ * told by the kernel (PR_SET_PDEATHSIG), finish the request in hand and
+ * leave, except the first to claim the master's place: it executes
+ * ratelimit-fcgi again with the same command line and the listening socket
+ * kept open (RATELIMIT_FCGI_LISTEN_FD), and the new master starts a new
+ * pool.  Web servers that start us themselves do not start us again
+ * (lighttpd 1.4.69 answers "all handlers down" for good once the socket
+ * refuses), so the socket must never close.  A master made this way stops
+ * when the process that started the first one (the web server) is gone.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,13 +58,58 @@ struct master_slot {
     int failures;               /* fast abnormal exits in a row */
 };
 
+static char **master_argv;
+
+void
+master_set_argv(char **argv)
+{
+    master_argv = argv;
+}
+
 struct master {
     struct rl_config *cfg;
     int listen_fd;
+    pid_t watch;                /* stop when this process is gone */
     struct shm shm;
     struct scoreboard *board;
     struct master_slot slot[RL_MAX_WORKERS];
 };
+
+/*
+ * In a worker whose master died: becomes a new master by executing
+ * ratelimit-fcgi again with the listening socket open.  Returns only on
+ * failure, with the exit status.
+ */
+static int
+master_takeover(struct master *m)
+{
+    char fd[16], pid[16];
+    pid_t parent = m->board->master_parent;
+    int flags;
+
+    log_warn("the master is gone; worker %ld starts a new master in its "
+        "place", (long)getpid());
+    flags = fcntl(m->listen_fd, F_GETFD);
+    if (flags == -1 || fcntl(m->listen_fd, F_SETFD, flags & ~FD_CLOEXEC) ==
+        -1 || master_argv == NULL) {
+        log_error("cannot start a new master: %s", master_argv == NULL ?
+            "no command line" : strerror(errno));
+        return 1;
+    }
+    snprintf(fd, sizeof(fd), "%d", m->listen_fd);
+    setenv("RATELIMIT_FCGI_LISTEN_FD", fd, 1);
+    /* Watch the web server that started the first master, if it still
+     * runs and is not init (or a subreaper that adopted the master). */
+    if (parent > 1 && kill(parent, 0) == 0) {
+        snprintf(pid, sizeof(pid), "%ld", (long)parent);
+        setenv("RATELIMIT_FCGI_WATCH_PID", pid, 1);
+    } else
+        unsetenv("RATELIMIT_FCGI_WATCH_PID");
+    fflush(NULL);
+    execv("/proc/self/exe", master_argv);
+    log_error("cannot start a new master: exec: %s", strerror(errno));
+    return 1;
+}
 
 static pid_t
 master_spawn(struct master *m, int i, const sigset_t *oldmask)
@@ -69,13 +125,15 @@ master_spawn(struct master *m, int i, const sigset_t *oldmask)
         return -1;
     }
     if (pid == 0) {
-        /* The worker goes when the master goes, even by SIGKILL. */
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (getppid() == 1)
+        /* The worker hears of the master's death, even by SIGKILL. */
+        prctl(PR_SET_PDEATHSIG, RL_SIG_MASTER_GONE);
+        if (getppid() != m->board->master)
             _exit(0);
         sigprocmask(SIG_SETMASK, oldmask, NULL);
         slot->pid = getpid();
         rc = worker_run(m->cfg, m->listen_fd, slot, &m->shm);
+        if (rc == WORKER_TAKEOVER)
+            rc = master_takeover(m);
         /* exit(), not _exit(): a sanitizer build checks for leaks at exit,
          * and stdio was flushed before fork. */
         exit(rc);
@@ -253,6 +311,21 @@ master_reload(struct master *m)
     master_signal_all(m, SIGTERM);
 }
 
+/* The process a master made by a takeover watches (see master_takeover),
+ * from the environment, which is then cleared for the workers. */
+static pid_t
+master_watched(void)
+{
+    const char *w = getenv("RATELIMIT_FCGI_WATCH_PID");
+    pid_t pid = w != NULL ? (pid_t)atol(w) : 0;
+
+    unsetenv("RATELIMIT_FCGI_WATCH_PID");
+    if (pid > 1)
+        log_info("master %ld: took over from a master that died; will stop "
+            "when process %ld is gone", (long)getpid(), (long)pid);
+    return pid;
+}
+
 int
 master_run(struct rl_config *cfg, int listen_fd)
 {
@@ -273,6 +346,8 @@ master_run(struct rl_config *cfg, int listen_fd)
     m.board->start_s = util_wall_s();
     m.board->workers = (int)cfg->workers;
     m.board->master = getpid();
+    m.board->master_parent = getppid();
+    m.watch = master_watched();
 
     if (cfg->workers == 0) {
         rc = worker_run(cfg, listen_fd, NULL, &m.shm);
@@ -313,6 +388,16 @@ master_run(struct rl_config *cfg, int listen_fd)
                     kill(m.board->slots[i].pid, SIGTERM);
         }
         master_enforce_timeout(&m);
+        /* Who started us may change (a shell exits, init adopts us). */
+        m.board->master_parent = getppid();
+        if (!stopping && m.watch > 1 && kill(m.watch, 0) == -1 &&
+            errno == ESRCH) {
+            log_info("master: process %ld, which started the pool, is gone; "
+                "stopping gracefully", (long)m.watch);
+            stopping = 1;
+            deadline = util_now_ms() + MASTER_GRACE_MS;
+            master_signal_all(&m, SIGTERM);
+        }
 
         wait = master_wait_ms(&m);
         tick.tv_sec = wait / 1000;

@@ -254,7 +254,9 @@ struct scoreboard {
     int64_t start_s;
     unsigned long accepted;
     int workers;                /* configured pool size; 0 = no master */
-    pid_t master;
+    pid_t master;               /* the master; a worker that takes over
+                                   from a dead one swaps in its own pid */
+    pid_t master_parent;        /* who started the master (its parent) */
     struct rl_counters counters;
     struct scoreboard_slot slots[RL_MAX_WORKERS];
 };
@@ -268,11 +270,21 @@ void scoreboard_count(const struct scoreboard *b, unsigned long *live,
 int scoreboard_map(struct shm *m, const struct rl_config *cfg);
 void scoreboard_unmap(struct shm *m);
 
+/* The signal a worker gets when its master dies (PR_SET_PDEATHSIG). */
+#define RL_SIG_MASTER_GONE (SIGRTMIN + 1)
+
+/* worker_run's answer when its master died and this worker was chosen to
+ * start a new master in its place (see master.c). */
+#define WORKER_TAKEOVER 100
+
 /* Serves requests on listen_fd until told to stop, max_requests is
  * reached or its memory passes max_worker_rss_mb.  slot may be NULL (no
- * master).  Returns the exit status. */
+ * master).  Returns the exit status, or WORKER_TAKEOVER. */
 int worker_run(const struct rl_config *cfg, int listen_fd,
     struct scoreboard_slot *slot, struct shm *shm);
+
+/* The command line, for a worker that starts a new master (main.c). */
+void master_set_argv(char **argv);
 
 /* Runs the pool (or, with workers = 0, a worker in this process).  *cfg
  * may be replaced on SIGHUP.  Returns the exit status. */

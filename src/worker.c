@@ -22,7 +22,8 @@
  * worker could not learn anything new) or when its memory passes
  * max_worker_rss_mb.
  *
- * Signals: SIGTERM, SIGINT and SIGQUIT ask for a graceful stop.  Their
+ * Signals: SIGTERM, SIGINT and SIGQUIT ask for a graceful stop, and so does
+ * RL_SIG_MASTER_GONE, sent by the kernel when the master dies.  Their
  * handler is installed without SA_RESTART so that it interrupts waits, and
  * the signals are blocked while a request is in hand, because libfcgi does
  * not retry a read or write interrupted by a signal: the request in hand
@@ -73,11 +74,21 @@ struct worker {
 };
 
 static volatile sig_atomic_t worker_stop;
+static volatile sig_atomic_t worker_orphaned;
 
 static void
 worker_on_stop(int sig)
 {
     (void)sig;
+    worker_stop = 1;
+}
+
+/* The master died: leave like on a stop, then see about replacing it. */
+static void
+worker_on_master_gone(int sig)
+{
+    (void)sig;
+    worker_orphaned = 1;
     worker_stop = 1;
 }
 
@@ -93,6 +104,8 @@ worker_signals(sigset_t *stopset)
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGQUIT, &sa, NULL);
+    sa.sa_handler = worker_on_master_gone;
+    sigaction(RL_SIG_MASTER_GONE, &sa, NULL);
     sa.sa_handler = SIG_IGN;
     sa.sa_flags = SA_RESTART;
     sigaction(SIGPIPE, &sa, NULL);
@@ -103,6 +116,7 @@ worker_signals(sigset_t *stopset)
     sigaddset(stopset, SIGTERM);
     sigaddset(stopset, SIGINT);
     sigaddset(stopset, SIGQUIT);
+    sigaddset(stopset, RL_SIG_MASTER_GONE);
 }
 
 /*
@@ -553,6 +567,8 @@ worker_run(const struct rl_config *cfg, int listen_fd,
     const char *allowed = getenv("FCGI_WEB_SERVER_ADDRS");
     char err[160];
     int fd, fatal = 0, flags, rc = 0;
+    pid_t master_pid = shm->board != NULL ?
+        ((struct scoreboard *)shm->board)->master : 0;
 
     memset(&w, 0, sizeof(w));
     w.cfg = cfg;
@@ -621,5 +637,13 @@ worker_run(const struct rl_config *cfg, int listen_fd,
     service_free(&w.svc);
     free(w.body);
     close(w.epfd);
+    /* The master died (SIGKILL, the OOM killer): one orphaned worker, the
+     * first to claim the master's place in the scoreboard, starts a new
+     * master on the same socket; the others just leave.  The socket stays
+     * open all along, so the web server only sees a short wait. */
+    if (worker_orphaned && slot != NULL && master_pid > 0 &&
+        __atomic_compare_exchange_n(&w.board->master, &master_pid, getpid(),
+        0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+        rc = WORKER_TAKEOVER;
     return rc;
 }

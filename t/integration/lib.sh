@@ -42,16 +42,11 @@ case $BUILD in
 esac
 export VAR PORT REDIS_PORT PG_PORT BUILD WORKERS
 
-# python3 is Debian's (scripts/install-deps.sh installs it), called
-# directly: a version manager's shim earlier in PATH can take a second to
-# start, which the many small helpers below would pay on every call.
-T_PYTHON=python3
-if [ -x /usr/bin/python3 ]; then
-    T_PYTHON=/usr/bin/python3
-fi
-python3() {
-    "$T_PYTHON" "$@"
-}
+# Debian's programs first, python3 above all (scripts/install-deps.sh
+# installs it): a version manager's shim earlier in PATH can take a second
+# to start, which the many small helpers below would pay on every call.
+PATH=/usr/bin:/bin:$PATH
+export PATH
 
 BASE_URL=http://127.0.0.1:$PORT
 # shellcheck disable=SC2034 # used by the test files
