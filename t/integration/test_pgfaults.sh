@@ -17,8 +17,9 @@
 #   7. 50,000 random keys: PostgreSQL sees at most key_lookup_rate lookups
 #      a second per worker, and a key used before is not evicted
 #   8. revocation within 1.5 s after a PostgreSQL restart
-#   9. the master SIGKILLed under lighttpd bin-path: answers are 200 again
-#      within 5 s (last, since today it takes the stack's backend away)
+#   9. the master SIGKILLed under lighttpd bin-path, three times: answers
+#      are 200 again within 5 s each time (last, since today it takes the
+#      stack's backend away; the stack's lighttpd is then restarted)
 # Load comes from t/loadgen.py, which writes one line per request (start,
 # latency, status); its `stats` command gives named counts for a time
 # window.  Every scenario adds a row to the fault table (`make test-faults`).
@@ -49,7 +50,7 @@ now_ms() {
 # secs MS: milliseconds as seconds with one decimal ("1.3 s"); "never"
 # when MS is "-" (it did not happen within the wait).
 secs() {
-    if [ "$1" = - ]; then
+    if [ "$1" = - ] || [ -z "$1" ]; then
         echo never
     else
         awk -v ms="$1" 'BEGIN { printf "%.1f s", ms / 1000 }'
@@ -611,46 +612,75 @@ fault_row "key revoked after a PostgreSQL restart" 16 \
 
 # Last: today lighttpd does not start the backend again, so the stack's
 # lighttpd is restarted at the end when the service did not come back.
-lt_before=$(lighttpd_pid)
-master=$(fcgi_master_pid)
-check "master: the stack has a master ($master)" matches "$master" '^[0-9]+$'
-if [ -n "$master" ]; then
-    kill -KILL "$master"
-fi
-t_kill=$(now_ms)
-back=-
-n=0
-while [ "$n" -lt 60 ]; do
-    check_req "$DEMO_KEY" "$CB"
-    if [ "$STATUS" = 200 ]; then
-        back=$(($(now_ms) - t_kill))
-        break
+# Three rounds, since whether lighttpd respawns the backend can depend on
+# a race (measured: a pool that stops listening on its own when the master
+# dies wins it most of the time, not always).
+
+# pool_master: the master of the stack's pool: the ratelimit-fcgi process
+# whose parent is lighttpd or, failing that (a pool that carried on
+# without lighttpd's child), one whose children are ratelimit-fcgi too.
+pool_master() {
+    pm_pid=$(fcgi_master_pid)
+    if [ -z "$pm_pid" ]; then
+        pm_pid=$(ps -e -o pid= -o ppid= -o args= | awk \
+            -v conf="$VAR/ratelimit.conf" '
+            $3 ~ /ratelimit-fcgi/ && index($0, conf) { ours[$1] = 1; par[$1] = $2 }
+            END { for (p in par) if (par[p] in ours) { print par[p]; exit } }')
     fi
-    n=$((n + 1))
-    sleep 0.1
-done
-check "master SIGKILLed under bin-path: checks answer 200 within 5 s (after ${back} ms)" \
-    le "$back" 5000
-sa='{"requests": 0, "s200": 0}'
-if [ "$back" != - ]; then
-    lg "$T_TMP/after.tsv" --rate 50 --duration 2 --requests 200 \
+    echo "$pm_pid"
+}
+
+lt_before=$(lighttpd_pid)
+backs=
+back=-
+load_n=0
+load_ok=0
+tries=0
+round=1
+while [ "$round" -le 3 ]; do
+    master=$(pool_master)
+    check "master, round $round: the stack's pool has a master ($master)" \
+        matches "$master" '^[0-9]+$'
+    [ -n "$master" ] || break
+    kill -KILL "$master"
+    t_kill=$(now_ms)
+    back=-
+    n=0
+    while [ "$n" -lt 60 ]; do
+        check_req "$DEMO_KEY" "$CB"
+        tries=$((tries + 1))
+        if [ "$STATUS" = 200 ]; then
+            back=$(($(now_ms) - t_kill))
+            break
+        fi
+        n=$((n + 1))
+        sleep 0.1
+    done
+    backs="$backs $back"
+    [ "$back" = - ] && break
+    lg "$T_TMP/after.tsv" --rate 50 --duration 1 --requests 100 \
         --concurrency 4 --key "$DEMO_KEY" >/dev/null
     sa=$(lg_stats "$T_TMP/after.tsv")
-fi
-sa_n=$(json_field requests "$sa")
-sa_ok=$(json_field s200 "$sa")
-check "master SIGKILLed: checks keep answering 200 for 2 s ($sa)" \
-    eq "$sa_ok $((sa_n > 0))" "$sa_n 1"
+    load_n=$((load_n + $(json_field requests "$sa")))
+    load_ok=$((load_ok + $(json_field s200 "$sa")))
+    round=$((round + 1))
+done
+# shellcheck disable=SC2086 # a list of numbers
+worst=$(printf '%s\n' $backs | awk '$1 == "-" { w = "-"; exit }
+    $1 + 0 > w + 0 { w = $1 } END { print w }')
+check "master SIGKILLed under bin-path, 3 times: each time checks answer 200 within 5 s (after:$backs ms)" \
+    eq "$round $(le "$worst" 5000 && echo yes)" "4 yes"
+check "master SIGKILLed: checks keep answering 200 for 1 s after each return ($load_ok of $load_n)" \
+    eq "$load_ok $((load_n > 0))" "$load_n 1"
 check "master SIGKILLed: lighttpd itself was not restarted" \
     eq "$(lighttpd_pid)" "$lt_before"
-# The tries before the first 200 were unexpected answers; the 200 was not.
-tries=$n
-[ "$back" != - ] && tries=$((n + 1))
-fault_row "master SIGKILLed under lighttpd bin-path" "$((sa_n + tries))" \
-    "$((sa_n - sa_ok + n))" "$(secs "$back")"
+# Every try but the one that answered 200 in each round was unexpected.
+fault_row "master SIGKILLed under lighttpd bin-path (3 times)" \
+    "$((load_n + tries))" \
+    "$((load_n - load_ok + tries - round + 1))" "$(secs "$worst")"
 
 # Give the test files after this one a working stack again.
-if [ "$back" = - ]; then
+if [ "$round" -le 3 ]; then
     echo "# restarting the stack's lighttpd (the backend did not come back)"
     stop_process "$(lighttpd_pid)" TERM
     # shellcheck disable=SC2046 # a list of pids
