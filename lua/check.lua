@@ -11,7 +11,8 @@
 -- the request's own key (in the same {tenant} hash-tag slot), which makes a
 -- call that charges safe to send twice: see "Sent twice" below. Nothing
 -- else is touched.
--- ARGV[1] = cost (integer >= 1), ARGV[2] = "1" to peek or "0" to commit,
+-- ARGV[1] = cost (integer >= 1), ARGV[2] = "1" to peek, "0" to commit or
+-- "2" to commit a call sent again (see "Sent twice"; needs KEYS[n + 1]),
 -- ARGV[3] = n, the number of limits (= #KEYS, 1..8), then five arguments
 -- per limit: algorithm name, p1, p2, p3, shadow.
 --   token_bucket:   p1 = capacity (integer), p2 = refill rate per second
@@ -51,10 +52,13 @@
 --
 -- Sent twice: a client whose connection dies after sending a call cannot
 -- know whether the script ran, and sends it again with the same KEYS[n + 1]
--- (a request id unique to this check). A call that charged stores its reply
--- there, for REPLAY_TTL_MS, and a call that finds a stored reply returns it
--- as it is, writing nothing: a check is never charged twice. A denial and
--- a peek charge nothing and store nothing, so that sending them again
+-- (a request id unique to this check) and ARGV[2] = "2". A call that
+-- charged stores its reply under KEYS[n + 1], for REPLAY_TTL_MS; a call
+-- with "2" that finds a stored reply returns it as it is, writing nothing,
+-- so a check is never charged twice, and one that finds none (the first
+-- call never ran, or was a denial) is decided as a "0" would be. Only a
+-- "2" looks: a first call cannot find anything under its new id. A denial
+-- and a peek charge nothing and store nothing, so that sending them again
 -- decides afresh. The stored reply is the reply's integers in decimal,
 -- separated by spaces, as Redis would have sent them (truncated toward
 -- zero).
@@ -101,8 +105,11 @@ else
     return check_error('cost must be an integer >= 1')
 end
 local peek = argv[2]
-if peek ~= '0' and peek ~= '1' then
-    return check_error('peek must be 0 or 1')
+local resent = peek == '2'
+if resent then
+    peek = '0'
+elseif peek ~= '0' and peek ~= '1' then
+    return check_error('peek must be 0, 1 or 2')
 end
 local n = argv[3]
 if n == '1' then
@@ -115,6 +122,9 @@ end
 local once = keys[n + 1]
 if n ~= #keys and (once == nil or keys[n + 2] ~= nil) then
     return check_error('number of limits does not match number of keys')
+end
+if resent and once == nil then
+    return check_error('peek 2 (sent again) needs the request key')
 end
 local now_us
 if argc == 3 + 5 * n + 1 then
@@ -197,7 +207,7 @@ for i = 1, n do
 end
 
 -- A call sent again after its first send charged: the first reply, again.
-if once ~= nil and peek == '0' then
+if resent then
     local stored = redis.call('GET', once)
     if stored then
         local replay, count = {}, 0

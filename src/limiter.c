@@ -3,7 +3,8 @@
  *
  * limiter_build() turns a rule and a request into the EVALSHA arguments of
  * lua/check.lua, to which the Redis store adds the request's own key with
- * limiter_request_key() (it makes a resend of the call harmless);
+ * limiter_request_key() and, when it must send the call again,
+ * limiter_resend()'s mark (together they make the resend harmless);
  * limiter_decode() turns the script's flat integer reply back into a
  * decision.  Caller-supplied strings (route, subject) enter
  * Redis keys only as fixed-length SHA-256 prefixes, so a key's size is
@@ -211,6 +212,26 @@ limiter_request_key(struct limiter_call *call, const char *id)
     call->store[used + 1] = '\0';
     call->argv[2] = call->store + used;
     return 0;
+}
+
+int
+limiter_resend(struct limiter_call *call)
+{
+    int k, at;
+
+    if (call->argc < 4 || call->argvlen[2] != 1)
+        return -1;
+    k = call->argv[2][0] - '0';
+    if (k < 2 || k > RL_MAX_LIMITS + 1 || call->argc != 1 + 6 * k)
+        return -1;
+    at = 3 + k + 1;                     /* after the keys and the cost */
+    if (call->argvlen[at] != 1)
+        return -1;
+    if (call->argv[at][0] == '0') {
+        call->argv[at] = "2";
+        return 0;
+    }
+    return call->argv[at][0] == '1' || call->argv[at][0] == '2' ? 0 : -1;
 }
 
 int

@@ -530,6 +530,12 @@ int limiter_build(const char *sha, const char *tenant_id,
  * such a key, is not one of limiter_build's, or id is unusable. */
 int limiter_request_key(struct limiter_call *call, const char *id);
 
+/* Marks a call that has its request key as sent again (the peek argument
+ * "0" becomes "2"): the script then replays the reply it stored if the
+ * first send charged.  A peek is left as it is.  Returns 0, or -1 when the
+ * call has no request key. */
+int limiter_resend(struct limiter_call *call);
+
 /* Index of the most restrictive limit (the one the X-RateLimit-* headers
  * describe): enforced limits before shadow ones, a denying one first, else
  * the one with the least remaining. */

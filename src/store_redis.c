@@ -22,9 +22,11 @@
  * timeout), it may or may not have run.  Every call carries a request key
  * of its own (limiter_request_key: a per-process random prefix and a
  * counter, no system call), under which lua/check.lua keeps the reply of a
- * call that charged for a few seconds and replays it for the same key.  So
- * the call is sent once more on a new connection, and is never charged
- * twice.  A timeout is not retried: the budget of a check is one command
+ * call that charged for a few seconds.  So the call is sent once more on a
+ * new connection, marked as sent again (limiter_resend), and the script
+ * replays the stored reply if there is one: a check is never charged
+ * twice.  Only the resend looks for a stored reply, so a first send costs
+ * the script no extra read.  A timeout is not retried: the budget of a check is one command
  * timeout, and a Redis too slow to answer is not helped by more load.
  *
  * The script is loaded with SCRIPT LOAD on every connect and run with
@@ -53,7 +55,8 @@
 #include "service.h"
 
 /* A call whose connection died is sent again only this soon after it was
- * first sent: lua/check.lua keeps a reply for 5 s (REPLAY_TTL_MS). */
+ * first sent (the resend itself, after the reconnect, is what must be
+ * this soon): lua/check.lua keeps a reply for 5 s (REPLAY_TTL_MS). */
 #define REDIS_RESEND_MS 2000
 
 /* How many connections a check or a readiness probe tries when Redis
@@ -462,18 +465,26 @@ redis_store_check(struct redis_store *rs, struct limiter_call *call,
         if (rc == STORE_OK) {
             if (first_ms == 0)
                 first_ms = util_now_ms();
+            else if (util_now_ms() - first_ms > REDIS_RESEND_MS) {
+                /* The script may have forgotten the first reply by now
+                 * (connects slower than a few seconds, say). */
+                log_warn("redis: a check could not be sent again within "
+                    "%d ms", REDIS_RESEND_MS);
+                snprintf(rs->error, sizeof(rs->error), "redis unreachable");
+                return STORE_UNAVAILABLE;
+            }
             if ((r = redis_store_run(rs, call, &err)) != NULL)
                 break;
             if (!redis_store_closed(rs->ctx, err))
                 return redis_store_fail(rs, "EVALSHA", err, 0, 0);
             /* Closed with the call in flight: it may have run. */
-            if (attempt == REDIS_MAX_TRIES || !keyed ||
-                util_now_ms() - first_ms > REDIS_RESEND_MS)
+            if (attempt == REDIS_MAX_TRIES || !keyed)
                 return redis_store_fail(rs, "EVALSHA", err, 0, 0);
             log_warn("redis: the connection was closed with a check in "
                 "flight (%s); sending it again on a new connection",
                 ((redisContext *)rs->ctx)->errstr);
             redis_store_close(rs);
+            limiter_resend(call);
         } else if (attempt == REDIS_MAX_TRIES)  /* REDIS_CLOSED */
             return STORE_UNAVAILABLE;
     }

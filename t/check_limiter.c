@@ -490,6 +490,64 @@ START_TEST(test_request_key_layout)
 }
 END_TEST
 
+/* A resend changes the peek argument "0" to "2", and nothing else. */
+START_TEST(test_resend)
+{
+    static const char *const want[] = {
+        "EVALSHA", SHA, "3",
+        "rl:{" TENANT "}:42:7", "rl:{" TENANT "}:42:8",
+        "rl:{" TENANT "}:req:ab.1",
+        "3", "2", "2",
+        "token_bucket", "10", "2", "0", "0",
+        "sliding_window", "100", "60", "0", "0",
+    };
+    struct rl_rule rule;
+    struct rl_plan plan;
+    struct check_request req;
+    struct limiter_call call;
+
+    rule_init(&rule, 42);
+    rule.nlimits = 2;
+    limit_tb(&rule.limits[0], 7, "burst", 10, 2.0);
+    limit_sw(&rule.limits[1], 8, "minute", 100, 60);
+    plan_of(&plan, &rule);
+    request_set(&req, "/api/orders", NULL, 3, 0);
+    ck_assert_int_eq(limiter_build(SHA, TENANT, &plan, &req, &call), 0);
+    /* Without a request key there is nothing to replay from. */
+    ck_assert_int_eq(limiter_resend(&call), -1);
+    ck_assert_str_eq(call.argv[2 + 2 + 2], "0");
+    ck_assert_int_eq(limiter_request_key(&call, "ab.1"), 0);
+    ck_assert_int_eq(limiter_resend(&call), 0);
+    assert_argv(&call, want, (int)(sizeof(want) / sizeof(want[0])));
+    /* A second resend is the same. */
+    ck_assert_int_eq(limiter_resend(&call), 0);
+    assert_argv(&call, want, (int)(sizeof(want) / sizeof(want[0])));
+}
+END_TEST
+
+/* A peek is sent again as a peek: it stores nothing to replay. */
+START_TEST(test_resend_peek)
+{
+    struct rl_rule rule;
+    struct rl_plan plan;
+    struct check_request req;
+    struct limiter_call call;
+
+    rule_init(&rule, 1);
+    rule.nlimits = 1;
+    limit_sw(&rule.limits[0], 9, "second", 5, 1);
+    plan_of(&plan, &rule);
+    request_set(&req, "/", NULL, 1, 1);
+    ck_assert_int_eq(limiter_build(SHA, "t1", &plan, &req, &call), 0);
+    ck_assert_int_eq(limiter_request_key(&call, "p"), 0);
+    ck_assert_str_eq(call.argv[5], "1");
+    ck_assert_int_eq(limiter_resend(&call), 0);
+    ck_assert_str_eq(call.argv[4], "rl:{t1}:req:p");
+    ck_assert_str_eq(call.argv[5], "1");
+    ck_assert_str_eq(call.argv[6], "1");
+}
+END_TEST
+
 START_TEST(test_request_key_one_limit)
 {
     static const char *const want[] = {
@@ -1097,6 +1155,8 @@ limiter_suite(void)
     tcase_add_test(tc, test_request_key_layout);
     tcase_add_test(tc, test_request_key_one_limit);
     tcase_add_test(tc, test_request_key_bad);
+    tcase_add_test(tc, test_resend);
+    tcase_add_test(tc, test_resend_peek);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("decode");

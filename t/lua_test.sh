@@ -784,11 +784,13 @@ test_shadow_peek() {
     expect_eq "keys written" "$(cli EXISTS sh4:fw sh4:g)" 0
 }
 
-# --- Sent twice: the request key KEYS[n + 1] ----------------------------------
+# --- Sent twice: the request key KEYS[n + 1] and peek 2 --------------------
 
-# A call that charged, sent again with the same request key, gets the first
-# reply again and charges nothing; another request key is a new request.
+# A call that charged, sent again with the same request key and peek 2,
+# gets the first reply again and charges nothing; another request key is a
+# new request.
 FW2="1 0 1 fixed_window 2 minute 0 0"
+FW2_AGAIN="1 2 1 fixed_window 2 minute 0 0"
 
 test_replay_allowed() {
     t0=$(redis_now_ms)
@@ -800,7 +802,7 @@ test_replay_allowed() {
     expect_pttl rp:once:a 5000 "$t0"
     # A millisecond later, as a resend after a reconnect would be.
     # shellcheck disable=SC2086
-    again=$(check 2 rp:fw rp:once:a $FW2 "__now_us=$((N + 1000))")
+    again=$(check 2 rp:fw rp:once:a $FW2_AGAIN "__now_us=$((N + 1000))")
     expect_eq "sent again: the first reply" "$again" "$first"
     expect_eq "sent again: not charged" "$(state rp:fw)" \
         "win 1835395200 count 1"
@@ -810,10 +812,27 @@ test_replay_allowed() {
     expect_eq "charged" "$(state rp:fw)" "win 1835395200 count 2"
     # The limit is used up now; the first request still gets its answer.
     # shellcheck disable=SC2086
-    again=$(check 2 rp:fw rp:once:a $FW2 "__now_us=$((N + 3000))")
+    again=$(check 2 rp:fw rp:once:a $FW2_AGAIN "__now_us=$((N + 3000))")
     expect_eq "sent again after the limit is used up" "$again" "$first"
     expect_eq "still charged twice in all" "$(state rp:fw)" \
         "win 1835395200 count 2"
+}
+
+# Only peek 2 looks for a stored reply (a first call's id is new); a
+# peek 2 that finds none is decided and charged as a first call.
+test_replay_only_when_sent_again() {
+    # shellcheck disable=SC2086
+    check 2 ro:fw ro:once:a $FW2 "__now_us=$N" >/dev/null
+    # shellcheck disable=SC2086
+    r=$(check 2 ro:fw ro:once:a $FW2 "__now_us=$N")
+    expect_eq "peek 0 decides again" "$r" "1 $NMS 1 2 0 40000 0"
+    expect_eq "and charges" "$(state ro:fw)" "win 1835395200 count 2"
+    cli DEL ro:fw >/dev/null
+    # shellcheck disable=SC2086
+    r=$(check 2 ro:fw ro:once:n $FW2_AGAIN "__now_us=$N")
+    expect_eq "sent again, first never ran" "$r" "1 $NMS 1 2 1 40000 0"
+    expect_eq "charged once" "$(state ro:fw)" "win 1835395200 count 1"
+    expect_eq "stored" "$(cli GET ro:once:n)" "1 $NMS 1 2 1 40000 0 "
 }
 
 # A denial charges nothing and stores nothing: sent again, it is decided
@@ -823,18 +842,20 @@ test_replay_denial() {
     # shellcheck disable=SC2086
     check 1 rd:fw 2 0 1 fixed_window 2 minute 0 0 "__now_us=$N" >/dev/null
     before=$(state rd:fw)
-    for what in denied "denied again"; do
-        # shellcheck disable=SC2086
-        r=$(check 2 rd:fw rd:once:c $FW2 "__now_us=$N")
-        expect_eq "$what" "$r" "0 $NMS 0 2 0 40000 40000"
-    done
+    # shellcheck disable=SC2086
+    r=$(check 2 rd:fw rd:once:c $FW2 "__now_us=$N")
+    expect_eq "denied" "$r" "0 $NMS 0 2 0 40000 40000"
+    # shellcheck disable=SC2086
+    r=$(check 2 rd:fw rd:once:c $FW2_AGAIN "__now_us=$N")
+    expect_eq "denied again" "$r" "0 $NMS 0 2 0 40000 40000"
     expect_eq "nothing charged" "$(state rd:fw)" "$before"
     expect_eq "nothing stored" "$(cli EXISTS rd:once:c)" 0
-    for what in "next minute" "next minute, sent again"; do
-        # shellcheck disable=SC2086
-        r=$(check 2 rd:fw rd:once:c $FW2 "__now_us=$((N + 40000000))")
-        expect_eq "$what" "$r" "1 $((NMS + 40000)) 1 2 1 60000 0"
-    done
+    # shellcheck disable=SC2086
+    r=$(check 2 rd:fw rd:once:c $FW2_AGAIN "__now_us=$((N + 40000000))")
+    expect_eq "next minute" "$r" "1 $((NMS + 40000)) 1 2 1 60000 0"
+    # shellcheck disable=SC2086
+    r=$(check 2 rd:fw rd:once:c $FW2_AGAIN "__now_us=$((N + 40000000))")
+    expect_eq "next minute, sent again" "$r" "1 $((NMS + 40000)) 1 2 1 60000 0"
     expect_eq "charged once" "$(state rd:fw)" "win 1835395260 count 1"
 }
 
@@ -867,6 +888,7 @@ test_replay_several() {
     first=$(check 3 rs:g rs:fw rs:once:m $a "__now_us=$N")
     expect_eq "first" "$first" "1 $NMS 1 5 3 200 0 0 1 1 40000 -1"
     g=$(state rs:g)
+    a="2 2 2 gcra 10 1000000 4 0 fixed_window 1 minute 0 1"
     # shellcheck disable=SC2086
     again=$(check 3 rs:g rs:fw rs:once:m $a "__now_us=$((N + 7))")
     expect_eq "sent again" "$again" "$first"
@@ -877,13 +899,12 @@ test_replay_several() {
 # With Redis TIME: the resend, 20 ms later, answers with the first call's
 # time, so it is the stored reply and not a new decision.
 test_replay_real_time() {
-    a="1 0 1 token_bucket 5 0.5 0 0"
     # shellcheck disable=SC2086
-    first=$(check 2 rt:tb rt:once:t $a)
+    first=$(check 2 rt:tb rt:once:t 1 0 1 token_bucket 5 0.5 0 0)
     tokens=$(cli HGET rt:tb tokens)
     sleep 0.02
     # shellcheck disable=SC2086
-    again=$(check 2 rt:tb rt:once:t $a)
+    again=$(check 2 rt:tb rt:once:t 1 2 1 token_bucket 5 0.5 0 0)
     expect_eq "sent again" "$again" "$first"
     expect_eq "charged once" "$(cli HGET rt:tb tokens)" "$tokens"
     expect_eq "remaining" "$(field "$first" 5)" 4
@@ -914,7 +935,9 @@ test_argument_errors() {
     expect_error "non-numeric cost" "cost" 1 e:a x 0 1 $tb
     expect_error "zero cost" "cost" 1 e:a 0 0 1 $tb
     expect_error "fractional cost" "cost" 1 e:a 1.5 0 1 $tb
-    expect_error "bad peek flag" "peek" 1 e:a 1 2 1 $tb
+    expect_error "bad peek flag" "peek must be" 1 e:a 1 3 1 $tb
+    expect_error "peek 2 without the request key" "needs the request key" \
+        1 e:a 1 2 1 $tb
     expect_error "unknown algorithm" "unknown algorithm" \
         1 e:a 1 0 1 leaky_bucket 5 1 0 0
     expect_error "zero capacity" "capacity" 1 e:a 1 0 1 token_bucket 0 1 0 0
@@ -1124,8 +1147,10 @@ run "shadow: a denial by an enforced limit charges no shadow limit" \
     test_shadow_enforced_denies
 run "shadow: only shadow limits never deny" test_shadow_only
 run "shadow: a peek writes nothing" test_shadow_peek
-run "sent twice: a charging call is replayed, charged once" \
+run "sent twice: a charging call is replayed with peek 2, charged once" \
     test_replay_allowed
+run "sent twice: only peek 2 replays; with nothing stored it decides" \
+    test_replay_only_when_sent_again
 run "sent twice: a denial is decided again, stores nothing" \
     test_replay_denial
 run "sent twice: a peek stores nothing" test_replay_peek
