@@ -402,6 +402,8 @@ size_t cache_count(const struct cache *c);
 /* shm.c: the segment all workers of a pool share */
 
 #define SHM_VERSION 1
+#define SHM_WAYS 8                  /* entries per set: a set of a full
+                                       table gives up its oldest */
 #define SHM_KEY_VALUE_MAX 320       /* a struct key_info (service.h) */
 #define SHM_TENANT_VALUE_MAX 16320  /* a tenant's rules, packed */
 

@@ -13,7 +13,7 @@
  *   tenants     tenants' rules, packed            (rule_cache_size entries)
  *
  * The three tables are the same kind of table: entries found by a 32-byte
- * id (a SHA-256), four to a set, each carrying a time stamp (when it was
+ * id (a SHA-256), SHM_WAYS (8) to a set, each carrying a time stamp (when it was
  * fetched, or until when it holds), the change generation it was fetched
  * under, and a value of bounded size.  A full set gives up the entry with
  * the oldest stamp.  Unknown keys live in a table of their own, so a flood
@@ -39,7 +39,6 @@
 #include "ratelimit.h"
 
 #define SHM_MAGIC 0x524c5348u       /* "RLSH" */
-#define SHM_WAYS 4
 #define SHM_ALIGN 64
 
 struct shm_header {

@@ -94,7 +94,7 @@ END_TEST
  * unknown keys never push out known ones. */
 START_TEST(test_eviction)
 {
-    size_t counts[SHM_NTABLES] = { 4, 4, 4 }, size;
+    size_t counts[SHM_NTABLES] = { SHM_WAYS, SHM_WAYS, 4 }, size;
     struct shm m;
     struct shm_meta meta;
     unsigned char id[32];
@@ -103,7 +103,7 @@ START_TEST(test_eviction)
     void *base = region(counts, &size);
 
     ck_assert_int_eq(shm_init(&m, base, size, 128, counts), 0);
-    for (i = 0; i < 4; i++) {
+    for (i = 0; i < SHM_WAYS; i++) {
         id_of(id, i);
         ck_assert_int_eq(shm_put(&m, SHM_KEYS, id, "k", 2, 10 + i, 1, 1), 0);
     }
@@ -111,11 +111,11 @@ START_TEST(test_eviction)
         id_of(id, i);
         ck_assert_int_eq(shm_put(&m, SHM_UNKNOWN, id, NULL, 0, 99, 1, 1), 0);
     }
-    for (i = 0; i < 4; i++) {
+    for (i = 0; i < SHM_WAYS; i++) {
         id_of(id, i);
         ck_assert_int_eq(shm_get(&m, SHM_KEYS, id, v, sizeof(v), &meta), 1);
     }
-    id_of(id, 4);
+    id_of(id, SHM_WAYS);
     ck_assert_int_eq(shm_put(&m, SHM_KEYS, id, "k", 2, 50, 1, 1), 0);
     id_of(id, 0);           /* stamp 10, the oldest */
     ck_assert_int_eq(shm_get(&m, SHM_KEYS, id, v, sizeof(v), &meta), 0);
