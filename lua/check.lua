@@ -82,11 +82,12 @@ local keys, argv = KEYS, ARGV
 local argc = #argv
 
 -- How long the reply of a call that charged is kept under KEYS[n + 1]. A
--- client sends a call again within its connect and command timeouts of
--- the first send (tens of milliseconds; store_redis.c gives up after two
--- seconds), so a few seconds is plenty, and costs at most that many
--- seconds of allowed requests in memory.
-local REPLAY_TTL_MS = 5000
+-- client sends a call again right after it has reconnected, within its
+-- connect and command timeouts (tens of milliseconds), and never later
+-- than a second after the first send (store_redis.c); three seconds leave
+-- room for that, and cost the memory of three seconds of allowed checks
+-- (about 230 bytes each).
+local REPLAY_TTL_MS = 3000
 
 local function check_error(message)
     return redis.error_reply('ERR ratelimit: ' .. message)

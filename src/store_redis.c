@@ -22,12 +22,13 @@
  * timeout), it may or may not have run.  Every call carries a request key
  * of its own (limiter_request_key: a per-process random prefix and a
  * counter, no system call), under which lua/check.lua keeps the reply of a
- * call that charged for a few seconds.  So the call is sent once more on a
+ * call that charged for three seconds.  So the call is sent once more on a
  * new connection, marked as sent again (limiter_resend), and the script
  * replays the stored reply if there is one: a check is never charged
  * twice.  Only the resend looks for a stored reply, so a first send costs
- * the script no extra read.  A timeout is not retried: the budget of a check is one command
- * timeout, and a Redis too slow to answer is not helped by more load.
+ * the script no extra read.  A timeout is not retried: the budget of a
+ * check is one command timeout, and a Redis too slow to answer is not
+ * helped by more load.
  *
  * The script is loaded with SCRIPT LOAD on every connect and run with
  * EVALSHA.  Redis forgets scripts on restart, failover and SCRIPT FLUSH; a
@@ -56,8 +57,8 @@
 
 /* A call whose connection died is sent again only this soon after it was
  * first sent (the resend itself, after the reconnect, is what must be
- * this soon): lua/check.lua keeps a reply for 5 s (REPLAY_TTL_MS). */
-#define REDIS_RESEND_MS 2000
+ * this soon): lua/check.lua keeps a reply for 3 s (REPLAY_TTL_MS). */
+#define REDIS_RESEND_MS 1000
 
 /* How many connections a check or a readiness probe tries when Redis
  * closes them under it: the first, and one new one. */
@@ -467,7 +468,7 @@ redis_store_check(struct redis_store *rs, struct limiter_call *call,
                 first_ms = util_now_ms();
             else if (util_now_ms() - first_ms > REDIS_RESEND_MS) {
                 /* The script may have forgotten the first reply by now
-                 * (connects slower than a few seconds, say). */
+                 * (a connect slower than a second, say). */
                 log_warn("redis: a check could not be sent again within "
                     "%d ms", REDIS_RESEND_MS);
                 snprintf(rs->error, sizeof(rs->error), "redis unreachable");

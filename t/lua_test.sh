@@ -799,7 +799,7 @@ test_replay_allowed() {
     expect_eq "first" "$first" "1 $NMS 1 2 1 40000 0"
     expect_eq "charged once" "$(state rp:fw)" "win 1835395200 count 1"
     expect_eq "reply stored" "$(cli GET rp:once:a)" "1 $NMS 1 2 1 40000 0 "
-    expect_pttl rp:once:a 5000 "$t0"
+    expect_pttl rp:once:a 3000 "$t0"
     # A millisecond later, as a resend after a reconnect would be.
     # shellcheck disable=SC2086
     again=$(check 2 rp:fw rp:once:a $FW2_AGAIN "__now_us=$((N + 1000))")
