@@ -13,8 +13,9 @@
 -- else is touched.
 -- ARGV[1] = cost (integer >= 1), ARGV[2] = "1" to peek, "0" to commit or
 -- "2" to commit a call sent again (see "Sent twice"; needs KEYS[n + 1]),
--- ARGV[3] = n, the number of limits (= #KEYS, 1..8), then five arguments
--- per limit: algorithm name, p1, p2, p3, shadow.
+-- ARGV[3] = n, the number of limits (1..8; #KEYS is n, or n + 1 with the
+-- request key), then five arguments per limit: algorithm name, p1, p2, p3,
+-- shadow.
 --   token_bucket:   p1 = capacity (integer), p2 = refill rate per second
 --                   (decimal, e.g. "0.5"), p3 = "0"
 --   sliding_window: p1 = limit (integer), p2 = window in seconds (integer),
