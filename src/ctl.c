@@ -1,0 +1,338 @@
+/*
+ * ctl.c -- ratelimitctl, the admin tool: its commands, its global options,
+ * its messages and main.
+ *
+ * Each run does one command, named by one or two words ("migrate", "rule
+ * add") and found in ctl_commands, the one list of what the tool can do:
+ * the usage lines, "--help" and the check that the manual page
+ * (ratelimitctl.8) names every command are made from it.  Global options
+ * (-c FILE, --help, --version) come before the command.  The exit status
+ * is CTL_EXIT_OK, CTL_EXIT_FAIL (the command failed) or CTL_EXIT_USAGE
+ * (a bad command line, or a change the plan guard refused).
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ctl.h"
+
+/* ------------------------------------------------------------------ */
+/* Messages */
+
+static void ctl_vwarn(const char *fmt, va_list ap)
+    __attribute__((format(printf, 1, 0)));
+
+static void
+ctl_vwarn(const char *fmt, va_list ap)
+{
+    fputs(CTL_NAME ": ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+}
+
+void
+ctl_warn(const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    ctl_vwarn(fmt, ap);
+    va_end(ap);
+}
+
+/* Prints "ratelimitctl: message" and returns CTL_EXIT_FAIL. */
+int
+ctl_fail(const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    ctl_vwarn(fmt, ap);
+    va_end(ap);
+    return CTL_EXIT_FAIL;
+}
+
+/* Prints "noun verb synopsis" and a newline. */
+void
+ctl_print_command(const struct ctl_command *cmd, FILE *fp)
+{
+    fputs(cmd->noun, fp);
+    if (cmd->verb != NULL)
+        fprintf(fp, " %s", cmd->verb);
+    if (cmd->synopsis[0] != '\0')
+        fprintf(fp, " %s", cmd->synopsis);
+    fputc('\n', fp);
+}
+
+/* Prints the message, the command's usage line (cmd may be NULL) and a
+ * pointer to --help; returns CTL_EXIT_USAGE. */
+int
+ctl_usage_error(const struct ctl_command *cmd, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    ctl_vwarn(fmt, ap);
+    va_end(ap);
+    if (cmd != NULL) {
+        fputs("usage: " CTL_NAME " [-c FILE] ", stderr);
+        ctl_print_command(cmd, stderr);
+    }
+    fputs("Try '" CTL_NAME " --help' for more information.\n", stderr);
+    return CTL_EXIT_USAGE;
+}
+
+/* ------------------------------------------------------------------ */
+/* The command table and main */
+
+static const struct ctl_option ctl_no_options[] = { { NULL, 0 } };
+
+static const struct ctl_option ctl_key_create_options[] = {
+    { "role", 1 },
+    { NULL, 0 },
+};
+
+static const struct ctl_option ctl_rule_add_options[] = {
+    { "route", 1 },
+    { "algorithm", 1 },
+    { "capacity", 1 },
+    { "refill-rate", 1 },
+    { "limit", 1 },
+    { "window", 1 },
+    { "period", 1 },
+    { "burst", 1 },
+    { "calendar", 1 },
+    { "priority", 1 },
+    { "name", 1 },
+    { "shadow", 0 },
+    { "always", 0 },
+    { "failure-mode", 1 },
+    { "per", 1 },
+    { NULL, 0 },
+};
+
+static const struct ctl_option ctl_rule_set_options[] = {
+    { "enabled", 1 },
+    { "always", 1 },
+    { "shadow", 1 },
+    { "failure-mode", 1 },
+    { "per", 1 },
+    { "priority", 1 },
+    { NULL, 0 },
+};
+
+static const struct ctl_option ctl_limit_add_options[] = {
+    { "name", 1 },
+    { "algorithm", 1 },
+    { "capacity", 1 },
+    { "refill-rate", 1 },
+    { "limit", 1 },
+    { "window", 1 },
+    { "period", 1 },
+    { "burst", 1 },
+    { "calendar", 1 },
+    { NULL, 0 },
+};
+
+#define CTL_LIMIT_SYNOPSIS "--algorithm ALGORITHM (--capacity N " \
+    "--refill-rate R | --limit N --window SECONDS | --limit N --period " \
+    "DURATION [--burst B] | --limit N --calendar minute|hour|day|month)"
+
+static const struct ctl_command ctl_commands[] = {
+    { "migrate", NULL, "", { NULL }, ctl_no_options, ctl_migrate_run },
+    { "tenant", "add", "NAME", { "NAME", NULL }, ctl_no_options,
+      ctl_tenant_add },
+    { "tenant", "list", "", { NULL }, ctl_no_options, ctl_tenant_list },
+    { "tenant", "suspend", "NAME", { "NAME", NULL }, ctl_no_options,
+      ctl_tenant_status },
+    { "tenant", "resume", "NAME", { "NAME", NULL }, ctl_no_options,
+      ctl_tenant_status },
+    { "key", "create", "TENANT [--role check|admin]", { "TENANT", NULL },
+      ctl_key_create_options, ctl_tenant_key_create },
+    { "key", "list", "TENANT", { "TENANT", NULL }, ctl_no_options,
+      ctl_tenant_key_list },
+    { "key", "revoke", "KEY_ID", { "KEY_ID", NULL }, ctl_no_options,
+      ctl_tenant_key_revoke },
+    { "rule", "add", "TENANT --route PATTERN " CTL_LIMIT_SYNOPSIS
+      " [--name LIMITNAME] [--priority N] [--always] [--shadow] "
+      "[--failure-mode closed|open] [--per rule|route]",
+      { "TENANT", NULL }, ctl_rule_add_options, ctl_rule_add },
+    { "rule", "list", "TENANT", { "TENANT", NULL }, ctl_no_options,
+      ctl_rule_list },
+    { "rule", "set", "RULE_ID [--enabled on|off] [--always on|off] "
+      "[--shadow on|off] [--failure-mode closed|open] [--per rule|route] "
+      "[--priority N]", { "RULE_ID", NULL }, ctl_rule_set_options,
+      ctl_rule_set },
+    { "rule", "remove", "RULE_ID", { "RULE_ID", NULL }, ctl_no_options,
+      ctl_rule_remove },
+    { "limit", "add", "RULE_ID --name LIMITNAME " CTL_LIMIT_SYNOPSIS,
+      { "RULE_ID", NULL }, ctl_limit_add_options, ctl_rule_limit_add },
+    { "limit", "remove", "LIMIT_ID", { "LIMIT_ID", NULL }, ctl_no_options,
+      ctl_rule_limit_remove },
+};
+
+#define CTL_NCOMMANDS (sizeof(ctl_commands) / sizeof(ctl_commands[0]))
+
+/*
+ * "--help": the commands with their positional arguments, the exit
+ * statuses and where the rest is.  Made from ctl_commands, so that it
+ * cannot leave a command out; the options are in each command's usage
+ * ("COMMAND --help") and in the manual page.
+ */
+static void
+ctl_help(FILE *fp)
+{
+    const struct ctl_command *cmd;
+    size_t i;
+    int k;
+
+    fputs("usage: " CTL_NAME " [-c FILE] COMMAND [ARGUMENT ...]\n"
+        "       " CTL_NAME " -h | --help | --version\n"
+        "\n"
+        "SYNOPSIS\n", fp);
+    for (i = 0; i < CTL_NCOMMANDS; i++) {
+        cmd = &ctl_commands[i];
+        fprintf(fp, "    " CTL_NAME " [-c FILE] %s", cmd->noun);
+        if (cmd->verb != NULL)
+            fprintf(fp, " %s", cmd->verb);
+        for (k = 0; cmd->positional[k] != NULL; k++)
+            fprintf(fp, " %s", cmd->positional[k]);
+        if (cmd->options[0].name != NULL)
+            fputs(" [OPTION ...]", fp);
+        fputc('\n', fp);
+    }
+    fputs("\n"
+        "    -c FILE, --config FILE  the configuration file (default\n"
+        "                            " CTL_DEFAULT_CONFIG ")\n"
+        "    COMMAND --help          the command's options\n"
+        "\n"
+        "EXIT STATUS\n"
+        "    0  success\n"
+        "    1  the command failed (database, unknown name or id)\n"
+        "    2  bad command line, or a change refused because a check\n"
+        "       would need too many limits; nothing was changed\n"
+        "\n"
+        "Every command and option is described in the manual page\n"
+        "ratelimitctl(8): man ratelimitctl\n", fp);
+}
+
+static int
+ctl_short_usage(FILE *fp)
+{
+    fputs("usage: " CTL_NAME " [-c FILE] COMMAND ...\n"
+        "commands: migrate, tenant add|list|suspend|resume, "
+        "key create|list|revoke, rule add|list|set|remove, "
+        "limit add|remove\n"
+        "Try '" CTL_NAME " --help' for more information.\n", fp);
+    return CTL_EXIT_USAGE;
+}
+
+/* Finds the command named by argv[0] (and argv[1]).  Returns it, or NULL
+ * after printing a usage error. */
+static const struct ctl_command *
+ctl_find_command(int argc, char **argv, int *words)
+{
+    const char *noun = argv[0], *verb = argc > 1 ? argv[1] : NULL;
+    int noun_known = 0;
+    size_t i;
+
+    for (i = 0; i < CTL_NCOMMANDS; i++) {
+        if (strcmp(ctl_commands[i].noun, noun) != 0)
+            continue;
+        noun_known = 1;
+        if (ctl_commands[i].verb == NULL) {
+            *words = 1;
+            return &ctl_commands[i];
+        }
+        if (verb != NULL && strcmp(ctl_commands[i].verb, verb) == 0) {
+            *words = 2;
+            return &ctl_commands[i];
+        }
+    }
+    if (!noun_known) {
+        ctl_warn("unknown command '%s'", noun);
+    } else {
+        if (verb == NULL)
+            ctl_warn("'%s' needs a subcommand:", noun);
+        else
+            ctl_warn("unknown command '%s %s'; one of:", noun, verb);
+        for (i = 0; i < CTL_NCOMMANDS; i++)
+            if (strcmp(ctl_commands[i].noun, noun) == 0) {
+                fputs("    " CTL_NAME " ", stderr);
+                ctl_print_command(&ctl_commands[i], stderr);
+            }
+    }
+    ctl_short_usage(stderr);
+    return NULL;
+}
+
+int
+main(int argc, char **argv)
+{
+    struct ctl ctl;
+    struct ctl_args args;
+    const struct ctl_command *cmd;
+    const char *arg;
+    int i, words, rc;
+
+    memset(&ctl, 0, sizeof(ctl));
+    ctl.config_path = CTL_DEFAULT_CONFIG;
+
+    /* Global options come before the command. */
+    for (i = 1; i < argc && argv[i][0] == '-'; i++) {
+        arg = argv[i];
+        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+            ctl_help(stdout);
+            return CTL_EXIT_OK;
+        }
+        if (strcmp(arg, "--version") == 0) {
+            printf(CTL_NAME " %s (ratelimit-fcgi), libpq %d\n", RL_VERSION,
+                PQlibVersion());
+            return CTL_EXIT_OK;
+        }
+        if (strcmp(arg, "-c") == 0 || strcmp(arg, "--config") == 0) {
+            if (i + 1 >= argc) {
+                ctl_warn("option '%s' needs a file name", arg);
+                return ctl_short_usage(stderr);
+            }
+            ctl.config_path = argv[++i];
+        } else if (strncmp(arg, "--config=", 9) == 0) {
+            ctl.config_path = arg + 9;
+        } else if (strncmp(arg, "-c", 2) == 0) {
+            ctl.config_path = arg + 2;
+        } else {
+            ctl_warn("unknown option '%s'", arg);
+            return ctl_short_usage(stderr);
+        }
+        if (*ctl.config_path == '\0') {
+            ctl_warn("option '-c': empty file name");
+            return ctl_short_usage(stderr);
+        }
+        ctl.config_given = 1;
+    }
+    if (i >= argc) {
+        ctl_warn("no command given");
+        return ctl_short_usage(stderr);
+    }
+    if (strcmp(argv[i], "help") == 0) {
+        ctl_help(stdout);
+        return CTL_EXIT_OK;
+    }
+    if ((cmd = ctl_find_command(argc - i, argv + i, &words)) == NULL)
+        return CTL_EXIT_USAGE;
+    rc = ctl_args_parse(cmd, argc - i - words, argv + i + words, &args);
+    if (rc == -1)
+        return CTL_EXIT_OK;
+    if (rc != 0)
+        return rc;
+
+    rc = cmd->run(&ctl, cmd, &args);
+    if (ctl.conn != NULL)
+        PQfinish(ctl.conn);
+    if (fflush(stdout) == EOF || ferror(stdout)) {
+        ctl_warn("cannot write the output: %s", strerror(errno));
+        return CTL_EXIT_FAIL;
+    }
+    return rc;
+}

@@ -1,0 +1,216 @@
+/*
+ * ctl.h -- what the files of the admin tool, ratelimitctl, share.
+ *
+ * ratelimitctl applies the schema migrations and manages tenants, their
+ * API keys and their rules in PostgreSQL; ratelimitctl.8 is its manual.
+ * Each run does one command.  Every argument is checked before the
+ * database is touched, so a typing mistake exits with status 2 and changes
+ * nothing; every change that takes more than one statement runs in one
+ * transaction, so a failure leaves nothing half-written.  User-supplied
+ * values reach the server only as query parameters, never inside SQL text.
+ * Workers pick up the changes through the triggers of schema/001_init.sql,
+ * which NOTIFY them.
+ *
+ * The files: ctl.c (the command table, global options, messages, main),
+ * ctl_args.c (one command's arguments), ctl_db.c (connection, queries,
+ * transactions, output), ctl_migrate.c, ctl_tenant.c (tenants and keys)
+ * and ctl_rule.c (rules and limits, and the guard that keeps every check
+ * within RL_MAX_LIMITS).  The checks of typed values are validate.c's,
+ * shared with the service.  Functions return an exit status (CTL_EXIT_*)
+ * after printing why, unless their comment says otherwise.
+ */
+#ifndef CTL_H
+#define CTL_H
+
+#include <stdio.h>
+
+#include <libpq-fe.h>
+
+#include "ratelimit.h"
+
+#define CTL_NAME "ratelimitctl"
+#define CTL_DEFAULT_CONFIG "/etc/ratelimit-fcgi/ratelimit.conf"
+
+#define CTL_EXIT_OK 0
+#define CTL_EXIT_FAIL 1         /* runtime and database errors */
+#define CTL_EXIT_USAGE 2        /* bad command line */
+
+#define CTL_MAX_POSITIONAL 2
+#define CTL_MAX_OPTIONS 16
+
+/* ------------------------------------------------------------------ */
+/* Commands and the state of one run */
+
+struct ctl_option {
+    const char *name;           /* without the leading "--" */
+    int has_value;
+};
+
+/* One command's arguments, as ctl_args_parse() split them. */
+struct ctl_args {
+    const char *pos[CTL_MAX_POSITIONAL];
+    int npos;
+    const char *value[CTL_MAX_OPTIONS]; /* by index in the command's options */
+    int given[CTL_MAX_OPTIONS];
+};
+
+struct ctl;
+struct ctl_command;
+
+typedef int (*ctl_run_fn)(struct ctl *, const struct ctl_command *,
+    const struct ctl_args *);
+
+struct ctl_command {
+    const char *noun;
+    const char *verb;           /* NULL for one-word commands */
+    const char *synopsis;       /* the arguments after the command words */
+    const char *positional[CTL_MAX_POSITIONAL + 1];  /* names, NULL ended */
+    const struct ctl_option *options;                /* NULL-name ended */
+    ctl_run_fn run;
+};
+
+/* The state of one run: where the configuration is and the connection. */
+struct ctl {
+    const char *config_path;
+    int config_given;           /* -c was used: the file must exist */
+    struct rl_config cfg;
+    PGconn *conn;
+    char err[512];              /* the last database error, one line */
+    char sqlstate[6];
+    char constraint[64];        /* the constraint it broke, or "" */
+    int err_line;               /* line of a failing migration, or 0 */
+};
+
+/* ------------------------------------------------------------------ */
+/* ctl.c: messages */
+
+/* Prints "ratelimitctl: message" on stderr. */
+void ctl_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ctl_warn(), then returns CTL_EXIT_FAIL. */
+int ctl_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Prints the message, the command's usage line (cmd may be NULL) and a
+ * pointer to --help; returns CTL_EXIT_USAGE. */
+int ctl_usage_error(const struct ctl_command *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Prints "noun verb synopsis" and a newline. */
+void ctl_print_command(const struct ctl_command *cmd, FILE *fp);
+
+/* ------------------------------------------------------------------ */
+/* ctl_args.c: one command's arguments */
+
+/*
+ * Splits argv (the words after the command) into positional arguments and
+ * the command's options.  Returns 0, CTL_EXIT_USAGE after printing why, or
+ * -1 when --help was asked for (the usage has then been printed).
+ */
+int ctl_args_parse(const struct ctl_command *cmd, int argc, char **argv,
+    struct ctl_args *a);
+
+/* The value of option name (without "--"), or NULL when it was not given
+ * or is not one of cmd's. */
+const char *ctl_args_value(const struct ctl_command *cmd,
+    const struct ctl_args *a, const char *name);
+
+/* 1 when option name was given, else 0. */
+int ctl_args_flag(const struct ctl_command *cmd, const struct ctl_args *a,
+    const char *name);
+
+/* ------------------------------------------------------------------ */
+/* ctl_db.c: the database and output */
+
+/* Loads the configuration and connects. */
+int ctl_db_connect(struct ctl *ctl);
+
+/* Keeps the first line of msg (without "ERROR:  ") as the current error. */
+void ctl_db_set_error(struct ctl *ctl, const char *msg);
+
+/* Keeps the error of res (which may be NULL): its message, SQLSTATE,
+ * constraint and, when sql is given, the line of sql it points at. */
+void ctl_db_set_result_error(struct ctl *ctl, const PGresult *res,
+    const char *sql);
+
+/* Prints the current database error; returns CTL_EXIT_FAIL. */
+int ctl_db_fail(const struct ctl *ctl);
+
+/* Runs one parameterized statement.  Returns its result (tuples or command
+ * OK; the caller PQclear()s it), or NULL with the error kept in ctl. */
+PGresult *ctl_db_query(struct ctl *ctl, const char *sql, int nparams,
+    const char *const *params);
+
+/* Runs a statement whose result is of no interest.  Returns 0 or -1 with
+ * the error kept in ctl. */
+int ctl_db_command(struct ctl *ctl, const char *sql, int nparams,
+    const char *const *params);
+
+/* Runs a statement for the number of rows it returns (or changes, with
+ * RETURNING).  Returns that number, or -1 with the error kept in ctl. */
+int ctl_db_query_rows(struct ctl *ctl, const char *sql, int nparams,
+    const char *const *params);
+
+/* BEGIN and COMMIT: 0, or -1 with the error kept in ctl. */
+int ctl_db_begin(struct ctl *ctl);
+int ctl_db_commit(struct ctl *ctl);
+
+/* Abandons the open transaction, keeping the error that caused it. */
+void ctl_db_rollback(struct ctl *ctl);
+
+/* Looks up a tenant by name into id (a UUID). */
+int ctl_db_tenant_id(struct ctl *ctl, const char *name,
+    char id[RL_UUID_LEN + 1]);
+
+/* Checks the row id s (what names it in messages) into *id, then
+ * connects. */
+int ctl_db_parse_id_connect(struct ctl *ctl, const struct ctl_command *cmd,
+    const char *what, const char *s, long long *id);
+
+/* Prints "name  value" lines with the values aligned. */
+void ctl_db_print_fields(const char *const *names,
+    const char *const *values, int n);
+
+/* Runs a query and prints its rows as a table under headers. */
+int ctl_db_print_query(struct ctl *ctl, const char *sql, int nparams,
+    const char *const *params, const char *const *headers);
+
+/* "key list TENANT" and "rule list TENANT": checks the name, connects,
+ * looks the tenant up and prints the rows of sql, whose $1 is the tenant's
+ * id, under headers. */
+int ctl_db_print_tenant_query(struct ctl *ctl, const struct ctl_command *cmd,
+    const char *tenant, const char *sql, const char *const *headers);
+
+/* ------------------------------------------------------------------ */
+/* The commands (ctl_run_fn): ctl_migrate.c, ctl_tenant.c, ctl_rule.c */
+
+int ctl_migrate_run(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a);
+
+int ctl_tenant_add(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a);
+int ctl_tenant_list(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a);
+/* tenant suspend / tenant resume: the status is the command's verb. */
+int ctl_tenant_status(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a);
+int ctl_tenant_key_create(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a);
+int ctl_tenant_key_list(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a);
+int ctl_tenant_key_revoke(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a);
+
+int ctl_rule_add(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a);
+int ctl_rule_list(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a);
+int ctl_rule_set(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a);
+int ctl_rule_remove(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a);
+int ctl_rule_limit_add(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a);
+int ctl_rule_limit_remove(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a);
+
+#endif /* CTL_H */

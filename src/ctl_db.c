@@ -1,0 +1,332 @@
+/*
+ * ctl_db.c -- ratelimitctl's connection to PostgreSQL, and its output.
+ *
+ * The configuration file gives pg_conninfo and pg_connect_timeout_ms; the
+ * rest of a connection comes from libpq's PG* environment variables.
+ * Statements are sent with their values as parameters, never inside the
+ * SQL text.  A failing statement leaves its first line, SQLSTATE and
+ * broken constraint on the struct ctl, so that a command can turn a known
+ * failure (a duplicate name, say) into a message of its own and print any
+ * other as it is.  The output helpers print a result as an aligned table
+ * (the list commands) or as "name  value" lines (what a change made).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ctl.h"
+
+
+/* Notices ("relation already exists, skipping") are dropped. */
+static void
+ctl_db_ignore_notice(void *arg, const char *message)
+{
+    (void)arg;
+    (void)message;
+}
+
+/* Keeps the first line of msg as the current error. */
+void
+ctl_db_set_error(struct ctl *ctl, const char *msg)
+{
+    size_t n;
+
+    if (msg == NULL || *msg == '\0')
+        msg = "unknown database error";
+    if (strncmp(msg, "ERROR:  ", 8) == 0)
+        msg += 8;
+    n = strcspn(msg, "\n");
+    if (n >= sizeof(ctl->err))
+        n = sizeof(ctl->err) - 1;
+    memcpy(ctl->err, msg, n);
+    ctl->err[n] = '\0';
+}
+
+void
+ctl_db_set_result_error(struct ctl *ctl, const PGresult *res,
+    const char *sql)
+{
+    const char *primary = NULL, *state = NULL, *pos = NULL, *constraint = NULL;
+    long offset, line;
+    const char *p;
+
+    if (res != NULL) {
+        primary = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+        state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+        pos = PQresultErrorField(res, PG_DIAG_STATEMENT_POSITION);
+        constraint = PQresultErrorField(res, PG_DIAG_CONSTRAINT_NAME);
+    }
+    ctl_db_set_error(ctl, primary != NULL ? primary :
+        PQerrorMessage(ctl->conn));
+    snprintf(ctl->sqlstate, sizeof(ctl->sqlstate), "%s", state ? state : "");
+    snprintf(ctl->constraint, sizeof(ctl->constraint), "%s",
+        constraint ? constraint : "");
+    ctl->err_line = 0;
+    if (pos != NULL && sql != NULL) {
+        /* The position counts characters; the migrations are ASCII. */
+        offset = strtol(pos, NULL, 10);
+        line = 1;
+        for (p = sql; *p != '\0' && p - sql < offset - 1; p++)
+            if (*p == '\n')
+                line++;
+        ctl->err_line = (int)line;
+    }
+}
+
+/* Prints the current database error; returns CTL_EXIT_FAIL. */
+int
+ctl_db_fail(const struct ctl *ctl)
+{
+    return ctl_fail("%s", ctl->err);
+}
+
+/*
+ * Loads the configuration and connects.  Returns 0, or CTL_EXIT_FAIL after
+ * printing why.
+ */
+int
+ctl_db_connect(struct ctl *ctl)
+{
+    const char *keywords[5], *values[5];
+    char err[600], timeout[32];
+    long seconds;
+
+    config_defaults(&ctl->cfg);
+    if (ctl->config_given || access(ctl->config_path, F_OK) == 0) {
+        if (config_load(&ctl->cfg, ctl->config_path, err, sizeof(err)) == -1)
+            return ctl_fail("%s", err);
+    }
+    seconds = (ctl->cfg.pg_connect_timeout_ms + 999) / 1000;
+    snprintf(timeout, sizeof(timeout), "%ld", seconds < 1 ? 1 : seconds);
+
+    /* Later keywords win: a connect_timeout inside pg_conninfo overrides
+     * the one derived from pg_connect_timeout_ms. */
+    keywords[0] = "connect_timeout";
+    values[0] = timeout;
+    keywords[1] = "fallback_application_name";
+    values[1] = CTL_NAME;
+    keywords[2] = "dbname";
+    values[2] = ctl->cfg.pg_conninfo;
+    keywords[3] = NULL;
+    values[3] = NULL;
+    ctl->conn = PQconnectdbParams(keywords, values, 1);
+    if (ctl->conn == NULL)
+        return ctl_fail("out of memory");
+    if (PQstatus(ctl->conn) != CONNECTION_OK) {
+        ctl_db_set_error(ctl, PQerrorMessage(ctl->conn));
+        return ctl_db_fail(ctl);
+    }
+    /* "relation already exists, skipping" and the like are not news. */
+    PQsetNoticeProcessor(ctl->conn, ctl_db_ignore_notice, NULL);
+    return 0;
+}
+
+/*
+ * Runs one parameterized statement.  Returns its result (tuples or command
+ * OK; the caller PQclear()s it), or NULL with the error kept in ctl.
+ */
+PGresult *
+ctl_db_query(struct ctl *ctl, const char *sql, int nparams,
+    const char *const *params)
+{
+    PGresult *res;
+    ExecStatusType st;
+
+    res = PQexecParams(ctl->conn, sql, nparams, NULL, params, NULL, NULL, 0);
+    st = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
+    if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK)
+        return res;
+    ctl_db_set_result_error(ctl, res, NULL);
+    PQclear(res);
+    return NULL;
+}
+
+/* Runs a statement whose result is of no interest.  Returns 0 or -1. */
+int
+ctl_db_command(struct ctl *ctl, const char *sql, int nparams,
+    const char *const *params)
+{
+    PGresult *res = ctl_db_query(ctl, sql, nparams, params);
+
+    if (res == NULL)
+        return -1;
+    PQclear(res);
+    return 0;
+}
+
+int
+ctl_db_begin(struct ctl *ctl)
+{
+    return ctl_db_command(ctl, "BEGIN", 0, NULL);
+}
+
+int
+ctl_db_commit(struct ctl *ctl)
+{
+    return ctl_db_command(ctl, "COMMIT", 0, NULL);
+}
+
+/* Abandons the open transaction, keeping the error that caused it. */
+void
+ctl_db_rollback(struct ctl *ctl)
+{
+    PGresult *res = PQexec(ctl->conn, "ROLLBACK");
+
+    PQclear(res);
+}
+
+/*
+ * Looks up a tenant by name into id (a UUID).  Returns 0, or CTL_EXIT_FAIL
+ * after printing why (unknown tenant or database error).
+ */
+int
+ctl_db_tenant_id(struct ctl *ctl, const char *name,
+    char id[RL_UUID_LEN + 1])
+{
+    const char *params[1] = { name };
+    PGresult *res;
+
+    res = ctl_db_query(ctl, "SELECT id FROM tenants WHERE name = $1", 1,
+        params);
+    if (res == NULL)
+        return ctl_db_fail(ctl);
+    if (PQntuples(res) == 0) {
+        PQclear(res);
+        return ctl_fail("no tenant named \"%s\" (see '" CTL_NAME
+            " tenant list')", name);
+    }
+    snprintf(id, RL_UUID_LEN + 1, "%s", PQgetvalue(res, 0, 0));
+    PQclear(res);
+    return 0;
+}
+
+/*
+ * The start of the commands that take a row id: parses s into id (what
+ * names the argument in messages), then connects.  Returns 0, or an exit
+ * status after printing why.
+ */
+int
+ctl_db_parse_id_connect(struct ctl *ctl, const struct ctl_command *cmd,
+    const char *what, const char *s, long long *id)
+{
+    char err[256];
+
+    if (validate_id(what, s, id, err, sizeof(err)) == -1)
+        return ctl_usage_error(cmd, "%s", err);
+    return ctl_db_connect(ctl);
+}
+
+/*
+ * Runs a statement for the number of rows it returns (or changes, with
+ * RETURNING).  Returns that number, or -1 with the error kept in ctl.
+ */
+int
+ctl_db_query_rows(struct ctl *ctl, const char *sql, int nparams,
+    const char *const *params)
+{
+    PGresult *res = ctl_db_query(ctl, sql, nparams, params);
+    int n;
+
+    if (res == NULL)
+        return -1;
+    n = PQntuples(res);
+    PQclear(res);
+    return n;
+}
+
+/* ------------------------------------------------------------------ */
+/* Output */
+
+/*
+ * Prints a result as a table under the given headers (one per column):
+ * columns separated by two spaces, NULL shown as "-".
+ */
+static void
+ctl_db_print_table(const PGresult *res, const char *const *headers)
+{
+    int ncols = PQnfields(res), nrows = PQntuples(res), r, c;
+    size_t width[16], w;
+    const char *v;
+
+    if (ncols > 16)
+        ncols = 16;
+    for (c = 0; c < ncols; c++)
+        width[c] = validate_display_width(headers[c]);
+    for (r = 0; r < nrows; r++)
+        for (c = 0; c < ncols; c++) {
+            v = PQgetisnull(res, r, c) ? "-" : PQgetvalue(res, r, c);
+            if ((w = validate_display_width(v)) > width[c])
+                width[c] = w;
+        }
+    for (r = -1; r < nrows; r++) {
+        for (c = 0; c < ncols; c++) {
+            if (r < 0)
+                v = headers[c];
+            else
+                v = PQgetisnull(res, r, c) ? "-" : PQgetvalue(res, r, c);
+            fputs(v, stdout);
+            if (c < ncols - 1)
+                printf("%*s",
+                    (int)(width[c] - validate_display_width(v) + 2), "");
+        }
+        putchar('\n');
+    }
+}
+
+/* Prints "name  value" lines with the values aligned. */
+void
+ctl_db_print_fields(const char *const *names,
+    const char *const *values, int n)
+{
+    size_t width = 0;
+    int i;
+
+    for (i = 0; i < n; i++)
+        if (strlen(names[i]) > width)
+            width = strlen(names[i]);
+    for (i = 0; i < n; i++)
+        printf("%-*s  %s\n", (int)width, names[i], values[i]);
+}
+
+/*
+ * Runs a query and prints its rows as a table under headers (the "list"
+ * commands).  Returns CTL_EXIT_OK, or CTL_EXIT_FAIL after printing the
+ * database error.
+ */
+int
+ctl_db_print_query(struct ctl *ctl, const char *sql, int nparams,
+    const char *const *params, const char *const *headers)
+{
+    PGresult *res = ctl_db_query(ctl, sql, nparams, params);
+
+    if (res == NULL)
+        return ctl_db_fail(ctl);
+    ctl_db_print_table(res, headers);
+    PQclear(res);
+    return CTL_EXIT_OK;
+}
+
+/*
+ * "key list TENANT" and "rule list TENANT": checks the name, connects,
+ * looks the tenant up and prints the rows of sql, whose $1 is the tenant's
+ * id, under headers.  Returns an exit status, having printed why on
+ * failure.
+ */
+int
+ctl_db_print_tenant_query(struct ctl *ctl, const struct ctl_command *cmd,
+    const char *tenant, const char *sql, const char *const *headers)
+{
+    char id[RL_UUID_LEN + 1], err[256];
+    const char *params[1] = { id };
+    int rc;
+
+    if (validate_tenant_name("tenant name", tenant, err, sizeof(err)) == -1)
+        return ctl_usage_error(cmd, "%s", err);
+    if ((rc = ctl_db_connect(ctl)) != 0)
+        return rc;
+    if ((rc = ctl_db_tenant_id(ctl, tenant, id)) != 0)
+        return rc;
+    return ctl_db_print_query(ctl, sql, 1, params, headers);
+}
+

@@ -1,0 +1,941 @@
+/*
+ * ctl_rule.c -- the rule and limit commands of ratelimitctl.
+ *
+ * A rule is a route pattern of a tenant with its switches (enabled,
+ * always, shadow, failure mode, per) and one to RL_MAX_LIMITS limits; a
+ * limit is a name, an algorithm and exactly that algorithm's parameters
+ * (schema/002_limits.sql enforces the same, whoever writes to the tables).
+ * The algorithm and calendar names are rules.c's, the bounds validate.c's.
+ *
+ * A change of the rules after which some route's check would need more
+ * limits than one check decides (RL_MAX_LIMITS) is refused with status 2
+ * and nothing changed: see "The plan guard" below.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctl.h"
+
+/* ------------------------------------------------------------------ */
+/* The plan guard */
+
+/*
+ * One check decides the limits of the most specific matching rule and of
+ * every other matching "always" rule together, at most RL_MAX_LIMITS of
+ * them; the service answers a route that needs more 503 "misconfigured"
+ * rather than drop one.  So every command that can give a route more
+ * limits -- rule add, rule set (--enabled, --always, --priority: another
+ * rule may win), rule remove (another rule of the same pattern may take
+ * over) and limit add -- runs in one transaction that locks the tenant's
+ * row (two such commands for one tenant take turns), reads the tenant's
+ * rules the way the service does, makes the change, reads them again and
+ * asks rules_overflow() whether some route now needs more than
+ * RL_MAX_LIMITS, and more than before.  If so, nothing is committed and
+ * the command exits 2, naming the routes and the rules.  A change that
+ * leaves a plan too big but no bigger (a step towards repairing rules
+ * written with psql) goes through.
+ */
+struct ctl_rule_guard {
+    char tenant_id[RL_UUID_LEN + 1];
+    struct rl_rule *before;
+    int nbefore;
+};
+
+/*
+ * Reads the rules of tenant_id that the service would use -- enabled, with
+ * at least one limit, the first RL_MAX_RULES by id, at most RL_MAX_LIMITS
+ * limits each (store_pg.c) -- with what matching needs: id, pattern,
+ * priority, always and the number of limits.  *out is calloc()ed (free it)
+ * and may be NULL when *n is 0.  Returns 0, or -1 with the error in ctl.
+ */
+static int
+ctl_rule_guard_load(struct ctl *ctl, const char *tenant_id,
+    struct rl_rule **out, int *n)
+{
+    char max_rules[16];
+    const char *params[2] = { tenant_id, max_rules };
+    struct rl_rule *rules;
+    PGresult *res;
+    long long nlimits;
+    int i;
+
+    *out = NULL;
+    *n = 0;
+    snprintf(max_rules, sizeof(max_rules), "%d", RL_MAX_RULES);
+    res = ctl_db_query(ctl, "SELECT r.id, r.route_pattern, r.priority, "
+        "  r.always, count(*) "
+        "FROM rules r JOIN limits l ON l.rule_id = r.id "
+        "WHERE r.tenant_id = $1::uuid AND r.enabled "
+        "GROUP BY r.id ORDER BY r.id LIMIT $2::integer", 2, params);
+    if (res == NULL)
+        return -1;
+    if (PQntuples(res) == 0) {
+        PQclear(res);
+        return 0;
+    }
+    if ((rules = calloc((size_t)PQntuples(res), sizeof(*rules))) == NULL) {
+        PQclear(res);
+        ctl_db_set_error(ctl, "out of memory");
+        return -1;
+    }
+    for (i = 0; i < PQntuples(res); i++) {
+        rules[i].id = strtoll(PQgetvalue(res, i, 0), NULL, 10);
+        snprintf(rules[i].pattern, sizeof(rules[i].pattern), "%s",
+            PQgetvalue(res, i, 1));
+        rules[i].priority = atoi(PQgetvalue(res, i, 2));
+        rules[i].always = PQgetvalue(res, i, 3)[0] == 't';
+        nlimits = strtoll(PQgetvalue(res, i, 4), NULL, 10);
+        rules[i].nlimits = nlimits > RL_MAX_LIMITS ? RL_MAX_LIMITS :
+            (int)nlimits;
+    }
+    *out = rules;
+    *n = PQntuples(res);
+    PQclear(res);
+    return 0;
+}
+
+/*
+ * Opens the guarded transaction for the tenant with id tenant_id, which
+ * the caller has looked up inside it: locks the tenant's row and reads
+ * its rules.  Returns 0, or CTL_EXIT_FAIL after rolling back and printing
+ * why.
+ */
+static int
+ctl_rule_guard_lock(struct ctl *ctl, struct ctl_rule_guard *g,
+    const char *tenant_id)
+{
+    const char *params[1] = { tenant_id };
+
+    snprintf(g->tenant_id, sizeof(g->tenant_id), "%s", tenant_id);
+    if (ctl_db_command(ctl, "SELECT 1 FROM tenants WHERE id = $1::uuid "
+        "FOR NO KEY UPDATE", 1, params) == -1 ||
+        ctl_rule_guard_load(ctl, g->tenant_id, &g->before,
+        &g->nbefore) == -1) {
+        ctl_db_rollback(ctl);
+        return ctl_db_fail(ctl);
+    }
+    return 0;
+}
+
+/*
+ * Begins a guarded change of the tenant named name.  Returns 0, or
+ * CTL_EXIT_FAIL after printing why (no such tenant, database error), with
+ * nothing left open.
+ */
+static int
+ctl_rule_guard_begin_tenant(struct ctl *ctl, struct ctl_rule_guard *g,
+    const char *name)
+{
+    const char *params[1] = { name };
+    char id[RL_UUID_LEN + 1];
+    PGresult *res;
+
+    memset(g, 0, sizeof(*g));
+    if (ctl_db_begin(ctl) == -1)
+        return ctl_db_fail(ctl);
+    res = ctl_db_query(ctl, "SELECT id FROM tenants WHERE name = $1", 1,
+        params);
+    if (res == NULL) {
+        ctl_db_rollback(ctl);
+        return ctl_db_fail(ctl);
+    }
+    if (PQntuples(res) == 0) {
+        PQclear(res);
+        ctl_db_rollback(ctl);
+        return ctl_fail("no tenant named \"%s\" (see '" CTL_NAME
+            " tenant list')", name);
+    }
+    snprintf(id, sizeof(id), "%s", PQgetvalue(res, 0, 0));
+    PQclear(res);
+    return ctl_rule_guard_lock(ctl, g, id);
+}
+
+/*
+ * Begins a guarded change of the rule with id rule_id and its tenant.
+ * Returns 0, or CTL_EXIT_FAIL after printing why (no such rule,
+ * database error), with nothing left open.
+ */
+static int
+ctl_rule_guard_begin_rule(struct ctl *ctl, struct ctl_rule_guard *g,
+    long long rule_id)
+{
+    char id[RL_UUID_LEN + 1], rule[24];
+    const char *params[1] = { rule };
+    PGresult *res;
+
+    memset(g, 0, sizeof(*g));
+    snprintf(rule, sizeof(rule), "%lld", rule_id);
+    if (ctl_db_begin(ctl) == -1)
+        return ctl_db_fail(ctl);
+    res = ctl_db_query(ctl, "SELECT tenant_id FROM rules "
+        "WHERE id = $1::bigint", 1, params);
+    if (res == NULL) {
+        ctl_db_rollback(ctl);
+        return ctl_db_fail(ctl);
+    }
+    if (PQntuples(res) == 0) {
+        PQclear(res);
+        ctl_db_rollback(ctl);
+        return ctl_fail("no rule with id %lld", rule_id);
+    }
+    snprintf(id, sizeof(id), "%s", PQgetvalue(res, 0, 0));
+    PQclear(res);
+    return ctl_rule_guard_lock(ctl, g, id);
+}
+
+/* Abandons a guarded change (after a failed statement, say). */
+static void
+ctl_rule_guard_abort(struct ctl *ctl, struct ctl_rule_guard *g)
+{
+    ctl_db_rollback(ctl);
+    free(g->before);
+    g->before = NULL;
+}
+
+/* Prints why a change was refused: the routes, the limits, the rules. */
+static void
+ctl_rule_guard_explain(const struct rl_overflow *o,
+    const struct rl_rule *rules)
+{
+    const struct rl_rule *r;
+    int i;
+
+    if (!o->prefix)
+        ctl_warn("refused: after this change a check of the route \"%s\" "
+            "would need %d limits, more than the %d one check decides "
+            "(it needs %d now):", o->route, o->needed, RL_MAX_LIMITS,
+            o->before);
+    else if (o->route[0] == '\0')
+        ctl_warn("refused: after this change a check of a route that only "
+            "\"*\" rules match would need %d limits, more than the %d one "
+            "check decides (it needs %d now):", o->needed, RL_MAX_LIMITS,
+            o->before);
+    else
+        ctl_warn("refused: after this change a check of a route beginning "
+            "with \"%s\" would need %d limits, more than the %d one check "
+            "decides (it needs %d now):", o->route, o->needed,
+            RL_MAX_LIMITS, o->before);
+    for (i = 0; i < o->nrules; i++) {
+        r = &rules[o->rule[i]];
+        fprintf(stderr, "    rule %lld  %s  %d limit%s  (%s)\n", r->id,
+            r->pattern, r->nlimits, r->nlimits == 1 ? "" : "s",
+            i == 0 ? "the most specific rule" : "always");
+    }
+    fputs(CTL_NAME ": the service would answer such a check 503 "
+        "\"misconfigured\"; nothing was changed (give the rules fewer "
+        "limits, or fewer \"always\" rules that match the same routes)\n",
+        stderr);
+}
+
+/*
+ * Ends a guarded change: reads the tenant's rules again and commits, or,
+ * when some route's check would now need too many limits, rolls back and
+ * explains.  Returns 0, CTL_EXIT_USAGE (refused) or CTL_EXIT_FAIL
+ * (database error), having printed why.
+ */
+static int
+ctl_rule_guard_end(struct ctl *ctl, struct ctl_rule_guard *g)
+{
+    struct rl_overflow *o;
+    struct rl_rule *after;
+    int nafter, rc = 0;
+
+    if (ctl_rule_guard_load(ctl, g->tenant_id, &after, &nafter) == -1) {
+        ctl_rule_guard_abort(ctl, g);
+        return ctl_db_fail(ctl);
+    }
+    if ((o = malloc(sizeof(*o))) == NULL) {
+        free(after);
+        ctl_rule_guard_abort(ctl, g);
+        return ctl_fail("out of memory");
+    }
+    if (rules_overflow(g->before, g->nbefore, after, nafter, o)) {
+        ctl_rule_guard_abort(ctl, g);
+        ctl_rule_guard_explain(o, after);
+        rc = CTL_EXIT_USAGE;
+    } else if (ctl_db_commit(ctl) == -1) {
+        ctl_rule_guard_abort(ctl, g);
+        rc = ctl_db_fail(ctl);
+    }
+    free(o);
+    free(after);
+    free(g->before);
+    g->before = NULL;
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* rule and limit */
+
+/*
+ * The algorithms and the parameter options each takes.  Any other
+ * parameter option is refused for it, so that a mistyped command never
+ * stores something other than what was meant.
+ */
+struct ctl_rule_algorithm {
+    int algorithm;                      /* enum rl_algorithm */
+    const char *required[3];            /* option names, NULL ended */
+    const char *optional[2];
+    const char *takes;                  /* the options, for messages */
+};
+
+static const struct ctl_rule_algorithm ctl_rule_algorithms[] = {
+    { RL_ALGO_TOKEN_BUCKET, { "capacity", "refill-rate", NULL }, { NULL },
+      "--capacity N and --refill-rate R" },
+    { RL_ALGO_SLIDING_WINDOW, { "limit", "window", NULL }, { NULL },
+      "--limit N and --window SECONDS" },
+    { RL_ALGO_GCRA, { "limit", "period", NULL }, { "burst", NULL },
+      "--limit N and --period DURATION, optionally --burst B" },
+    { RL_ALGO_FIXED_WINDOW, { "limit", "calendar", NULL }, { NULL },
+      "--limit N and --calendar minute|hour|day|month" },
+};
+
+#define CTL_RULE_NALGORITHMS \
+    (sizeof(ctl_rule_algorithms) / sizeof(ctl_rule_algorithms[0]))
+
+/* Every option that sets a limit parameter. */
+static const char *const ctl_rule_parameter_options[] = { "capacity",
+    "refill-rate", "limit", "window", "period", "burst", "calendar", NULL };
+
+/*
+ * One limit's checked parameters, as text for query parameters.  An empty
+ * string stands for NULL: each algorithm leaves the others' empty.
+ */
+struct ctl_rule_limit_spec {
+    const char *name;
+    const struct ctl_rule_algorithm *algorithm;
+    char count[24], window[24], capacity[24], rate[40];
+    char period[24], burst[24], calendar[8];
+};
+
+/* What "rule add" stores in rules, and its first limit. */
+struct ctl_rule_spec {
+    const char *tenant;
+    const char *route;
+    const char *failure_mode;
+    const char *per;
+    int shadow;
+    int always;
+    char priority[24];
+    struct ctl_rule_limit_spec limit;
+};
+
+static int
+ctl_rule_name_in(const char *const *list, const char *name)
+{
+    for (; *list != NULL; list++)
+        if (strcmp(*list, name) == 0)
+            return 1;
+    return 0;
+}
+
+/* The value of a query parameter: s, or NULL (SQL NULL) when s is "". */
+static const char *
+ctl_rule_text_or_null(const char *s)
+{
+    return s[0] != '\0' ? s : NULL;
+}
+
+/* validate_on_off() into "true" or "false" (query parameters of boolean
+ * columns). */
+static int
+ctl_rule_on_off(const char *what, const char *s, const char **out,
+    char *err, size_t errlen)
+{
+    int on;
+
+    if (validate_on_off(what, s, &on, err, errlen) == -1)
+        return -1;
+    *out = on ? "true" : "false";
+    return 0;
+}
+
+/*
+ * Writes the names that name_of gives for 1, 2, ... (until it says
+ * "unknown") as "a, b, c or d" into buf: the algorithms or the calendars
+ * of rules.c, for messages.
+ */
+static void
+ctl_rule_names(const char *(*name_of)(int), char *buf, size_t len)
+{
+    size_t used = 0;
+    int i, n = 0;
+
+    while (strcmp(name_of(n + 1), "unknown") != 0)
+        n++;
+    buf[0] = '\0';
+    for (i = 1; i <= n && used < len; i++) {
+        snprintf(buf + used, len - used, "%s%s",
+            i == 1 ? "" : i == n ? " or " : ", ", name_of(i));
+        used += strlen(buf + used);
+    }
+}
+
+/*
+ * Checks the options that describe one limit (--name, --algorithm and the
+ * algorithm's parameters) into spec.  default_name stands in for a missing
+ * --name; when it is NULL, --name is required.  Returns 0, or
+ * CTL_EXIT_USAGE after printing why.
+ */
+static int
+ctl_rule_limit_spec(const struct ctl_command *cmd, const struct ctl_args *a,
+    const char *default_name, struct ctl_rule_limit_spec *spec)
+{
+    const char *algorithm = ctl_args_value(cmd, a, "algorithm");
+    const struct ctl_rule_algorithm *alg = NULL;
+    const char *opt, *v;
+    char err[256], names[128];
+    long long n, period_us = 0, count = 0, burst = 0;
+    double d;
+    size_t i;
+    int id;
+
+    memset(spec, 0, sizeof(*spec));
+    spec->name = ctl_args_value(cmd, a, "name");
+    if (spec->name == NULL) {
+        if (default_name == NULL)
+            return ctl_usage_error(cmd, "missing --name LIMITNAME (the "
+                "limits of a rule need names of their own)");
+        spec->name = default_name;
+    }
+    if (validate_limit_name("--name", spec->name, err, sizeof(err)) == -1)
+        return ctl_usage_error(cmd, "%s", err);
+
+    ctl_rule_names(rules_algorithm_name, names, sizeof(names));
+    if (algorithm == NULL)
+        return ctl_usage_error(cmd, "missing --algorithm (%s)", names);
+    id = rules_algorithm_parse(algorithm);
+    for (i = 0; i < CTL_RULE_NALGORITHMS; i++)
+        if (ctl_rule_algorithms[i].algorithm == id)
+            alg = &ctl_rule_algorithms[i];
+    if (alg == NULL)
+        return ctl_usage_error(cmd, "--algorithm: \"%s\" is not %s",
+            algorithm, names);
+    spec->algorithm = alg;
+
+    for (i = 0; (opt = ctl_rule_parameter_options[i]) != NULL; i++)
+        if (ctl_args_value(cmd, a, opt) != NULL &&
+            !ctl_rule_name_in(alg->required, opt) &&
+            !ctl_rule_name_in(alg->optional, opt))
+            return ctl_usage_error(cmd, "--%s: not an option of %s (it "
+                "takes %s)", opt, rules_algorithm_name(alg->algorithm),
+                alg->takes);
+    for (i = 0; (opt = alg->required[i]) != NULL; i++)
+        if (ctl_args_value(cmd, a, opt) == NULL)
+            return ctl_usage_error(cmd, "%s needs %s (--%s is missing)",
+                rules_algorithm_name(alg->algorithm), alg->takes, opt);
+
+    /* Only the algorithm's own options are left; parse those given. */
+    if ((v = ctl_args_value(cmd, a, "capacity")) != NULL) {
+        if (validate_integer("--capacity", v, 1, VALIDATE_COUNT_MAX, &n, err,
+            sizeof(err)) == -1)
+            return ctl_usage_error(cmd, "%s", err);
+        snprintf(spec->capacity, sizeof(spec->capacity), "%lld", n);
+    }
+    if ((v = ctl_args_value(cmd, a, "refill-rate")) != NULL) {
+        if (validate_decimal("--refill-rate", v, VALIDATE_RATE_MIN,
+            VALIDATE_RATE_MAX, &d, err, sizeof(err)) == -1)
+            return ctl_usage_error(cmd, "%s", err);
+        snprintf(spec->rate, sizeof(spec->rate), "%.17g", d);
+    }
+    if ((v = ctl_args_value(cmd, a, "limit")) != NULL) {
+        if (validate_integer("--limit", v, 1, VALIDATE_COUNT_MAX, &count, err,
+            sizeof(err)) == -1)
+            return ctl_usage_error(cmd, "%s", err);
+        snprintf(spec->count, sizeof(spec->count), "%lld", count);
+    }
+    if ((v = ctl_args_value(cmd, a, "window")) != NULL) {
+        if (validate_integer("--window", v, 1, VALIDATE_WINDOW_MAX, &n, err,
+            sizeof(err)) == -1)
+            return ctl_usage_error(cmd, "%s", err);
+        snprintf(spec->window, sizeof(spec->window), "%lld", n);
+    }
+    if ((v = ctl_args_value(cmd, a, "period")) != NULL) {
+        if (validate_duration("--period", v, &period_us, err,
+            sizeof(err)) == -1)
+            return ctl_usage_error(cmd, "%s", err);
+        snprintf(spec->period, sizeof(spec->period), "%lld", period_us);
+    }
+    if ((v = ctl_args_value(cmd, a, "burst")) != NULL) {
+        if (validate_integer("--burst", v, 0, VALIDATE_BURST_MAX, &burst, err,
+            sizeof(err)) == -1)
+            return ctl_usage_error(cmd, "%s", err);
+        snprintf(spec->burst, sizeof(spec->burst), "%lld", burst);
+    } else if (ctl_rule_name_in(alg->optional, "burst")) {
+        snprintf(spec->burst, sizeof(spec->burst), "0");
+    }
+    if ((v = ctl_args_value(cmd, a, "calendar")) != NULL) {
+        if (rules_calendar_parse(v) < 0) {
+            ctl_rule_names(rules_calendar_name, names, sizeof(names));
+            return ctl_usage_error(cmd, "--calendar: \"%s\" is not %s", v,
+                names);
+        }
+        snprintf(spec->calendar, sizeof(spec->calendar), "%s", v);
+    }
+
+    if (period_us > 0 && validate_gcra(ctl_args_value(cmd, a, "period"),
+        count, period_us, burst, err, sizeof(err)) == -1)
+        return ctl_usage_error(cmd, "%s", err);
+    return 0;
+}
+
+/* Describes a checked limit the way "rule list" shows it. */
+static void
+ctl_rule_limit_describe(const struct ctl_rule_limit_spec *s, char *buf,
+    size_t len)
+{
+    char period[32];
+
+    if (s->capacity[0] != '\0') {
+        snprintf(buf, len, "%s: token_bucket capacity %s, refill %s/s",
+            s->name, s->capacity, s->rate);
+    } else if (s->window[0] != '\0') {
+        snprintf(buf, len, "%s: sliding_window %s per %s s", s->name,
+            s->count, s->window);
+    } else if (s->period[0] != '\0') {
+        validate_duration_format(strtoll(s->period, NULL, 10), period,
+            sizeof(period));
+        snprintf(buf, len, "%s: gcra %s per %s, burst %s", s->name,
+            s->count, period, s->burst);
+    } else {
+        snprintf(buf, len, "%s: fixed_window %s per calendar %s", s->name,
+            s->count, s->calendar);
+    }
+}
+
+/*
+ * Inserts a checked limit into the rule with id rule_id (decimal).  Returns
+ * the result, with one row holding the new limit's id, or none when there
+ * is no such rule (the caller PQclear()s it); or NULL with the error in
+ * ctl.
+ */
+static PGresult *
+ctl_rule_insert_limit(struct ctl *ctl, const char *rule_id,
+    const struct ctl_rule_limit_spec *s)
+{
+    const char *params[10];
+
+    params[0] = rule_id;
+    params[1] = s->name;
+    params[2] = rules_algorithm_name(s->algorithm->algorithm);
+    params[3] = ctl_rule_text_or_null(s->count);
+    params[4] = ctl_rule_text_or_null(s->window);
+    params[5] = ctl_rule_text_or_null(s->capacity);
+    params[6] = ctl_rule_text_or_null(s->rate);
+    params[7] = ctl_rule_text_or_null(s->period);
+    params[8] = ctl_rule_text_or_null(s->burst);
+    params[9] = ctl_rule_text_or_null(s->calendar);
+    return ctl_db_query(ctl,
+        "INSERT INTO limits (rule_id, name, algorithm, limit_count, "
+        "                    window_seconds, bucket_capacity, refill_rate, "
+        "                    period_us, burst, calendar) "
+        "SELECT r.id, $2, $3, $4::bigint, $5::bigint, $6::bigint, "
+        "       $7::double precision, $8::bigint, $9::bigint, $10 "
+        "FROM rules r WHERE r.id = $1::bigint RETURNING id", 10, params);
+}
+
+/* Checks "rule add"'s arguments into spec.  Returns 0 or CTL_EXIT_USAGE
+ * after printing why. */
+static int
+ctl_rule_spec(const struct ctl_command *cmd, const struct ctl_args *a,
+    struct ctl_rule_spec *spec)
+{
+    const char *priority = ctl_args_value(cmd, a, "priority");
+    char err[256];
+    long long v;
+    int rc;
+
+    memset(spec, 0, sizeof(*spec));
+    spec->tenant = a->pos[0];
+    spec->route = ctl_args_value(cmd, a, "route");
+    spec->failure_mode = ctl_args_value(cmd, a, "failure-mode");
+    spec->per = ctl_args_value(cmd, a, "per");
+    spec->shadow = ctl_args_flag(cmd, a, "shadow");
+    spec->always = ctl_args_flag(cmd, a, "always");
+
+    if (validate_tenant_name("tenant name", spec->tenant, err,
+        sizeof(err)) == -1)
+        return ctl_usage_error(cmd, "%s", err);
+    if (spec->route == NULL)
+        return ctl_usage_error(cmd, "missing --route PATTERN");
+    if (validate_route("--route", spec->route, err, sizeof(err)) == -1)
+        return ctl_usage_error(cmd, "%s", err);
+    if ((rc = ctl_rule_limit_spec(cmd, a, "default", &spec->limit)) != 0)
+        return rc;
+
+    v = 0;
+    if (priority != NULL && validate_integer("--priority", priority,
+        -VALIDATE_PRIORITY_MAX, VALIDATE_PRIORITY_MAX, &v, err,
+        sizeof(err)) == -1)
+        return ctl_usage_error(cmd, "%s", err);
+    snprintf(spec->priority, sizeof(spec->priority), "%lld", v);
+
+    if (spec->failure_mode == NULL)
+        spec->failure_mode = "closed";
+    if (validate_failure_mode("--failure-mode", spec->failure_mode, err,
+        sizeof(err)) == -1)
+        return ctl_usage_error(cmd, "%s", err);
+    if (spec->per == NULL)
+        spec->per = "rule";
+    if (validate_per("--per", spec->per, err, sizeof(err)) == -1)
+        return ctl_usage_error(cmd, "%s", err);
+    return 0;
+}
+
+int
+ctl_rule_add(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a)
+{
+    struct ctl_rule_spec s;
+    struct ctl_rule_guard g;
+    const char *params[7];
+    const char *names[5] = { "id", "tenant", "route", "always", "limit" };
+    const char *values[5];
+    char rule_id[24], desc[160];
+    PGresult *res;
+    int rc;
+
+    if ((rc = ctl_rule_spec(cmd, a, &s)) != 0)
+        return rc;
+    if ((rc = ctl_db_connect(ctl)) != 0)
+        return rc;
+
+    if ((rc = ctl_rule_guard_begin_tenant(ctl, &g, s.tenant)) != 0)
+        return rc;
+    params[0] = g.tenant_id;
+    params[1] = s.route;
+    params[2] = s.priority;
+    params[3] = s.shadow ? "true" : "false";
+    params[4] = s.failure_mode;
+    params[5] = s.per;
+    params[6] = s.always ? "true" : "false";
+    res = ctl_db_query(ctl,
+        "INSERT INTO rules (tenant_id, route_pattern, priority, shadow, "
+        "                   failure_mode, per, always) "
+        "VALUES ($1::uuid, $2, $3::integer, $4::boolean, $5, $6, "
+        "        $7::boolean) RETURNING id", 7, params);
+    if (res == NULL) {
+        ctl_rule_guard_abort(ctl, &g);
+        return ctl_db_fail(ctl);
+    }
+    snprintf(rule_id, sizeof(rule_id), "%s", PQgetvalue(res, 0, 0));
+    PQclear(res);
+
+    res = ctl_rule_insert_limit(ctl, rule_id, &s.limit);
+    if (res == NULL) {
+        ctl_rule_guard_abort(ctl, &g);
+        return ctl_db_fail(ctl);
+    }
+    PQclear(res);
+    if ((rc = ctl_rule_guard_end(ctl, &g)) != 0)
+        return rc;
+
+    ctl_rule_limit_describe(&s.limit, desc, sizeof(desc));
+    values[0] = rule_id;
+    values[1] = s.tenant;
+    values[2] = s.route;
+    values[3] = s.always ? "yes" : "no";
+    values[4] = desc;
+    ctl_db_print_fields(names, values, 5);
+    return CTL_EXIT_OK;
+}
+
+/* rule set: only the options given change; there must be at least one. */
+int
+ctl_rule_set(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a)
+{
+    static const char *const names[] = { "id", "enabled", "always", "shadow",
+        "failure-mode", "per", "priority" };
+    const char *enabled = ctl_args_value(cmd, a, "enabled");
+    const char *always = ctl_args_value(cmd, a, "always");
+    const char *shadow = ctl_args_value(cmd, a, "shadow");
+    const char *failure_mode = ctl_args_value(cmd, a, "failure-mode");
+    const char *per = ctl_args_value(cmd, a, "per");
+    const char *priority = ctl_args_value(cmd, a, "priority");
+    const char *params[7], *values[7];
+    char err[256], prio[24];
+    struct ctl_rule_guard g;
+    long long id, v;
+    PGresult *res;
+    int rc, i;
+
+    if (validate_id("RULE_ID", a->pos[0], &id, err, sizeof(err)) == -1)
+        return ctl_usage_error(cmd, "%s", err);
+    if (enabled == NULL && always == NULL && shadow == NULL &&
+        failure_mode == NULL && per == NULL && priority == NULL)
+        return ctl_usage_error(cmd, "nothing to set: give at least one of "
+            "--enabled, --always, --shadow, --failure-mode, --per, "
+            "--priority");
+    params[0] = a->pos[0];
+    for (i = 1; i < 7; i++)
+        params[i] = NULL;
+    if (enabled != NULL && ctl_rule_on_off("--enabled", enabled,
+        &params[1], err, sizeof(err)) == -1)
+        return ctl_usage_error(cmd, "%s", err);
+    if (always != NULL && ctl_rule_on_off("--always", always, &params[2],
+        err, sizeof(err)) == -1)
+        return ctl_usage_error(cmd, "%s", err);
+    if (shadow != NULL && ctl_rule_on_off("--shadow", shadow, &params[3],
+        err, sizeof(err)) == -1)
+        return ctl_usage_error(cmd, "%s", err);
+    if (failure_mode != NULL) {
+        if (validate_failure_mode("--failure-mode", failure_mode, err,
+            sizeof(err)) == -1)
+            return ctl_usage_error(cmd, "%s", err);
+        params[4] = failure_mode;
+    }
+    if (per != NULL) {
+        if (validate_per("--per", per, err, sizeof(err)) == -1)
+            return ctl_usage_error(cmd, "%s", err);
+        params[5] = per;
+    }
+    if (priority != NULL) {
+        if (validate_integer("--priority", priority, -VALIDATE_PRIORITY_MAX,
+            VALIDATE_PRIORITY_MAX, &v, err, sizeof(err)) == -1)
+            return ctl_usage_error(cmd, "%s", err);
+        snprintf(prio, sizeof(prio), "%lld", v);
+        params[6] = prio;
+    }
+    if ((rc = ctl_db_connect(ctl)) != 0)
+        return rc;
+    if ((rc = ctl_rule_guard_begin_rule(ctl, &g, id)) != 0)
+        return rc;
+
+    /* One statement: a NULL parameter keeps the column as it is.  A rule
+     * left unchanged keeps its updated_at and notifies nobody. */
+    res = ctl_db_query(ctl,
+        "UPDATE rules SET "
+        "  enabled = coalesce($2::boolean, enabled), "
+        "  always = coalesce($3::boolean, always), "
+        "  shadow = coalesce($4::boolean, shadow), "
+        "  failure_mode = coalesce($5, failure_mode), "
+        "  per = coalesce($6, per), "
+        "  priority = coalesce($7::integer, priority) "
+        "WHERE id = $1::bigint "
+        "RETURNING id, "
+        "  CASE WHEN enabled THEN 'on' ELSE 'off' END, "
+        "  CASE WHEN always THEN 'on' ELSE 'off' END, "
+        "  CASE WHEN shadow THEN 'on' ELSE 'off' END, "
+        "  failure_mode, per, priority", 7, params);
+    if (res == NULL) {
+        ctl_rule_guard_abort(ctl, &g);
+        return ctl_db_fail(ctl);
+    }
+    if (PQntuples(res) == 0) {
+        /* Removed by someone else since the first look. */
+        PQclear(res);
+        ctl_rule_guard_abort(ctl, &g);
+        return ctl_fail("no rule with id %lld", id);
+    }
+    if ((rc = ctl_rule_guard_end(ctl, &g)) != 0) {
+        PQclear(res);
+        return rc;
+    }
+    for (i = 0; i < 7; i++)
+        values[i] = PQgetvalue(res, 0, i);
+    ctl_db_print_fields(names, values, 7);
+    PQclear(res);
+    return CTL_EXIT_OK;
+}
+
+int
+ctl_rule_list(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a)
+{
+    static const char *const headers[] = { "ID", "ROUTE", "PRIORITY",
+        "ENABLED", "ALWAYS", "SHADOW", "FAILURE", "PER", "LIMIT_ID", "LIMIT",
+        "ALGORITHM", "PARAMETERS" };
+
+    /* A GCRA period is shown in the largest unit that divides it, the way
+     * --period takes it (validate_duration_format does the same). */
+    return ctl_db_print_tenant_query(ctl, cmd, a->pos[0],
+        "SELECT r.id, r.route_pattern, r.priority, "
+        "  CASE WHEN r.enabled THEN 'yes' ELSE 'no' END, "
+        "  CASE WHEN r.always THEN 'yes' ELSE 'no' END, "
+        "  CASE WHEN r.shadow THEN 'yes' ELSE 'no' END, "
+        "  r.failure_mode, r.per, l.id, l.name, l.algorithm, "
+        "  CASE l.algorithm "
+        "    WHEN 'token_bucket' THEN 'capacity ' || l.bucket_capacity "
+        "         || ', refill ' || l.refill_rate || '/s' "
+        "    WHEN 'sliding_window' THEN l.limit_count || ' per ' "
+        "         || l.window_seconds || ' s' "
+        "    WHEN 'gcra' THEN l.limit_count || ' per ' || "
+        "      CASE WHEN l.period_us % 86400000000 = 0 "
+        "             THEN (l.period_us / 86400000000) || 'd' "
+        "           WHEN l.period_us % 3600000000 = 0 "
+        "             THEN (l.period_us / 3600000000) || 'h' "
+        "           WHEN l.period_us % 60000000 = 0 "
+        "             THEN (l.period_us / 60000000) || 'm' "
+        "           WHEN l.period_us % 1000000 = 0 "
+        "             THEN (l.period_us / 1000000) || 's' "
+        "           WHEN l.period_us % 1000 = 0 "
+        "             THEN (l.period_us / 1000) || 'ms' "
+        "           ELSE l.period_us || 'us' END "
+        "      || ', burst ' || l.burst "
+        "    WHEN 'fixed_window' THEN l.limit_count || ' per calendar ' "
+        "         || l.calendar "
+        "  END "
+        "FROM rules r LEFT JOIN limits l ON l.rule_id = r.id "
+        "WHERE r.tenant_id = $1::uuid ORDER BY r.id, l.id", headers);
+}
+
+int
+ctl_rule_remove(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a)
+{
+    const char *params[1] = { a->pos[0] };
+    struct ctl_rule_guard g;
+    long long id;
+    int rc, n;
+
+    if ((rc = ctl_db_parse_id_connect(ctl, cmd, "RULE_ID", a->pos[0],
+        &id)) != 0)
+        return rc;
+    /* Guarded too: when two rules tie for a route, removing the winner
+     * hands the route to the other one, which may have more limits. */
+    if ((rc = ctl_rule_guard_begin_rule(ctl, &g, id)) != 0)
+        return rc;
+    /* The rule's limits go with it (ON DELETE CASCADE), atomically. */
+    n = ctl_db_query_rows(ctl, "DELETE FROM rules WHERE id = $1::bigint "
+        "RETURNING id", 1, params);
+    if (n <= 0) {
+        ctl_rule_guard_abort(ctl, &g);
+        if (n == -1)
+            return ctl_db_fail(ctl);
+        return ctl_fail("no rule with id %lld", id);
+    }
+    if ((rc = ctl_rule_guard_end(ctl, &g)) != 0)
+        return rc;
+    printf("rule %lld removed\n", id);
+    return CTL_EXIT_OK;
+}
+
+int
+ctl_rule_limit_add(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a)
+{
+    struct ctl_rule_limit_spec s;
+    struct ctl_rule_guard g;
+    const char *names[3] = { "id", "rule", "limit" };
+    const char *values[3];
+    char err[256], desc[160], rule[24];
+    long long rule_id;
+    PGresult *res;
+    int rc;
+
+    if (validate_id("RULE_ID", a->pos[0], &rule_id, err, sizeof(err)) == -1)
+        return ctl_usage_error(cmd, "%s", err);
+    snprintf(rule, sizeof(rule), "%lld", rule_id);
+    if ((rc = ctl_rule_limit_spec(cmd, a, NULL, &s)) != 0)
+        return rc;
+    if ((rc = ctl_db_connect(ctl)) != 0)
+        return rc;
+
+    /* The trigger limits_per_rule_max counts the rule's limits under a
+     * lock on the rule; the guard looks at the checks the rule is in. */
+    if ((rc = ctl_rule_guard_begin_rule(ctl, &g, rule_id)) != 0)
+        return rc;
+    res = ctl_rule_insert_limit(ctl, rule, &s);
+    if (res == NULL) {
+        ctl_rule_guard_abort(ctl, &g);
+        if (strcmp(ctl->constraint, "limits_name_unique") == 0)
+            return ctl_fail("rule %lld already has a limit named \"%s\" "
+                "(see '" CTL_NAME " rule list TENANT')", rule_id, s.name);
+        if (strcmp(ctl->constraint, "limits_per_rule_max") == 0)
+            return ctl_fail("%s: remove one first ('" CTL_NAME
+                " limit remove LIMIT_ID')", ctl->err);
+        return ctl_db_fail(ctl);
+    }
+    if (PQntuples(res) == 0) {
+        /* Removed by someone else since the first look. */
+        PQclear(res);
+        ctl_rule_guard_abort(ctl, &g);
+        return ctl_fail("no rule with id %lld", rule_id);
+    }
+    if ((rc = ctl_rule_guard_end(ctl, &g)) != 0) {
+        PQclear(res);
+        return rc;
+    }
+    ctl_rule_limit_describe(&s, desc, sizeof(desc));
+    values[0] = PQgetvalue(res, 0, 0);
+    values[1] = rule;
+    values[2] = desc;
+    ctl_db_print_fields(names, values, 3);
+    PQclear(res);
+    return CTL_EXIT_OK;
+}
+
+/*
+ * limit remove: a rule keeps at least one limit.  The rule's row is locked
+ * before its limits are counted, so two removals of a rule's last two
+ * limits cannot both succeed.
+ */
+int
+ctl_rule_limit_remove(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a)
+{
+    const char *params[2];
+    char rule_id[24], name[RL_NAME_MAX + 1];
+    long long id, nlimits;
+    PGresult *res;
+    int rc;
+
+    if ((rc = ctl_db_parse_id_connect(ctl, cmd, "LIMIT_ID", a->pos[0],
+        &id)) != 0)
+        return rc;
+
+    params[0] = a->pos[0];
+    if (ctl_db_begin(ctl) == -1)
+        return ctl_db_fail(ctl);
+    res = ctl_db_query(ctl, "SELECT rule_id FROM limits WHERE id = $1::bigint",
+        1, params);
+    if (res == NULL)
+        goto db_err;
+    if (PQntuples(res) == 0) {
+        PQclear(res);
+        ctl_db_rollback(ctl);
+        return ctl_fail("no limit with id %lld", id);
+    }
+    snprintf(rule_id, sizeof(rule_id), "%s", PQgetvalue(res, 0, 0));
+    PQclear(res);
+
+    params[1] = rule_id;
+    if (ctl_db_command(ctl, "SELECT 1 FROM rules WHERE id = $1::bigint "
+        "FOR NO KEY UPDATE", 1, &params[1]) == -1 ||
+        (res = ctl_db_query(ctl, "SELECT count(*) FROM limits "
+        "WHERE rule_id = $1::bigint", 1, &params[1])) == NULL)
+        goto db_err;
+    nlimits = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+    PQclear(res);
+    if (nlimits <= 1) {
+        ctl_db_rollback(ctl);
+        return ctl_fail("limit %lld is the last limit of rule %s, and a rule "
+            "needs at least one: remove the whole rule with '" CTL_NAME
+            " rule remove %s'", id, rule_id, rule_id);
+    }
+
+    res = ctl_db_query(ctl, "DELETE FROM limits "
+        "WHERE id = $1::bigint AND rule_id = $2::bigint RETURNING name",
+        2, params);
+    if (res == NULL)
+        goto db_err;
+    if (PQntuples(res) == 0) {
+        /* Removed or moved by someone else since the first look. */
+        PQclear(res);
+        ctl_db_rollback(ctl);
+        return ctl_fail("no limit with id %lld in rule %s", id, rule_id);
+    }
+    snprintf(name, sizeof(name), "%s", PQgetvalue(res, 0, 0));
+    PQclear(res);
+    if (ctl_db_commit(ctl) == -1)
+        goto db_err;
+    printf("limit %lld (%s) removed from rule %s\n", id, name, rule_id);
+    return CTL_EXIT_OK;
+
+db_err:
+    ctl_db_rollback(ctl);
+    return ctl_db_fail(ctl);
+}
+

@@ -1,0 +1,243 @@
+/*
+ * ctl_tenant.c -- the tenant and key commands of ratelimitctl.
+ *
+ * A tenant is a name and a status (active or suspended).  An API key is
+ * made of CTL_TENANT_KEY_RANDOM_BYTES from the operating system's random
+ * generator, written "rl_" and URL-safe base64; it is shown once and
+ * stored only as its SHA-256 (what the service looks up) and its first
+ * CTL_TENANT_KEY_PREFIX_LEN characters (so that people can tell keys apart
+ * in listings).  Revoking a key keeps its row, so that listings show it.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ctl.h"
+
+#define CTL_TENANT_KEY_RANDOM_BYTES 24
+#define CTL_TENANT_KEY_PREFIX_LEN 8
+
+int
+ctl_tenant_add(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a)
+{
+    const char *name = a->pos[0];
+    const char *params[1] = { name };
+    const char *names[2] = { "id", "name" }, *values[2];
+    char err[256];
+    PGresult *res;
+    int rc;
+
+    if (validate_tenant_name("tenant name", name, err, sizeof(err)) == -1)
+        return ctl_usage_error(cmd, "%s", err);
+    if ((rc = ctl_db_connect(ctl)) != 0)
+        return rc;
+    res = ctl_db_query(ctl, "INSERT INTO tenants (name) VALUES ($1) "
+        "RETURNING id", 1, params);
+    if (res == NULL) {
+        if (strcmp(ctl->sqlstate, "23505") == 0)
+            return ctl_fail("tenant \"%s\" already exists", name);
+        return ctl_db_fail(ctl);
+    }
+    values[0] = PQgetvalue(res, 0, 0);
+    values[1] = name;
+    ctl_db_print_fields(names, values, 2);
+    PQclear(res);
+    return CTL_EXIT_OK;
+}
+
+int
+ctl_tenant_list(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a)
+{
+    static const char *const headers[] = { "ID", "NAME", "STATUS", "KEYS",
+        "RULES", "CREATED" };
+    int rc;
+
+    (void)cmd;
+    (void)a;
+    if ((rc = ctl_db_connect(ctl)) != 0)
+        return rc;
+    return ctl_db_print_query(ctl,
+        "SELECT t.id, t.name, t.status, "
+        "  (SELECT count(*) FROM api_keys k "
+        "   WHERE k.tenant_id = t.id AND k.status = 'active'), "
+        "  (SELECT count(*) FROM rules r WHERE r.tenant_id = t.id), "
+        "  to_char(t.created_at AT TIME ZONE 'UTC', "
+        "          'YYYY-MM-DD HH24:MI:SS') "
+        "FROM tenants t ORDER BY t.name", 0, NULL, headers);
+}
+
+/* ctl.h: tenant suspend / tenant resume. */
+int
+ctl_tenant_status(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a)
+{
+    const char *name = a->pos[0];
+    const char *status = strcmp(cmd->verb, "suspend") == 0 ? "suspended" :
+        "active";
+    const char *params[2] = { name, status };
+    char err[256];
+    int rc, n;
+
+    if (validate_tenant_name("tenant name", name, err, sizeof(err)) == -1)
+        return ctl_usage_error(cmd, "%s", err);
+    if ((rc = ctl_db_connect(ctl)) != 0)
+        return rc;
+    n = ctl_db_query_rows(ctl, "UPDATE tenants SET status = $2 "
+        "WHERE name = $1 RETURNING id", 2, params);
+    if (n == -1)
+        return ctl_db_fail(ctl);
+    if (n == 0)
+        return ctl_fail("no tenant named \"%s\" (see '" CTL_NAME
+            " tenant list')", name);
+    printf("tenant %s is %s\n", name, status);
+    return CTL_EXIT_OK;
+}
+
+/* ------------------------------------------------------------------ */
+/* Keys */
+
+/* URL-safe base64 without padding; out must hold 4 * ceil(n / 3) + 1. */
+static void
+ctl_tenant_base64url(const unsigned char *in, size_t n, char *out)
+{
+    static const char alphabet[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    unsigned long v;
+    size_t i, rest;
+
+    for (i = 0; i + 2 < n; i += 3) {
+        v = (unsigned long)in[i] << 16 | (unsigned long)in[i + 1] << 8 |
+            in[i + 2];
+        *out++ = alphabet[(v >> 18) & 63];
+        *out++ = alphabet[(v >> 12) & 63];
+        *out++ = alphabet[(v >> 6) & 63];
+        *out++ = alphabet[v & 63];
+    }
+    rest = n - i;
+    if (rest > 0) {
+        v = (unsigned long)in[i] << 16;
+        if (rest == 2)
+            v |= (unsigned long)in[i + 1] << 8;
+        *out++ = alphabet[(v >> 18) & 63];
+        *out++ = alphabet[(v >> 12) & 63];
+        if (rest == 2)
+            *out++ = alphabet[(v >> 6) & 63];
+    }
+    *out = '\0';
+}
+
+int
+ctl_tenant_key_create(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a)
+{
+    const char *tenant = a->pos[0];
+    const char *role = ctl_args_value(cmd, a, "role");
+    unsigned char random[CTL_TENANT_KEY_RANDOM_BYTES];
+    char key[4 + (CTL_TENANT_KEY_RANDOM_BYTES + 2) / 3 * 4 + 1];
+    char hash[65], prefix[CTL_TENANT_KEY_PREFIX_LEN + 1], err[256];
+    const char *params[4];
+    const char *names[5] = { "id", "tenant", "role", "prefix", "key" };
+    const char *values[5];
+    PGresult *res;
+    int rc;
+
+    if (validate_tenant_name("tenant name", tenant, err, sizeof(err)) == -1)
+        return ctl_usage_error(cmd, "%s", err);
+    if (role == NULL)
+        role = "check";
+    if (strcmp(role, "check") != 0 && strcmp(role, "admin") != 0)
+        return ctl_usage_error(cmd, "--role: \"%s\" is not check or admin",
+            role);
+    if ((rc = ctl_db_connect(ctl)) != 0)
+        return rc;
+
+    if (util_random(random, sizeof(random)) == -1)
+        return ctl_fail("cannot read the random generator: %s",
+            strerror(errno));
+    memcpy(key, "rl_", 3);
+    ctl_tenant_base64url(random, sizeof(random), key + 3);
+    util_sha256_hex(key, strlen(key), hash);
+    memcpy(prefix, key, CTL_TENANT_KEY_PREFIX_LEN);
+    prefix[CTL_TENANT_KEY_PREFIX_LEN] = '\0';
+
+    params[0] = tenant;
+    params[1] = hash;
+    params[2] = prefix;
+    params[3] = role;
+    res = ctl_db_query(ctl,
+        "INSERT INTO api_keys (tenant_id, key_hash, key_prefix, role) "
+        "SELECT id, $2, $3, $4 FROM tenants WHERE name = $1 "
+        "RETURNING id", 4, params);
+    memset(random, 0, sizeof(random));
+    if (res == NULL) {
+        memset(key, 0, sizeof(key));
+        return ctl_db_fail(ctl);
+    }
+    if (PQntuples(res) == 0) {
+        PQclear(res);
+        memset(key, 0, sizeof(key));
+        return ctl_fail("no tenant named \"%s\" (see '" CTL_NAME
+            " tenant list')", tenant);
+    }
+    values[0] = PQgetvalue(res, 0, 0);
+    values[1] = tenant;
+    values[2] = role;
+    values[3] = prefix;
+    values[4] = key;
+    ctl_db_print_fields(names, values, 5);
+    fflush(stdout);
+    fputs(CTL_NAME ": store the key now: it is not kept and cannot be "
+        "shown again\n", stderr);
+    PQclear(res);
+    memset(key, 0, sizeof(key));
+    return CTL_EXIT_OK;
+}
+
+int
+ctl_tenant_key_list(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a)
+{
+    static const char *const headers[] = { "ID", "PREFIX", "ROLE", "STATUS",
+        "CREATED", "LAST_USED" };
+
+    return ctl_db_print_tenant_query(ctl, cmd, a->pos[0],
+        "SELECT id, key_prefix, role, status, "
+        "  to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'), "
+        "  coalesce(to_char(last_used_at AT TIME ZONE 'UTC', "
+        "                   'YYYY-MM-DD HH24:MI:SS'), 'never') "
+        "FROM api_keys WHERE tenant_id = $1::uuid ORDER BY id", headers);
+}
+
+int
+ctl_tenant_key_revoke(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a)
+{
+    const char *params[1] = { a->pos[0] };
+    long long id;
+    int rc, n;
+
+    if ((rc = ctl_db_parse_id_connect(ctl, cmd, "KEY_ID", a->pos[0],
+        &id)) != 0)
+        return rc;
+    n = ctl_db_query_rows(ctl, "UPDATE api_keys "
+        "SET status = 'revoked', revoked_at = now() "
+        "WHERE id = $1::bigint AND status = 'active' RETURNING id",
+        1, params);
+    if (n == -1)
+        return ctl_db_fail(ctl);
+    if (n > 0) {
+        printf("key %lld revoked\n", id);
+        return CTL_EXIT_OK;
+    }
+    n = ctl_db_query_rows(ctl,
+        "SELECT status FROM api_keys WHERE id = $1::bigint", 1, params);
+    if (n == -1)
+        return ctl_db_fail(ctl);
+    if (n == 0)
+        return ctl_fail("no key with id %lld", id);
+    printf("key %lld was already revoked\n", id);
+    return CTL_EXIT_OK;
+}
+
