@@ -195,6 +195,9 @@ int buf_printf(struct rl_buf *b, const char *fmt, ...)
 /* Lowercase hex SHA-256 of data into out[65]. */
 void util_sha256_hex(const void *data, size_t len, char out[65]);
 
+/* Lowercase hex of n bytes into out[2 * n + 1], NUL terminated. */
+void util_hex(const void *in, size_t n, char *out);
+
 /* Monotonic milliseconds and wall-clock seconds. */
 int64_t util_now_ms(void);
 int64_t util_wall_s(void);

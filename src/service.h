@@ -68,6 +68,7 @@ struct key_info {
     int admin;
     int revoked;
     int suspended;
+    int anonymous;              /* the anonymous tenant, not a key */
 };
 
 struct tenant_rules {
@@ -112,10 +113,9 @@ int pg_store_tenant(struct pg_store *ps, const char *name,
     struct key_info *out);
 
 /* Loads the enabled rules of a tenant, with their limits.  On STORE_OK
- * *out is a new allocation the caller frees with pg_store_rules_free. */
+ * *out is a new allocation the caller frees with decide_rules_free. */
 int pg_store_rules(struct pg_store *ps, const char *tenant_id,
     struct tenant_rules **out);
-void pg_store_rules_free(void *p);
 
 /* Reads change notifications that have arrived, without a round trip.
  * Returns 1 when caches should be dropped, else 0. */
@@ -129,78 +129,7 @@ int pg_store_ready(struct pg_store *ps);
  * call answers STORE_UNAVAILABLE. */
 
 /* ------------------------------------------------------------------ */
-/* auth.c: API key -> tenant, through the per-process cache */
-
-/* Pool-wide counters, in the shared scoreboard (see /metrics). */
-struct rl_counters {
-    unsigned long requests;
-    unsigned long allowed;
-    unsigned long denied;
-    unsigned long no_rule;
-    unsigned long unavailable;
-    unsigned long fail_open;
-    unsigned long shadow_denied;
-    unsigned long redis_errors;
-    unsigned long misconfigured;    /* plans refused: too many limits */
-    unsigned long fcgi_refused;     /* connections dropped: bad records */
-    unsigned long worker_crashes;   /* workers that died abnormally */
-    unsigned long worker_rss_exits; /* workers replaced for their memory */
-    unsigned long key_lookups;      /* PostgreSQL key lookups */
-    unsigned long key_lookups_limited; /* unknown keys refused unasked */
-};
-
-#define COUNT(svc, field) \
-    __atomic_add_fetch(&(svc)->counters->field, 1, __ATOMIC_RELAXED)
-
-struct scoreboard;
-
-struct service {
-    const struct rl_config *cfg;
-    struct rl_counters *counters;
-    struct scoreboard *board;
-    struct shm *shm;            /* keys, unknown keys, rules of the pool */
-    struct redis_store redis;
-    struct pg_store pg;
-    struct cache *rules;        /* tenant id -> struct tenant_rules */
-    double lookup_tokens;       /* lookups of unknown keys still allowed */
-    int64_t lookup_refill_ms;
-    long long misconfigured_rule;   /* logged once per rule and generation */
-    uint64_t misconfigured_gen;
-};
-
-int service_init(struct service *svc, const struct rl_config *cfg,
-    struct shm *shm);
-void service_free(struct service *svc);
-
-/* Housekeeping between requests (PostgreSQL reconnect, notifications);
- * idle says no request is waiting. */
-void service_tick(struct service *svc, int idle);
-
-enum auth_result {
-    AUTH_OK = 0,
-    AUTH_NO_KEY,
-    AUTH_UNKNOWN,
-    AUTH_REVOKED,
-    AUTH_SUSPENDED,
-    AUTH_UNAVAILABLE,
-};
-
-/* Resolves a raw API key; on every result but AUTH_NO_KEY and
- * AUTH_UNAVAILABLE, *info is a copy of what is known of the key. */
-int auth_check_key(struct service *svc, const char *key, size_t len,
-    struct key_info *info);
-
-/* Resolves a tenant by name through the same cache; results as for a key
- * (AUTH_UNKNOWN when there is no such tenant). */
-int auth_tenant_by_name(struct service *svc, const char *name,
-    struct key_info *info);
-
-/* The tenant's rules, cached; NULL when PostgreSQL is needed and down. */
-const struct tenant_rules *auth_tenant_rules(struct service *svc,
-    const char *tenant_id);
-
-/* ------------------------------------------------------------------ */
-/* api.c: the HTTP surface, independent of libfcgi */
+/* A request as worker.c hands it over, independent of libfcgi */
 
 struct http_request {
     const char *method;
@@ -220,7 +149,181 @@ struct http_request {
     int nul_in_param;           /* another parameter held a NUL byte */
 };
 
+/* ------------------------------------------------------------------ */
+/* decide.c: the decision behind a seam of stores (no I/O of its own) */
+
+/* Pool-wide counters, in the shared scoreboard (see /metrics). */
+struct rl_counters {
+    unsigned long requests;
+    unsigned long allowed;
+    unsigned long denied;
+    unsigned long no_rule;
+    unsigned long unavailable;
+    unsigned long fail_open;
+    unsigned long shadow_denied;
+    unsigned long redis_errors;
+    unsigned long script_errors;    /* Redis answered the script wrongly */
+    unsigned long misconfigured;    /* plans refused: too many limits */
+    unsigned long fcgi_refused;     /* connections dropped: bad records */
+    unsigned long worker_crashes;   /* workers that died abnormally */
+    unsigned long worker_rss_exits; /* workers replaced for their memory */
+    unsigned long key_lookups;      /* key store lookups */
+    unsigned long key_lookups_limited; /* unknown keys refused unasked */
+};
+
+#define COUNT(x, field) \
+    __atomic_add_fetch(&(x)->counters->field, 1, __ATOMIC_RELAXED)
+
+/*
+ * The stores a decision needs.  key, tenant and rules answer STORE_OK or
+ * STORE_UNAVAILABLE (rules: *out a new allocation, freed with
+ * decide_rules_free); script answers STORE_OK with d filled,
+ * STORE_UNAVAILABLE, STORE_BAD_REPLY or DECIDE_STORE_UNUSABLE (the call
+ * could not even be built); changed answers 1 when the key store notified
+ * a change since it was last asked.
+ */
+struct decide_store {
+    void *ctx;
+    int (*key)(void *ctx, const char *hash, struct key_info *out);
+    int (*tenant)(void *ctx, const char *name, struct key_info *out);
+    int (*rules)(void *ctx, const char *tenant_id, struct tenant_rules **out);
+    int (*script)(void *ctx, const char *tenant_id,
+        const struct rl_plan *plan, const struct check_request *req,
+        struct rl_decision *d);
+    int (*changed)(void *ctx);
+};
+
+#define DECIDE_STORE_UNUSABLE (-3)
+
+struct decider {
+    const struct rl_config *cfg;
+    struct rl_counters *counters;
+    struct shm *shm;            /* keys, unknown keys, rules of the pool */
+    struct decide_store store;
+    struct cache *rules;        /* tenant id -> struct tenant_rules */
+    double lookup_tokens;       /* lookups of unknown keys still allowed */
+    int64_t lookup_refill_ms;
+    long long misconfigured_rule;   /* logged once per rule and generation */
+    uint64_t misconfigured_gen;
+};
+
+enum auth_result {
+    AUTH_OK = 0,
+    AUTH_NO_KEY,
+    AUTH_TOO_LONG,
+    AUTH_UNKNOWN,
+    AUTH_REVOKED,
+    AUTH_SUSPENDED,
+    AUTH_UNAVAILABLE,
+};
+
+enum decide_result {
+    DECIDE_OK,                  /* d holds the decision */
+    DECIDE_NO_RULE,             /* nothing applies: allowed, no script call */
+    DECIDE_NO_RULES,            /* the rules are unknown and unreachable */
+    DECIDE_UNAVAILABLE,         /* the limit store is down, fail closed */
+    DECIDE_FAIL_OPEN,           /* it is down, and every rule fails open */
+    DECIDE_MISCONFIGURED,       /* more limits apply than one check holds */
+    DECIDE_SCRIPT_ERROR,        /* the store answered with an error */
+};
+
+/* decide_identify flags */
+#define DECIDE_CHECKING 1       /* admin keys are refused (403) */
+#define DECIDE_ANONYMOUS 2      /* no key: the anonymous tenant, if set */
+
+int decide_init(struct decider *dc, const struct rl_config *cfg,
+    struct rl_counters *counters, struct shm *shm,
+    const struct decide_store *store);
+void decide_free(struct decider *dc);
+void decide_rules_free(void *p);
+
+/* Takes the store's change notifications into account. */
+void decide_sync(struct decider *dc);
+
+/* A raw API key, or a tenant by name, through what the pool knows: an
+ * AUTH_* result; *info is a copy of what is known unless AUTH_NO_KEY or
+ * AUTH_UNAVAILABLE. */
+int decide_key(struct decider *dc, const char *key, size_t len,
+    struct key_info *info);
+int decide_tenant(struct decider *dc, const char *name,
+    struct key_info *info);
+
+/* The tenant's rules; NULL when they are unknown and unreachable. */
+const struct tenant_rules *decide_rules(struct decider *dc,
+    const char *tenant_id);
+
+/* Who asks: 0 with *ki filled, or -1 with the 401/403/503 answer in
+ * resp. */
+int decide_identify(struct decider *dc, const struct http_request *req,
+    int flags, struct key_info *ki, struct rl_response *resp);
+
+/* The limits of creq for the tenant, decided: a DECIDE_* result; on
+ * DECIDE_OK plan and d describe the decision (shadow limits marked). */
+int decide_limits(struct decider *dc, const char *tenant_id,
+    const struct check_request *creq, struct rl_plan *plan,
+    struct rl_decision *d);
+
+/* Writes the 503 for a DECIDE_* failure and returns 1; 0 (nothing
+ * written) for DECIDE_OK, DECIDE_NO_RULE and DECIDE_FAIL_OPEN. */
+int decide_answer_failure(struct decider *dc, int rc,
+    struct rl_response *resp);
+void decide_unavailable(struct decider *dc, struct rl_response *resp,
+    const char *code, const char *what);
+
+/* POST /v1/check, the whole answer. */
+void decide_check(struct decider *dc, const struct http_request *req,
+    struct rl_response *resp);
+
+/* ------------------------------------------------------------------ */
+/* authorizer.c */
+
+/* The authorizer decision on the original request. */
+void authorizer_decide(struct decider *dc, const struct http_request *req,
+    struct rl_response *resp);
+
+/* nginx auth_request takes only 2xx, 401 and 403: maps the rest to 403
+ * with X-RateLimit-Status. */
+void authorizer_nginx(struct rl_response *resp);
+
+/* ------------------------------------------------------------------ */
+/* service.c: a worker's stores plugged into the decision */
+
+struct scoreboard;
+
+struct service {
+    const struct rl_config *cfg;
+    struct rl_counters *counters;
+    struct scoreboard *board;
+    struct shm *shm;
+    struct redis_store redis;
+    struct pg_store pg;
+    struct decider decider;
+};
+
+int service_init(struct service *svc, const struct rl_config *cfg,
+    struct shm *shm);
+void service_free(struct service *svc);
+
+/* Housekeeping between requests (PostgreSQL reconnect, notifications);
+ * idle says no request is waiting. */
+void service_tick(struct service *svc, int idle);
+
+/* ------------------------------------------------------------------ */
+/* api.c: the HTTP surface, independent of libfcgi */
+
+
 void api_handle(struct service *svc, const struct http_request *req,
+    struct rl_response *resp);
+
+/* ------------------------------------------------------------------ */
+/* views.c: health, metrics, status, configuration reads */
+
+void views_live(struct rl_response *resp);
+void views_ready(struct service *svc, struct rl_response *resp);
+void views_metrics(struct service *svc, struct rl_response *resp);
+void views_status(struct service *svc, const struct http_request *req,
+    struct rl_response *resp);
+void views_config(struct service *svc, const struct http_request *req,
     struct rl_response *resp);
 
 /* ------------------------------------------------------------------ */

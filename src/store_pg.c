@@ -393,17 +393,6 @@ pg_store_tenant(struct pg_store *ps, const char *name, struct key_info *out)
     return STORE_OK;
 }
 
-void
-pg_store_rules_free(void *p)
-{
-    struct tenant_rules *tr = p;
-
-    if (tr == NULL)
-        return;
-    free(tr->rules);
-    free(tr);
-}
-
 /* Limit names go into RateLimit headers as sf-strings and into JSON: keep
  * them to a safe alphabet. */
 static void

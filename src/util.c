@@ -93,16 +93,24 @@ buf_printf(struct rl_buf *b, const char *fmt, ...)
 void
 util_sha256_hex(const void *data, size_t len, char out[65])
 {
-    static const char hex[] = "0123456789abcdef";
     unsigned char md[SHA256_DIGEST_LENGTH];
-    size_t i;
 
     SHA256(data, len, md);
-    for (i = 0; i < SHA256_DIGEST_LENGTH; i++) {
-        out[2 * i] = hex[md[i] >> 4];
-        out[2 * i + 1] = hex[md[i] & 15];
+    util_hex(md, sizeof(md), out);
+}
+
+void
+util_hex(const void *in, size_t n, char *out)
+{
+    static const char hex[] = "0123456789abcdef";
+    const unsigned char *p = in;
+    size_t i;
+
+    for (i = 0; i < n; i++) {
+        out[2 * i] = hex[p[i] >> 4];
+        out[2 * i + 1] = hex[p[i] & 15];
     }
-    out[64] = '\0';
+    out[2 * n] = '\0';
 }
 
 int64_t

@@ -1,0 +1,498 @@
+/*
+ * decide.c -- the decision: who is asking, which limits apply, what Redis
+ * says, and the answer.
+ *
+ * Every way into a decision goes through here: the check API
+ * (decide_check), the authorizer (authorizer.c) and the configuration
+ * reads (views.c).  The steps are always the same:
+ *
+ *   identify   the API key (or the anonymous tenant) -> the tenant, through
+ *              what the pool knows (the shared tables of shm.c), asking the
+ *              key store only when that has no fresh answer; 401, 403 or
+ *              503 when it fails
+ *   plan       the tenant's rules (a per-worker cache in front of the
+ *              shared tenants table) and the limits for the route
+ *   script     one call of the limit store decides all of them
+ *   answer     200 or 429 with the headers, or fail open, 503 and why
+ *
+ * The stores are a seam of function pointers (struct decide_store): the
+ * service plugs in PostgreSQL and Redis (service.c), the unit tests plug
+ * in fakes, so that every row of the README's status table is tested
+ * without a network.  Nothing in this file does I/O of its own.
+ *
+ * What the pool knows: known keys and keys PostgreSQL did not know live in
+ * two tables, so random keys can never push out a key in use.  An entry
+ * is fresh for key_cache_ttl (unknown keys: key_cache_negative_ttl) and as
+ * long as no change was notified since it was fetched; stale entries are
+ * still used when the key store cannot be reached.  Lookups of keys the
+ * pool does not know at all are limited per worker to key_lookup_rate a
+ * second; past that such a key is answered 401 without a lookup.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <openssl/sha.h>
+
+#include "service.h"
+
+_Static_assert(sizeof(struct key_info) <= SHM_KEY_VALUE_MAX,
+    "struct key_info must fit in a shared key entry");
+
+void
+decide_rules_free(void *p)
+{
+    struct tenant_rules *tr = p;
+
+    if (tr == NULL)
+        return;
+    free(tr->rules);
+    free(tr);
+}
+
+int
+decide_init(struct decider *dc, const struct rl_config *cfg,
+    struct rl_counters *counters, struct shm *shm,
+    const struct decide_store *store)
+{
+    memset(dc, 0, sizeof(*dc));
+    dc->cfg = cfg;
+    dc->counters = counters;
+    dc->shm = shm;
+    dc->store = *store;
+    dc->lookup_tokens = (double)cfg->key_lookup_rate;
+    dc->lookup_refill_ms = util_now_ms();
+    if ((dc->rules = cache_create(1024, decide_rules_free)) == NULL)
+        return -1;
+    return 0;
+}
+
+void
+decide_free(struct decider *dc)
+{
+    cache_free(dc->rules);
+    dc->rules = NULL;
+}
+
+void
+decide_sync(struct decider *dc)
+{
+    if (dc->store.changed(dc->store.ctx)) {
+        shm_changed(dc->shm);
+        cache_clear(dc->rules);
+    }
+}
+
+static int
+decide_result(const struct key_info *ki)
+{
+    if (!ki->found)
+        return AUTH_UNKNOWN;
+    if (ki->revoked)
+        return AUTH_REVOKED;
+    if (ki->suspended)
+        return AUTH_SUSPENDED;
+    return AUTH_OK;
+}
+
+/* One more lookup of a key the pool does not know, if the worker's rate
+ * allows it. */
+static int
+decide_lookup_allowed(struct decider *dc, int64_t now)
+{
+    double rate = (double)dc->cfg->key_lookup_rate;
+
+    if (rate <= 0)
+        return 1;
+    dc->lookup_tokens += rate * (double)(now - dc->lookup_refill_ms) / 1000;
+    if (dc->lookup_tokens > rate)
+        dc->lookup_tokens = rate;
+    dc->lookup_refill_ms = now;
+    if (dc->lookup_tokens < 1)
+        return 0;
+    dc->lookup_tokens -= 1;
+    return 1;
+}
+
+/*
+ * Finds the entry with this id in the pool's tables, asking the store
+ * through lookup (with arg) when there is no fresh answer.  Returns an
+ * AUTH_* result; *info is filled unless AUTH_UNAVAILABLE.
+ */
+static int
+decide_lookup(struct decider *dc, const unsigned char id[32], const char *arg,
+    int (*lookup)(void *, const char *, struct key_info *),
+    struct key_info *info)
+{
+    struct key_info known, fresh;
+    struct shm_meta meta, nmeta;
+    int64_t now = util_now_ms();
+    uint64_t gen;
+    int have;
+
+    decide_sync(dc);
+    gen = shm_generation(dc->shm);
+    have = shm_get(dc->shm, SHM_KEYS, id, &known, sizeof(known), &meta) &&
+        meta.len == sizeof(known);
+    if (have && meta.generation == gen &&
+        now - meta.stamp < 1000 * dc->cfg->key_cache_ttl) {
+        *info = known;
+        return decide_result(&known);
+    }
+    memset(info, 0, sizeof(*info));
+    if (shm_get(dc->shm, SHM_UNKNOWN, id, NULL, 0, &nmeta) &&
+        nmeta.generation == gen && now < nmeta.stamp)
+        return AUTH_UNKNOWN;
+    if (!have && !decide_lookup_allowed(dc, now)) {
+        COUNT(dc, key_lookups_limited);
+        return AUTH_UNKNOWN;
+    }
+    COUNT(dc, key_lookups);
+    if (lookup(dc->store.ctx, arg, &fresh) != STORE_OK) {
+        if (have) {
+            log_debug("%.10s...: using what the pool knew while the key "
+                "store is unavailable", known.key_prefix);
+            *info = known;
+            return decide_result(&known);
+        }
+        return AUTH_UNAVAILABLE;
+    }
+    /* A reconnect may have bumped the generation: what we hold is fresh
+     * as of the generation read before asking. */
+    decide_sync(dc);
+    *info = fresh;
+    if (fresh.found)
+        shm_put(dc->shm, SHM_KEYS, id, &fresh, sizeof(fresh), now, gen,
+            (int32_t)getpid());
+    else
+        shm_put(dc->shm, SHM_UNKNOWN, id, NULL, 0,
+            now + 1000 * dc->cfg->key_cache_negative_ttl + 1, gen,
+            (int32_t)getpid());
+    return decide_result(&fresh);
+}
+
+int
+decide_key(struct decider *dc, const char *key, size_t len,
+    struct key_info *info)
+{
+    unsigned char md[SHA256_DIGEST_LENGTH];
+    char hash[2 * SHA256_DIGEST_LENGTH + 1];
+
+    if (len == 0)
+        return AUTH_NO_KEY;
+    SHA256((const unsigned char *)key, len, md);
+    util_hex(md, sizeof(md), hash);
+    return decide_lookup(dc, md, hash, dc->store.key, info);
+}
+
+int
+decide_tenant(struct decider *dc, const char *name, struct key_info *info)
+{
+    char tag[RL_NAME_MAX * 2 + 24];
+    unsigned char id[SHA256_DIGEST_LENGTH];
+
+    /* Key ids are hashes of keys; this is the hash of another text, so
+     * the two cannot meet by accident. */
+    snprintf(tag, sizeof(tag), "tenant-by-name:%s", name);
+    SHA256((const unsigned char *)tag, strlen(tag), id);
+    return decide_lookup(dc, id, name, dc->store.tenant, info);
+}
+
+/* The tenants table's id for a tenant's rules. */
+static void
+decide_rules_id(const char *tenant_id, unsigned char id[32])
+{
+    char tag[RL_UUID_LEN + 8];
+
+    snprintf(tag, sizeof(tag), "rules:%s", tenant_id);
+    SHA256((const unsigned char *)tag, strlen(tag), id);
+}
+
+/* Unpacks the shared entry of a tenant's rules into a new allocation. */
+static struct tenant_rules *
+decide_rules_unpack(const unsigned char *blob, size_t len, uint64_t gen)
+{
+    struct tenant_rules *tr;
+    int n;
+
+    if ((tr = calloc(1, sizeof(*tr))) == NULL ||
+        (tr->rules = calloc(RL_MAX_RULES, sizeof(*tr->rules))) == NULL) {
+        free(tr);
+        return NULL;
+    }
+    if ((n = shm_rules_unpack(blob, len, tr->rules, RL_MAX_RULES)) < 0) {
+        decide_rules_free(tr);
+        return NULL;
+    }
+    tr->n = n;
+    tr->generation = gen;
+    return tr;
+}
+
+const struct tenant_rules *
+decide_rules(struct decider *dc, const char *tenant_id)
+{
+    static unsigned char blob[SHM_TENANT_VALUE_MAX];
+    struct tenant_rules *tr, *fresh;
+    struct shm_meta meta;
+    unsigned char id[32];
+    int64_t now = util_now_ms(), ttl = 1000 * dc->cfg->rule_cache_ttl;
+    uint64_t gen;
+    long len;
+    int stale = 0, shared;
+
+    decide_sync(dc);
+    gen = shm_generation(dc->shm);
+    tr = cache_get(dc->rules, tenant_id, now, &stale);
+    if (tr != NULL && !stale && tr->generation == gen)
+        return tr;
+    decide_rules_id(tenant_id, id);
+    shared = shm_get(dc->shm, SHM_TENANTS, id, blob, sizeof(blob), &meta);
+    if (shared && meta.generation == gen && now - meta.stamp < ttl &&
+        (fresh = decide_rules_unpack(blob, meta.len, gen)) != NULL) {
+        /* Another worker fetched them: ours until theirs expire. */
+        if (cache_put(dc->rules, tenant_id, fresh, now,
+            ttl - (now - meta.stamp)) == -1)
+            return NULL;
+        return fresh;
+    }
+    if (dc->store.rules(dc->store.ctx, tenant_id, &fresh) != STORE_OK) {
+        /* The store is down: stale rules beat no rules. */
+        if (tr != NULL)
+            return tr;
+        if (shared && (fresh = decide_rules_unpack(blob, meta.len,
+            meta.generation)) != NULL) {
+            if (cache_put(dc->rules, tenant_id, fresh, now, 0) == -1)
+                return NULL;
+            return fresh;
+        }
+        return NULL;
+    }
+    fresh->generation = gen;
+    decide_sync(dc);
+    if ((len = shm_rules_pack(fresh->rules, fresh->n, blob,
+        sizeof(blob))) >= 0)
+        shm_put(dc->shm, SHM_TENANTS, id, blob, (size_t)len, now, gen,
+            (int32_t)getpid());
+    else
+        log_debug("tenant %s: rules too large to share with the pool",
+            tenant_id);
+    if (cache_put(dc->rules, tenant_id, fresh, now, ttl) == -1)
+        return NULL;
+    return fresh;
+}
+
+/* ------------------------------------------------------------------ */
+/* Answers */
+
+void
+decide_unavailable(struct decider *dc, struct rl_response *resp,
+    const char *code, const char *what)
+{
+    COUNT(dc, unavailable);
+    response_error(resp, 503, code, what);
+    response_header(resp, "Retry-After", "%ld",
+        dc->cfg->retry_after_unavailable);
+}
+
+/*
+ * Answers a failed identification: 401 for a missing, unknown, revoked or
+ * unusable key, 403 for a suspended tenant, 503 when the key store is
+ * down.  Returns 0 for AUTH_OK (nothing written), else -1.
+ */
+static int
+decide_auth_answer(struct decider *dc, struct rl_response *resp, int rc)
+{
+    switch (rc) {
+    case AUTH_OK:
+        return 0;
+    case AUTH_NO_KEY:
+        response_error(resp, 401, "unauthorized", "missing API key");
+        return -1;
+    case AUTH_TOO_LONG:
+        response_error(resp, 401, "unauthorized", "API key is too long");
+        return -1;
+    case AUTH_UNKNOWN:
+    case AUTH_REVOKED:
+        response_error(resp, 401, "unauthorized", "invalid API key");
+        return -1;
+    case AUTH_SUSPENDED:
+        response_error(resp, 403, "tenant_suspended", "tenant is suspended");
+        return -1;
+    default:
+        decide_unavailable(dc, resp, "service_unavailable",
+            "key store unavailable");
+        return -1;
+    }
+}
+
+int
+decide_identify(struct decider *dc, const struct http_request *req,
+    int flags, struct key_info *ki, struct rl_response *resp)
+{
+    const char *key = NULL;
+    int keylen, rc;
+
+    memset(ki, 0, sizeof(*ki));
+    keylen = request_api_key(req->x_api_key, req->authorization, &key);
+    if (keylen == -1)
+        rc = AUTH_TOO_LONG;
+    else if (req->nul_in_key)
+        /* libfcgi cut the key at the NUL: what is left is not the key. */
+        rc = AUTH_UNKNOWN;
+    else if (keylen > 0)
+        rc = decide_key(dc, key, (size_t)keylen, ki);
+    else if ((flags & DECIDE_ANONYMOUS) &&
+        dc->cfg->anonymous_tenant[0] != '\0') {
+        rc = decide_tenant(dc, dc->cfg->anonymous_tenant, ki);
+        if (rc == AUTH_UNKNOWN) {
+            log_error("anonymous_tenant \"%s\" does not exist",
+                dc->cfg->anonymous_tenant);
+            rc = AUTH_UNAVAILABLE;
+        }
+        ki->anonymous = 1;
+    } else
+        rc = AUTH_NO_KEY;
+    if (decide_auth_answer(dc, resp, rc) == -1)
+        return -1;
+    if ((flags & DECIDE_CHECKING) && ki->admin) {
+        response_error(resp, 403, "admin_key_cannot_check",
+            "admin keys cannot be used for checks");
+        return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Limits */
+
+int
+decide_limits(struct decider *dc, const char *tenant_id,
+    const struct check_request *creq, struct rl_plan *plan,
+    struct rl_decision *d)
+{
+    const struct tenant_rules *tr;
+    int i, rc, fail_open;
+
+    if ((tr = decide_rules(dc, tenant_id)) == NULL)
+        return DECIDE_NO_RULES;
+    switch (rules_plan(tr->rules, tr->n, creq->route, plan)) {
+    case 0:
+        COUNT(dc, no_rule);
+        return DECIDE_NO_RULE;
+    case -1:
+        /* Deciding on some of the limits would let through what the rest
+         * forbid: refuse, and say so once per rule and generation. */
+        COUNT(dc, misconfigured);
+        if (dc->misconfigured_rule != plan->rule[0]->id ||
+            dc->misconfigured_gen != tr->generation) {
+            dc->misconfigured_rule = plan->rule[0]->id;
+            dc->misconfigured_gen = tr->generation;
+            log_error("tenant %s route %s: rule %lld and the always rules "
+                "that match have %d limits, more than the %d one check can "
+                "decide; answering 503", tenant_id, creq->route,
+                plan->rule[0]->id, plan->needed, RL_MAX_LIMITS);
+        }
+        return DECIDE_MISCONFIGURED;
+    }
+    rc = dc->store.script(dc->store.ctx, tenant_id, plan, creq, d);
+    if (rc == STORE_BAD_REPLY) {
+        /* Redis answered, but not what the script answers: a bug or an
+         * operator's problem (e.g. out of memory), never a reason to let
+         * requests through. */
+        COUNT(dc, script_errors);
+        return DECIDE_SCRIPT_ERROR;
+    }
+    if (rc != STORE_OK) {
+        COUNT(dc, redis_errors);
+        /* Open only when every rule involved says so: one closed rule
+         * is enough to keep the door shut. */
+        for (fail_open = 1, i = 0; i < plan->n; i++)
+            fail_open = fail_open && plan->rule[i]->fail_open;
+        if (fail_open) {
+            COUNT(dc, fail_open);
+            log_warn("redis unavailable: rule %lld fails open",
+                plan->rule[0]->id);
+            return DECIDE_FAIL_OPEN;
+        }
+        return DECIDE_UNAVAILABLE;
+    }
+    if (limiter_apply_shadow(plan, d)) {
+        COUNT(dc, shadow_denied);
+        for (i = 0; i < plan->n; i++)
+            if (d->st[i].shadow && !d->st[i].allowed)
+                log_info("shadow: tenant %s rule %lld limit \"%s\" would "
+                    "have denied", tenant_id, plan->rule[i]->id,
+                    plan->name[i]);
+    }
+    if (d->allowed)
+        COUNT(dc, allowed);
+    else
+        COUNT(dc, denied);
+    return DECIDE_OK;
+}
+
+int
+decide_answer_failure(struct decider *dc, int rc, struct rl_response *resp)
+{
+    switch (rc) {
+    case DECIDE_NO_RULES:
+        decide_unavailable(dc, resp, "service_unavailable",
+            "rule store unavailable");
+        return 1;
+    case DECIDE_UNAVAILABLE:
+        decide_unavailable(dc, resp, "service_unavailable",
+            "limit store unavailable");
+        return 1;
+    case DECIDE_MISCONFIGURED:
+        decide_unavailable(dc, resp, "misconfigured", "more limits apply to "
+            "this route than one check can decide; the operator must fix "
+            "the rules");
+        return 1;
+    case DECIDE_SCRIPT_ERROR:
+        decide_unavailable(dc, resp, "script_error", "the limit store "
+            "answered with an error");
+        return 1;
+    }
+    return 0;
+}
+
+void
+decide_check(struct decider *dc, const struct http_request *req,
+    struct rl_response *resp)
+{
+    struct check_request creq;
+    struct rl_decision d;
+    struct rl_plan plan;
+    struct key_info ki;
+    char err[128];
+    int rc;
+
+    if (req->body_too_large) {
+        snprintf(err, sizeof(err), "request body is larger than %ld bytes",
+            dc->cfg->max_body_size);
+        response_error(resp, 413, "invalid_request", err);
+        return;
+    }
+    if (decide_identify(dc, req, DECIDE_CHECKING, &ki, resp) == -1)
+        return;
+    if (request_parse_check(req->body, req->body_len, &creq, err,
+        sizeof(err)) == -1) {
+        response_error(resp, 400, "invalid_request", err);
+        return;
+    }
+    rc = decide_limits(dc, ki.tenant_id, &creq, &plan, &d);
+    if (decide_answer_failure(dc, rc, resp))
+        return;
+    switch (rc) {
+    case DECIDE_NO_RULE:
+        /* Limiting is opt-in: no rule, no Redis call. */
+        buf_puts(&resp->body, "{\"allowed\":true}\n");
+        return;
+    case DECIDE_FAIL_OPEN:
+        buf_puts(&resp->body, "{\"allowed\":true,\"fail_open\":true}\n");
+        response_header(resp, "X-RateLimit-Status", "fail-open");
+        return;
+    }
+    response_decision(resp, &plan, &d);
+}

@@ -1,0 +1,98 @@
+/*
+ * service.c -- one worker's service: its stores, plugged into the
+ * decision.
+ *
+ * decide.c decides without doing I/O; here its seam (struct
+ * decide_store) is filled with the real stores: API keys, tenants and
+ * rules from PostgreSQL (store_pg.c), the check script in Redis
+ * (store_redis.c, with the arguments limiter.c builds), and PostgreSQL's
+ * change notifications.  service_tick() is the housekeeping a worker does
+ * between requests.
+ */
+#include <string.h>
+
+#include "service.h"
+
+static int
+service_key(void *ctx, const char *hash, struct key_info *out)
+{
+    struct service *svc = ctx;
+
+    return pg_store_key(&svc->pg, hash, out);
+}
+
+static int
+service_tenant(void *ctx, const char *name, struct key_info *out)
+{
+    struct service *svc = ctx;
+
+    return pg_store_tenant(&svc->pg, name, out);
+}
+
+static int
+service_rules(void *ctx, const char *tenant_id, struct tenant_rules **out)
+{
+    struct service *svc = ctx;
+
+    return pg_store_rules(&svc->pg, tenant_id, out);
+}
+
+static int
+service_script(void *ctx, const char *tenant_id, const struct rl_plan *plan,
+    const struct check_request *req, struct rl_decision *d)
+{
+    struct service *svc = ctx;
+    struct limiter_call call;
+
+    if (limiter_build(svc->redis.sha, tenant_id, plan, req, &call) == -1) {
+        log_error("rule %lld: cannot build the script call",
+            plan->rule[0]->id);
+        return DECIDE_STORE_UNUSABLE;
+    }
+    return redis_store_check(&svc->redis, &call, plan->n, d);
+}
+
+static int
+service_changed(void *ctx)
+{
+    struct service *svc = ctx;
+
+    return pg_store_poll(&svc->pg);
+}
+
+int
+service_init(struct service *svc, const struct rl_config *cfg,
+    struct shm *shm)
+{
+    struct decide_store store;
+
+    memset(svc, 0, sizeof(*svc));
+    svc->cfg = cfg;
+    svc->shm = shm;
+    svc->board = shm->board;
+    svc->counters = &svc->board->counters;
+    redis_store_init(&svc->redis, cfg);
+    pg_store_init(&svc->pg, cfg);
+    store.ctx = svc;
+    store.key = service_key;
+    store.tenant = service_tenant;
+    store.rules = service_rules;
+    store.script = service_script;
+    store.changed = service_changed;
+    return decide_init(&svc->decider, cfg, svc->counters, shm, &store);
+}
+
+void
+service_free(struct service *svc)
+{
+    redis_store_close(&svc->redis);
+    pg_store_close(&svc->pg);
+    decide_free(&svc->decider);
+}
+
+void
+service_tick(struct service *svc, int idle)
+{
+    pg_store_tick(&svc->pg, idle);
+    decide_sync(&svc->decider);
+}

@@ -1,0 +1,447 @@
+/*
+ * check_decide.c -- the decision (src/decide.c, src/authorizer.c) with fake
+ * stores.
+ *
+ * The stores behind the seam are a table of keys, a table of rules and a
+ * script that answers what the test sets; each counts its calls.  So every
+ * row of the README's status table, fail open and closed, shadow rules,
+ * a key store that goes away after a key was learnt, the limits on key
+ * lookups and "no rule, no script call" are checked without a network.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <check.h>
+
+#include "service.h"
+
+#define TENANT "11111111-2222-3333-4444-555555555555"
+
+enum script_mode { SCRIPT_ALLOW, SCRIPT_DENY, SCRIPT_DOWN, SCRIPT_ERROR,
+    SCRIPT_SHADOW_DENY };
+
+struct fake {
+    int pg_down;
+    int script_mode;
+    int key_calls, rules_calls, script_calls, tenant_calls;
+    int changed;
+    struct rl_rule rules[8];
+    int nrules;
+};
+
+struct fake_key {
+    const char *key;
+    int admin, revoked, suspended;
+};
+
+static const struct fake_key fake_keys[] = {
+    { "good-key", 0, 0, 0 },
+    { "admin-key", 1, 0, 0 },
+    { "revoked-key", 0, 1, 0 },
+    { "suspended-key", 0, 0, 1 },
+};
+
+static int
+fake_key(void *ctx, const char *hash, struct key_info *out)
+{
+    struct fake *f = ctx;
+    char h[65];
+    size_t i;
+
+    f->key_calls++;
+    if (f->pg_down)
+        return STORE_UNAVAILABLE;
+    memset(out, 0, sizeof(*out));
+    for (i = 0; i < sizeof(fake_keys) / sizeof(fake_keys[0]); i++) {
+        util_sha256_hex(fake_keys[i].key, strlen(fake_keys[i].key), h);
+        if (strcmp(h, hash) != 0)
+            continue;
+        out->found = 1;
+        out->key_id = (long long)i + 1;
+        strcpy(out->key_prefix, "fake");
+        strcpy(out->tenant_id, TENANT);
+        strcpy(out->tenant_name, "acme");
+        out->admin = fake_keys[i].admin;
+        out->revoked = fake_keys[i].revoked;
+        out->suspended = fake_keys[i].suspended;
+    }
+    return STORE_OK;
+}
+
+static int
+fake_tenant(void *ctx, const char *name, struct key_info *out)
+{
+    struct fake *f = ctx;
+
+    f->tenant_calls++;
+    if (f->pg_down)
+        return STORE_UNAVAILABLE;
+    memset(out, 0, sizeof(*out));
+    if (strcmp(name, "anon") == 0) {
+        out->found = 1;
+        strcpy(out->tenant_id, TENANT);
+    }
+    return STORE_OK;
+}
+
+static int
+fake_rules(void *ctx, const char *tenant_id, struct tenant_rules **out)
+{
+    struct fake *f = ctx;
+    struct tenant_rules *tr;
+
+    f->rules_calls++;
+    if (f->pg_down)
+        return STORE_UNAVAILABLE;
+    ck_assert_str_eq(tenant_id, TENANT);
+    tr = calloc(1, sizeof(*tr));
+    tr->rules = calloc(RL_MAX_RULES, sizeof(*tr->rules));
+    memcpy(tr->rules, f->rules, sizeof(f->rules));
+    tr->n = f->nrules;
+    *out = tr;
+    return STORE_OK;
+}
+
+static int
+fake_script(void *ctx, const char *tenant_id, const struct rl_plan *plan,
+    const struct check_request *req, struct rl_decision *d)
+{
+    struct fake *f = ctx;
+    int i;
+
+    (void)tenant_id;
+    (void)req;
+    f->script_calls++;
+    if (f->script_mode == SCRIPT_DOWN)
+        return STORE_UNAVAILABLE;
+    if (f->script_mode == SCRIPT_ERROR)
+        return STORE_BAD_REPLY;
+    memset(d, 0, sizeof(*d));
+    d->now_ms = 1700000000000LL;
+    d->nlimits = plan->n;
+    d->allowed = f->script_mode != SCRIPT_DENY;
+    for (i = 0; i < plan->n; i++) {
+        d->st[i].allowed = f->script_mode == SCRIPT_ALLOW;
+        d->st[i].limit = 10;
+        d->st[i].remaining = d->st[i].allowed ? 9 : 0;
+        d->st[i].reset_ms = 1000;
+        d->st[i].retry_after_ms = d->st[i].allowed ? 0 : 1500;
+    }
+    return STORE_OK;
+}
+
+static int
+fake_changed(void *ctx)
+{
+    struct fake *f = ctx;
+    int c = f->changed;
+
+    f->changed = 0;
+    return c;
+}
+
+static struct rl_config cfg;
+static struct rl_counters counters;
+static struct decider dc;
+static struct fake fk;
+static struct shm shm;
+static void *shm_base;
+static struct rl_response resp;
+
+static void
+add_rule(long long id, const char *pattern, int nlimits, int fail_open,
+    int shadow, int always)
+{
+    struct rl_rule *r = &fk.rules[fk.nrules++];
+    int i;
+
+    memset(r, 0, sizeof(*r));
+    r->id = id;
+    strcpy(r->pattern, pattern);
+    r->fail_open = fail_open;
+    r->shadow = shadow;
+    r->always = always;
+    r->nlimits = nlimits;
+    for (i = 0; i < nlimits; i++) {
+        r->limits[i].id = id * 100 + i;
+        snprintf(r->limits[i].name, sizeof(r->limits[i].name), "l%d", i);
+        r->limits[i].algorithm = RL_ALGO_SLIDING_WINDOW;
+        r->limits[i].limit_count = 10;
+        r->limits[i].window_seconds = 60;
+    }
+}
+
+static void
+setup(void)
+{
+    size_t counts[SHM_NTABLES] = { 64, 64, 16 }, size;
+    struct decide_store store = { &fk, fake_key, fake_tenant, fake_rules,
+        fake_script, fake_changed };
+
+    config_defaults(&cfg);
+    cfg.key_lookup_rate = 0;
+    strcpy(cfg.anonymous_tenant, "anon");
+    memset(&counters, 0, sizeof(counters));
+    memset(&fk, 0, sizeof(fk));
+    add_rule(1, "/api/*", 1, 0, 0, 0);
+    add_rule(2, "/open/*", 1, 1, 0, 0);
+    add_rule(3, "/shadow/*", 1, 0, 1, 0);
+    add_rule(4, "/nine/*", 8, 0, 0, 0);
+    fk.rules[3].limits[7].id = 999;
+    size = shm_size(sizeof(struct scoreboard), counts);
+    shm_base = calloc(1, size);
+    ck_assert_int_eq(shm_init(&shm, shm_base, size,
+        sizeof(struct scoreboard), counts), 0);
+    ck_assert_int_eq(decide_init(&dc, &cfg, &counters, &shm, &store), 0);
+    response_init(&resp);
+}
+
+static void
+teardown(void)
+{
+    response_free(&resp);
+    decide_free(&dc);
+    free(shm_base);
+}
+
+/* One check: key (NULL: none), body; fills resp. */
+static int
+check(const char *key, const char *body)
+{
+    struct http_request req;
+
+    memset(&req, 0, sizeof(req));
+    req.method = "POST";
+    req.path = "/v1/check";
+    req.path_len = strlen(req.path);
+    req.query = "";
+    req.x_api_key = key;
+    req.body = body;
+    req.body_len = strlen(body);
+    response_reset(&resp);
+    decide_check(&dc, &req, &resp);
+    return resp.status;
+}
+
+static const char *
+body_has(const char *text)
+{
+    return strstr(resp.body.data != NULL ? resp.body.data : "", text);
+}
+
+static const char *
+header_has(const char *text)
+{
+    return strstr(resp.headers.data != NULL ? resp.headers.data : "", text);
+}
+
+START_TEST(test_allowed_and_denied)
+{
+    ck_assert_int_eq(check("good-key", "{\"route\":\"/api/x\"}"), 200);
+    ck_assert_ptr_nonnull(body_has("\"allowed\":true"));
+    ck_assert_ptr_nonnull(header_has("X-RateLimit-Limit: 10"));
+    ck_assert_int_eq(fk.script_calls, 1);
+    fk.script_mode = SCRIPT_DENY;
+    ck_assert_int_eq(check("good-key", "{\"route\":\"/api/x\"}"), 429);
+    ck_assert_ptr_nonnull(header_has("Retry-After: 2"));
+    ck_assert_int_eq((int)counters.allowed, 1);
+    ck_assert_int_eq((int)counters.denied, 1);
+}
+END_TEST
+
+START_TEST(test_identification)
+{
+    char longkey[RL_KEY_MAX + 2];
+
+    ck_assert_int_eq(check(NULL, "{\"route\":\"/api/x\"}"), 401);
+    ck_assert_ptr_nonnull(body_has("missing API key"));
+    ck_assert_int_eq(check("no-such-key", "{\"route\":\"/api/x\"}"), 401);
+    ck_assert_ptr_nonnull(body_has("invalid API key"));
+    ck_assert_int_eq(check("revoked-key", "{\"route\":\"/api/x\"}"), 401);
+    ck_assert_int_eq(check("suspended-key", "{\"route\":\"/api/x\"}"), 403);
+    ck_assert_ptr_nonnull(body_has("tenant_suspended"));
+    ck_assert_int_eq(check("admin-key", "{\"route\":\"/api/x\"}"), 403);
+    ck_assert_ptr_nonnull(body_has("admin_key_cannot_check"));
+    memset(longkey, 'k', sizeof(longkey) - 1);
+    longkey[sizeof(longkey) - 1] = '\0';
+    ck_assert_int_eq(check(longkey, "{\"route\":\"/api/x\"}"), 401);
+    ck_assert_ptr_nonnull(body_has("API key is too long"));
+    ck_assert_int_eq(fk.script_calls, 0);
+}
+END_TEST
+
+START_TEST(test_bad_input)
+{
+    struct http_request req;
+
+    ck_assert_int_eq(check("good-key", "{\"route\":"), 400);
+    ck_assert_ptr_nonnull(body_has("invalid_request"));
+    memset(&req, 0, sizeof(req));
+    req.method = "POST";
+    req.path = "/v1/check";
+    req.path_len = 9;
+    req.x_api_key = "good-key";
+    req.body = "";
+    req.body_too_large = 1;
+    response_reset(&resp);
+    decide_check(&dc, &req, &resp);
+    ck_assert_int_eq(resp.status, 413);
+    /* A NUL in the key's parameter: what libfcgi left is not the key. */
+    req.body_too_large = 0;
+    req.body = "{\"route\":\"/api/x\"}";
+    req.body_len = strlen(req.body);
+    req.nul_in_key = 1;
+    response_reset(&resp);
+    decide_check(&dc, &req, &resp);
+    ck_assert_int_eq(resp.status, 401);
+    ck_assert_int_eq(fk.script_calls, 0);
+}
+END_TEST
+
+START_TEST(test_no_rule_no_script_call)
+{
+    ck_assert_int_eq(check("good-key", "{\"route\":\"/elsewhere\"}"), 200);
+    ck_assert_ptr_nonnull(body_has("{\"allowed\":true}"));
+    ck_assert_int_eq(fk.script_calls, 0);
+    ck_assert_int_eq((int)counters.no_rule, 1);
+}
+END_TEST
+
+START_TEST(test_fail_open_and_closed)
+{
+    fk.script_mode = SCRIPT_DOWN;
+    ck_assert_int_eq(check("good-key", "{\"route\":\"/api/x\"}"), 503);
+    ck_assert_ptr_nonnull(body_has("service_unavailable"));
+    ck_assert_ptr_nonnull(header_has("Retry-After: 1"));
+    ck_assert_int_eq(check("good-key", "{\"route\":\"/open/x\"}"), 200);
+    ck_assert_ptr_nonnull(header_has("X-RateLimit-Status: fail-open"));
+    ck_assert_int_eq((int)counters.fail_open, 1);
+    ck_assert_int_eq((int)counters.redis_errors, 2);
+    /* An error reply is not an outage: closed even for an open rule. */
+    fk.script_mode = SCRIPT_ERROR;
+    ck_assert_int_eq(check("good-key", "{\"route\":\"/open/x\"}"), 503);
+    ck_assert_ptr_nonnull(body_has("script_error"));
+    ck_assert_int_eq((int)counters.script_errors, 1);
+    ck_assert_int_eq((int)counters.fail_open, 1);
+}
+END_TEST
+
+START_TEST(test_shadow)
+{
+    fk.script_mode = SCRIPT_SHADOW_DENY;
+    ck_assert_int_eq(check("good-key", "{\"route\":\"/shadow/x\"}"), 200);
+    ck_assert_ptr_nonnull(body_has("shadow_denied"));
+    ck_assert_int_eq((int)counters.shadow_denied, 1);
+}
+END_TEST
+
+START_TEST(test_misconfigured)
+{
+    /* 8 limits on the /nine/ rule, and an always rule for all: 9. */
+    add_rule(5, "*", 1, 0, 0, 1);
+    ck_assert_int_eq(check("good-key", "{\"route\":\"/nine/x\"}"), 503);
+    ck_assert_ptr_nonnull(body_has("misconfigured"));
+    ck_assert_int_eq(fk.script_calls, 0);
+    ck_assert_int_eq(check("good-key", "{\"route\":\"/api/x\"}"), 200);
+    ck_assert_int_eq(fk.script_calls, 1);
+}
+END_TEST
+
+/* The key store goes away after the key was learnt: the pool's
+ * knowledge is used, even past its TTL; an unknown key gets 503. */
+START_TEST(test_store_down_with_known_key)
+{
+    cfg.key_cache_ttl = 0;
+    cfg.rule_cache_ttl = 0;
+    ck_assert_int_eq(check("good-key", "{\"route\":\"/api/x\"}"), 200);
+    fk.pg_down = 1;
+    ck_assert_int_eq(check("good-key", "{\"route\":\"/api/x\"}"), 200);
+    ck_assert_int_gt(fk.key_calls, 1);      /* it did try */
+    ck_assert_int_eq(check("other-key", "{\"route\":\"/api/x\"}"), 503);
+    ck_assert_ptr_nonnull(body_has("key store unavailable"));
+    /* A change notified: fresh answers are needed, stale ones still
+     * serve while the store is down. */
+    fk.changed = 1;
+    ck_assert_int_eq(check("good-key", "{\"route\":\"/api/x\"}"), 200);
+}
+END_TEST
+
+START_TEST(test_key_lookups)
+{
+    int calls;
+
+    /* Unknown keys are remembered: the second try asks nobody. */
+    ck_assert_int_eq(check("bad-1", "{\"route\":\"/api/x\"}"), 401);
+    calls = fk.key_calls;
+    ck_assert_int_eq(check("bad-1", "{\"route\":\"/api/x\"}"), 401);
+    ck_assert_int_eq(fk.key_calls, calls);
+    /* Known keys too. */
+    ck_assert_int_eq(check("good-key", "{\"route\":\"/api/x\"}"), 200);
+    calls = fk.key_calls;
+    ck_assert_int_eq(check("good-key", "{\"route\":\"/api/x\"}"), 200);
+    ck_assert_int_eq(fk.key_calls, calls);
+    /* Past key_lookup_rate, a key the pool does not know is refused
+     * without a lookup; a key it knows still works. */
+    dc.cfg = &cfg;
+    cfg.key_lookup_rate = 1;
+    dc.lookup_tokens = 1;
+    dc.lookup_refill_ms = util_now_ms();
+    ck_assert_int_eq(check("bad-2", "{\"route\":\"/api/x\"}"), 401);
+    calls = fk.key_calls;
+    ck_assert_int_eq(check("bad-3", "{\"route\":\"/api/x\"}"), 401);
+    ck_assert_int_eq(fk.key_calls, calls);
+    ck_assert_int_eq((int)counters.key_lookups_limited, 1);
+    ck_assert_int_eq(check("good-key", "{\"route\":\"/api/x\"}"), 200);
+}
+END_TEST
+
+/* The authorizer: the path decides, the anonymous tenant stands in for a
+ * missing key, and nginx gets its 401/403 only. */
+START_TEST(test_authorizer)
+{
+    struct http_request req;
+
+    memset(&req, 0, sizeof(req));
+    req.method = "GET";
+    req.path = "/api//%78";
+    req.path_len = strlen(req.path);
+    req.query = "";
+    req.authorizer = 1;
+    req.remote_addr = "192.0.2.1";
+    response_reset(&resp);
+    authorizer_decide(&dc, &req, &resp);
+    ck_assert_int_eq(resp.status, 200);
+    ck_assert_int_eq(fk.tenant_calls, 1);
+    ck_assert_int_eq(fk.script_calls, 1);
+    ck_assert_ptr_nonnull(header_has("Variable-RateLimit-Remaining: 9"));
+    fk.script_mode = SCRIPT_DENY;
+    req.x_api_key = "good-key";
+    response_reset(&resp);
+    authorizer_decide(&dc, &req, &resp);
+    ck_assert_int_eq(resp.status, 429);
+    authorizer_nginx(&resp);
+    ck_assert_int_eq(resp.status, 403);
+    ck_assert_ptr_nonnull(header_has("X-RateLimit-Status: limited"));
+}
+END_TEST
+
+Suite *
+decide_suite(void)
+{
+    Suite *s = suite_create("decide");
+    TCase *tc = tcase_create("fake stores");
+
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_allowed_and_denied);
+    tcase_add_test(tc, test_identification);
+    tcase_add_test(tc, test_bad_input);
+    tcase_add_test(tc, test_no_rule_no_script_call);
+    tcase_add_test(tc, test_fail_open_and_closed);
+    tcase_add_test(tc, test_shadow);
+    tcase_add_test(tc, test_misconfigured);
+    tcase_add_test(tc, test_store_down_with_known_key);
+    tcase_add_test(tc, test_key_lookups);
+    tcase_add_test(tc, test_authorizer);
+    suite_add_tcase(s, tc);
+    return s;
+}
