@@ -294,8 +294,8 @@ static int
 config_check_address(const char *key, const char *v, int allow_empty,
     char *err, size_t errlen)
 {
-    const char *colon;
-    long port;
+    char host[256];
+    int port;
 
     if (*v == '\0') {
         if (allow_empty)
@@ -316,16 +316,13 @@ config_check_address(const char *key, const char *v, int allow_empty,
         }
         return 0;
     }
-    colon = strrchr(v, ':');
-    if (colon == NULL || colon == v || parse_long(colon + 1, &port) == -1 ||
-        port < 1 || port > 65535) {
-        errf(err, errlen, "%s: \"%s\" is not \"host:port\" (port 1-65535) or "
-            "\"unix:/path\"", key, v);
-        return -1;
-    }
-    if (v[0] == '[' && colon[-1] != ']') {
-        errf(err, errlen, "%s: \"%s\": an IPv6 address is written "
-            "\"[::1]:port\"", key, v);
+    if (util_split_hostport(v, host, sizeof(host), &port) == -1) {
+        if (v[0] == '[' || (strchr(v, ':') != strrchr(v, ':')))
+            errf(err, errlen, "%s: \"%s\": an IPv6 address is written "
+                "\"[::1]:port\"", key, v);
+        else
+            errf(err, errlen, "%s: \"%s\" is not \"host:port\" (port "
+                "1-65535) or \"unix:/path\"", key, v);
         return -1;
     }
     return 0;

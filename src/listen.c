@@ -115,25 +115,22 @@ fail:
 static int
 listen_tcp(const struct rl_config *cfg, char *err, size_t errlen)
 {
-    char host[256];
-    const char *addr = cfg->listen, *colon = strrchr(addr, ':');
+    char host[256], port[8];
     struct addrinfo hints, *res, *ai;
-    size_t n = (size_t)(colon - addr);
-    int fd = -1, on = 1, rc;
+    int fd = -1, on = 1, rc, portnum;
 
-    if (addr[0] == '[') {
-        addr++;
-        n -= 2;
+    if (util_split_hostport(cfg->listen, host, sizeof(host), &portnum) ==
+        -1) {
+        snprintf(err, errlen, "listen: \"%s\" is not host:port",
+            cfg->listen);
+        return -1;
     }
-    if (n >= sizeof(host))
-        n = sizeof(host) - 1;
-    memcpy(host, addr, n);
-    host[n] = '\0';
+    snprintf(port, sizeof(port), "%d", portnum);
     memset(&hints, 0, sizeof(hints));
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-    if ((rc = getaddrinfo(host, colon + 1, &hints, &res)) != 0) {
+    if ((rc = getaddrinfo(host, port, &hints, &res)) != 0) {
         snprintf(err, errlen, "listen: %s: %s", cfg->listen,
             gai_strerror(rc));
         return -1;

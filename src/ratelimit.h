@@ -198,6 +198,16 @@ void util_sha256_hex(const void *data, size_t len, char out[65]);
 /* Lowercase hex of n bytes into out[2 * n + 1], NUL terminated. */
 void util_hex(const void *in, size_t n, char *out);
 
+/* Copies src into dst[size], cut to fit and NUL terminated (size > 0).
+ * Returns strlen(src): the copy was cut when that is >= size. */
+size_t util_copy(char *dst, size_t size, const char *src);
+
+/* Splits "host:port" or "[v6addr]:port" into host (without brackets) and
+ * port (1-65535).  Returns 0, or -1 when addr has another shape or host
+ * does not fit in hostlen. */
+int util_split_hostport(const char *addr, char *host, size_t hostlen,
+    int *port);
+
 /* Monotonic milliseconds and wall-clock seconds. */
 int64_t util_now_ms(void);
 int64_t util_wall_s(void);

@@ -338,17 +338,6 @@ pg_store_tick(struct pg_store *ps, int idle)
         pg_store_advance(ps, idle ? util_now_ms() + PG_TICK_WAIT_MS : 0);
 }
 
-static void
-copy_str(char *dst, size_t size, const char *src)
-{
-    size_t n = strlen(src);
-
-    if (n >= size)
-        n = size - 1;
-    memcpy(dst, src, n);
-    dst[n] = '\0';
-}
-
 int
 pg_store_key(struct pg_store *ps, const char *hash, struct key_info *out)
 {
@@ -360,14 +349,14 @@ pg_store_key(struct pg_store *ps, const char *hash, struct key_info *out)
     if (PQntuples(res) == 1) {
         out->found = 1;
         out->key_id = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
-        copy_str(out->key_prefix, sizeof(out->key_prefix),
+        util_copy(out->key_prefix, sizeof(out->key_prefix),
             PQgetvalue(res, 0, 1));
-        copy_str(out->tenant_id, sizeof(out->tenant_id),
+        util_copy(out->tenant_id, sizeof(out->tenant_id),
             PQgetvalue(res, 0, 2));
         out->admin = strcmp(PQgetvalue(res, 0, 3), "admin") == 0;
         out->revoked = strcmp(PQgetvalue(res, 0, 4), "active") != 0;
         out->suspended = strcmp(PQgetvalue(res, 0, 5), "active") != 0;
-        copy_str(out->tenant_name, sizeof(out->tenant_name),
+        util_copy(out->tenant_name, sizeof(out->tenant_name),
             PQgetvalue(res, 0, 6));
     }
     PQclear(res);
@@ -384,10 +373,10 @@ pg_store_tenant(struct pg_store *ps, const char *name, struct key_info *out)
         return STORE_UNAVAILABLE;
     if (PQntuples(res) == 1) {
         out->found = 1;
-        copy_str(out->tenant_id, sizeof(out->tenant_id),
+        util_copy(out->tenant_id, sizeof(out->tenant_id),
             PQgetvalue(res, 0, 0));
         out->suspended = strcmp(PQgetvalue(res, 0, 1), "active") != 0;
-        copy_str(out->tenant_name, sizeof(out->tenant_name), name);
+        util_copy(out->tenant_name, sizeof(out->tenant_name), name);
     }
     PQclear(res);
     return STORE_OK;
@@ -400,7 +389,7 @@ limit_name(char *dst, size_t size, const char *src)
 {
     size_t i;
 
-    copy_str(dst, size, *src ? src : "default");
+    util_copy(dst, size, *src ? src : "default");
     for (i = 0; dst[i] != '\0'; i++)
         if (!((dst[i] >= 'a' && dst[i] <= 'z') ||
             (dst[i] >= 'A' && dst[i] <= 'Z') ||
@@ -440,7 +429,7 @@ pg_store_rules(struct pg_store *ps, const char *tenant_id,
             }
             rule = &tr->rules[tr->n++];
             rule->id = rule_id;
-            copy_str(rule->pattern, sizeof(rule->pattern),
+            util_copy(rule->pattern, sizeof(rule->pattern),
                 PQgetvalue(res, i, 1));
             rule->priority = atoi(PQgetvalue(res, i, 2));
             rule->shadow = PQgetvalue(res, i, 3)[0] == 't';

@@ -146,3 +146,47 @@ util_random(void *out, size_t n)
     }
     return 0;
 }
+
+size_t
+util_copy(char *dst, size_t size, const char *src)
+{
+    size_t n = strlen(src);
+
+    if (size == 0)
+        return n;
+    if (n >= size) {
+        memcpy(dst, src, size - 1);
+        dst[size - 1] = '\0';
+    } else
+        memcpy(dst, src, n + 1);
+    return n;
+}
+
+int
+util_split_hostport(const char *addr, char *host, size_t hostlen, int *port)
+{
+    const char *colon = strrchr(addr, ':'), *h = addr;
+    size_t n;
+    char *end;
+    long p;
+
+    if (colon == NULL || colon == addr || colon[1] == '\0')
+        return -1;
+    n = (size_t)(colon - addr);
+    if (addr[0] == '[') {
+        /* [::1]:6379 */
+        if (n < 3 || colon[-1] != ']')
+            return -1;
+        h++;
+        n -= 2;
+    } else if (memchr(addr, ':', n) != NULL)
+        return -1;              /* an IPv6 address without brackets */
+    errno = 0;
+    p = strtol(colon + 1, &end, 10);
+    if (errno != 0 || *end != '\0' || p < 1 || p > 65535 || n >= hostlen)
+        return -1;
+    memcpy(host, h, n);
+    host[n] = '\0';
+    *port = (int)p;
+    return 0;
+}

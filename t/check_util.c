@@ -163,6 +163,60 @@ START_TEST(test_clocks)
 }
 END_TEST
 
+START_TEST(test_split_hostport)
+{
+    char host[16];
+    int port = 0;
+
+    ck_assert_int_eq(util_split_hostport("127.0.0.1:6379", host,
+        sizeof(host), &port), 0);
+    ck_assert_str_eq(host, "127.0.0.1");
+    ck_assert_int_eq(port, 6379);
+    ck_assert_int_eq(util_split_hostport("[::1]:9000", host, sizeof(host),
+        &port), 0);
+    ck_assert_str_eq(host, "::1");
+    ck_assert_int_eq(port, 9000);
+    ck_assert_int_eq(util_split_hostport("localhost:1", host, sizeof(host),
+        &port), 0);
+    ck_assert_int_eq(util_split_hostport("localhost:65535", host,
+        sizeof(host), &port), 0);
+    ck_assert_int_eq(port, 65535);
+    /* Refused: no port, port 0 or too high, not a number, no host, an
+     * IPv6 address without brackets, a host too long for the buffer. */
+    ck_assert_int_eq(util_split_hostport("localhost", host, sizeof(host),
+        &port), -1);
+    ck_assert_int_eq(util_split_hostport("localhost:", host, sizeof(host),
+        &port), -1);
+    ck_assert_int_eq(util_split_hostport("h:0", host, sizeof(host), &port),
+        -1);
+    ck_assert_int_eq(util_split_hostport("h:65536", host, sizeof(host),
+        &port), -1);
+    ck_assert_int_eq(util_split_hostport("h:80x", host, sizeof(host), &port),
+        -1);
+    ck_assert_int_eq(util_split_hostport(":80", host, sizeof(host), &port),
+        -1);
+    ck_assert_int_eq(util_split_hostport("::1:80", host, sizeof(host),
+        &port), -1);
+    ck_assert_int_eq(util_split_hostport("[::1:80", host, sizeof(host),
+        &port), -1);
+    ck_assert_int_eq(util_split_hostport("abcdefghijklmnop:80", host,
+        sizeof(host), &port), -1);
+}
+END_TEST
+
+START_TEST(test_copy)
+{
+    char small[4];
+
+    ck_assert_int_eq((int)util_copy(small, sizeof(small), "ab"), 2);
+    ck_assert_str_eq(small, "ab");
+    ck_assert_int_eq((int)util_copy(small, sizeof(small), "abcdef"), 6);
+    ck_assert_str_eq(small, "abc");
+    ck_assert_int_eq((int)util_copy(small, sizeof(small), "abc"), 3);
+    ck_assert_str_eq(small, "abc");
+}
+END_TEST
+
 Suite *
 util_suite(void)
 {
@@ -173,6 +227,8 @@ util_suite(void)
     tcase_add_test(tc, test_sha256_empty);
     tcase_add_test(tc, test_sha256_abc);
     tcase_add_test(tc, test_sha256_uses_len_not_nul);
+    tcase_add_test(tc, test_split_hostport);
+    tcase_add_test(tc, test_copy);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("buf");
