@@ -26,6 +26,7 @@ Suite *util_suite(void);
 Suite *addr_suite(void);
 Suite *fcgi_suite(void);
 Suite *shm_suite(void);
+Suite *validate_suite(void);
 Suite *decide_suite(void);
 
 #endif /* RL_T_CHECK_H */
