@@ -32,7 +32,7 @@ HEADERS = $(wildcard src/*.h)
 UNIT_SRC = $(wildcard t/check_*.c)
 
 .PHONY: all deps test unit lua-test integration run stop bench install \
-	asan clean test-faults fuzz asan-test
+	asan clean test-faults fuzz asan-test lint
 
 all: $(BUILD)/ratelimit-fcgi $(BUILD)/ratelimitctl
 
@@ -63,15 +63,27 @@ deps:
 	@sh scripts/install-deps.sh
 
 # The README's test command: unit tests, Lua tests against a real Redis,
-# and the integration tests against a private stack.
+# and the integration tests against a private stack, in that order; the
+# first group that fails stops it.
 test: deps
 	$(MAKE) all $(BUILD)/check_all
-	$(BUILD)/check_all
-	sh t/lua_test.sh
-	sh t/integration/run.sh
+	$(MAKE) unit
+	$(MAKE) lua-test
+	$(MAKE) integration
 
+# The Check unit tests (one binary, t/check_main.c).
 unit: $(BUILD)/check_all
 	$(BUILD)/check_all
+
+# The Redis scripts against a private redis-server (LUA_TEST_REDIS_PORT).
+lua-test:
+	sh t/lua_test.sh
+
+# The integration tests against a private stack built from $(BUILD); TESTS,
+# PORT, REDIS_PORT, PG_PORT, WORKERS and KEEP_VAR are taken from the
+# environment or the command line (see t/integration/run.sh).
+integration: all
+	BUILD="$(BUILD)" sh t/integration/run.sh
 
 # The fault scenarios against the real stack, with their table.
 test-faults: deps
@@ -126,12 +138,35 @@ run: deps
 stop:
 	sh scripts/dev-stack.sh stop
 
+# The benchmark's yardstick: a libfcgi responder answering a fixed 200, or
+# that plus one EVALSHA (see scripts/bench.sh).
+PROBE_PKGS = fcgi hiredis
+$(BUILD)/bench_probe: scripts/bench_probe.c | $(BUILD)
+	$(CC) -std=gnu11 $(WARNINGS) $(CFLAGS) \
+		$(shell pkg-config --cflags $(PROBE_PKGS) 2>/dev/null) -o $@ $< \
+		$(shell pkg-config --libs $(PROBE_PKGS) 2>/dev/null)
+
 bench: deps
-	$(MAKE) all
-	sh scripts/bench.sh
+	$(MAKE) all $(BUILD)/bench_probe
+	BUILD="$(BUILD)" sh scripts/bench.sh
 
 asan:
-	$(MAKE) BUILD=build-asan OPT="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" all
+	$(MAKE) BUILD=build-asan OPT="$(ASAN_OPT)" all
+
+# shellcheck over every shell script of the tree, cppcheck over src/.  A
+# finding that is a false positive is silenced where it is, with a comment
+# (shellcheck disable=..., cppcheck-suppress ...).
+SHELL_SCRIPTS = $(wildcard scripts/*.sh t/*.sh t/integration/*.sh \
+	t/fuzz/run.sh conf/*.sh .ci/run)
+lint:
+	@for tool in shellcheck cppcheck; do \
+	    command -v $$tool >/dev/null 2>&1 || \
+	        { echo "lint: $$tool is missing: run make deps (as root)" >&2; \
+	          exit 1; }; \
+	done
+	shellcheck -x $(SHELL_SCRIPTS)
+	cppcheck --enable=warning,portability,performance --error-exitcode=1 \
+		--inline-suppr -q --std=c11 -I src src/
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/ratelimit-fcgi

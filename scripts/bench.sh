@@ -3,7 +3,8 @@
 # DESIGN.md §9, measured in the same run on the same machine.
 #
 #   a  lighttpd -> noop probe      a libfcgi responder that answers a fixed
-#                                  200 (scripts/bench_probe.c)
+#                                  200 (scripts/bench_probe.c, built by the
+#                                  Makefile as $BUILD/bench_probe)
 #   b  lighttpd -> evalsha probe   the same plus one EVALSHA per request: the
 #                                  ceiling of a one-round-trip design
 #   c  lighttpd -> ratelimit-fcgi  POST /v1/check, demo key, one subject
@@ -78,10 +79,10 @@ esac
 if [ "$BENCH_SECONDS" -lt 1 ] || [ "$BENCH_SECONDS" -gt 60 ]; then
     die "BENCH_SECONDS must be 1-60"
 fi
-for f in "$BUILD/ratelimit-fcgi" "$BUILD/ratelimitctl"; do
-    [ -x "$f" ] || die "$f is missing: run make first"
+for f in "$BUILD/ratelimit-fcgi" "$BUILD/ratelimitctl" "$PROBE"; do
+    [ -x "$f" ] || die "$f is missing: run make bench"
 done
-for cmd in wrk redis-server redis-cli curl cc pkg-config "$LIGHTTPD"; do
+for cmd in wrk redis-server redis-cli curl "$LIGHTTPD"; do
     command -v "$cmd" >/dev/null 2>&1 ||
         die "$cmd is missing: run make deps (as root)"
 done
@@ -232,14 +233,6 @@ for p in "$PORT" "$NOOP_PORT" "$EVALSHA_PORT" "$REDIS_PORT" "$PG_PORT"; do
 done
 
 VAR=$(mktemp -d "${TMPDIR:-/tmp}/ratelimit-bench.XXXXXX")
-
-say "building $PROBE"
-# shellcheck disable=SC2046
-cc -std=gnu11 -O2 -g -Wall -Wextra -Wshadow -Wstrict-prototypes \
-    -Wmissing-prototypes -Wwrite-strings -Wpointer-arith \
-    $(pkg-config --cflags fcgi hiredis) -o "$PROBE.tmp" scripts/bench_probe.c \
-    $(pkg-config --libs fcgi hiredis) || die "building the probe failed"
-mv "$PROBE.tmp" "$PROBE"
 
 # The stack's own helper, with the benchmark's ports and settings.
 stack() {

@@ -20,7 +20,7 @@ echo
 n=0
 for f in $2; do
     n=$((n + 1))
-    echo "static const char migration_$n[] ="
+    echo "static const char migration_${n}[] ="
     cstring "$f"
     echo '    ;'
 done
