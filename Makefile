@@ -169,9 +169,12 @@ lint:
 		--inline-suppr -q --std=c11 -I src src/
 
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/ratelimit-fcgi
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/ratelimit-fcgi \
+		$(DESTDIR)$(PREFIX)/share/man/man8
 	install -m 755 $(BUILD)/ratelimit-fcgi $(BUILD)/ratelimitctl $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 conf/ratelimit.conf $(DESTDIR)$(PREFIX)/share/ratelimit-fcgi/
+	install -m 644 src/ratelimit-fcgi.8 src/ratelimitctl.8 \
+		$(DESTDIR)$(PREFIX)/share/man/man8/
 
 clean:
 	rm -rf build build-asan

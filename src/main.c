@@ -14,39 +14,20 @@
 
 #define DEFAULT_CONFIG "/etc/ratelimit-fcgi/ratelimit.conf"
 
+/* The options in short; ratelimit-fcgi.8 describes the rest (the keys,
+ * the signals, the files). */
 static void
 usage(FILE *fp)
 {
     fprintf(fp,
 "Usage: ratelimit-fcgi [-c FILE] [-t | -T]\n"
 "       ratelimit-fcgi -h | -v\n"
-"\n"
-"A FastCGI rate limiter.  API keys live in PostgreSQL, counters in Redis;\n"
-"each check is decided by one Lua script call, so concurrent requests can\n"
-"never spend the same slot twice.  When Redis is unreachable it answers\n"
-"503 at once (fails closed).\n"
-"\n"
-"It is started by a web server (lighttpd bin-path, Apache mod_fcgid),\n"
-"spawn-fcgi or systemd with the listening socket on fd 0, or on its own\n"
-"with \"listen\" set in the configuration (nginx, Apache mod_proxy_fcgi).\n"
-"\n"
-"Options:\n"
 "  -c, --config FILE  configuration file (default " DEFAULT_CONFIG ")\n"
-"  -t, --test         test the configuration file and exit: 0 if it is\n"
-"                     valid, 1 if not, with FILE:LINE and the reason\n"
+"  -t, --test         test the configuration file and exit (0 valid, 1 not)\n"
 "  -T, --test-dump    like -t, then print every key with its value\n"
 "  -h, --help         show this help and exit\n"
 "  -v, --version      show the version and exit\n"
-"\n"
-"Signals: SIGTERM, SIGINT, SIGQUIT stop gracefully (requests in hand\n"
-"complete); SIGHUP re-reads the configuration and replaces the workers.\n"
-"\n"
-"Configuration keys (\"key = value\", '#' comments):\n");
-    config_help(fp);
-    fprintf(fp,
-"\n"
-"Files: " DEFAULT_CONFIG "\n"
-"See also: ratelimitctl(1), README.md\n");
+"The configuration keys, signals and files: man ratelimit-fcgi\n");
 }
 
 int

@@ -109,4 +109,59 @@ check "make stop left no process of that stack ($left)" eq "$left" 0
 sh "$ROOT/scripts/pg.sh" destroy "$run_var" >/dev/null 2>&1
 rm -rf "$run_var"
 
+# The manual pages: mandoc finds nothing to warn about in either, `make
+# install` puts them where man(1) looks, and ratelimitctl.8 describes every
+# command of ratelimitctl's table (as its --help lists them) and
+# ratelimit-fcgi.8 every configuration key (as -T prints them), so that
+# neither page can fall behind its program unnoticed.
+for page in ratelimitctl.8 ratelimit-fcgi.8; do
+    lint=$(mandoc -Tlint -Wwarning "$ROOT/src/$page" 2>&1)
+    rc=$?
+    check "mandoc -Tlint finds no warning in $page (exit $rc)" \
+        eq "$rc $lint" "0 "
+    [ "$rc" = 0 ] || printf '%s\n' "$lint" | head -n 5 | sed 's/^/    /'
+done
+
+man_dest=$T_TMP/install
+(cd "$ROOT" && make install DESTDIR="$man_dest" PREFIX=/usr BUILD="$BUILD") \
+    >"$T_TMP/make-install.out" 2>&1
+rc=$?
+check "make install DESTDIR PREFIX=/usr exits 0 ($rc)" eq "$rc" 0
+for name in ratelimitctl ratelimit-fcgi; do
+    found=$(MANPATH='' man -M "$man_dest/usr/share/man" -w "$name" 2>&1)
+    check "man -M finds the installed $name(8) ($found)" \
+        eq "$found" "$man_dest/usr/share/man/man8/$name.8"
+    text=$(MANWIDTH=80 man -M "$man_dest/usr/share/man" "$name" 2>/dev/null)
+    check "man -M renders $name(8) with its NAME and EXIT STATUS" \
+        eq "$(printf '%s\n' "$text" | grep -c '^NAME$\|^EXIT STATUS$')" 2
+done
+
+"$RATELIMITCTL" --help >"$T_TMP/ctl-help.out" 2>&1
+commands=$(sed -n \
+    's/^    ratelimitctl \[-c FILE\] \([a-z]*\)\( [a-z][a-z]*\)\{0,1\}.*/\1\2/p' \
+    "$T_TMP/ctl-help.out")
+check "ratelimitctl --help lists the 14 commands of its table" \
+    eq "$(printf '%s\n' "$commands" | grep -c .)" 14
+missing=""
+while IFS= read -r cmd; do
+    # Once in the SYNOPSIS and once where the command is described.
+    n=$(grep -c "Cm $cmd\( \|$\)" "$ROOT/src/ratelimitctl.8")
+    [ "$n" -ge 2 ] || missing="$missing [$cmd]"
+done <<EOF
+$commands
+EOF
+check "ratelimitctl.8 shows and describes every command (missing:$missing)" \
+    eq "$missing" ""
+
+keys=$("$BUILD/ratelimit-fcgi" -T -c /dev/null 2>/dev/null | cut -d' ' -f1)
+check "ratelimit-fcgi -T lists the configuration keys" \
+    matches "$(echo $keys)" '^listen .*trusted_proxies$'
+missing=""
+for key in $keys; do
+    grep -q "^\.It .*Cm $key\( \|$\)" "$ROOT/src/ratelimit-fcgi.8" ||
+        missing="$missing $key"
+done
+check "ratelimit-fcgi.8 describes every configuration key (missing:$missing)" \
+    eq "$missing" ""
+
 finish
