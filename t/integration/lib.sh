@@ -179,6 +179,35 @@ matches() {
     printf '%s\n' "$1" | grep -Eq -- "$2"
 }
 
+# retry TENTHS CMD...: runs CMD every 0.1 s until it succeeds, at most
+# TENTHS times.  Returns 1 when it never did.
+retry() {
+    rt_max=$1
+    shift
+    rt_n=0
+    while [ "$rt_n" -lt "$rt_max" ]; do
+        "$@" && return 0
+        rt_n=$((rt_n + 1))
+        sleep 0.1
+    done
+    return 1
+}
+
+# workers_of PID: the pids of PID's children, one per line, sorted.
+workers_of() {
+    ps -o pid= --ppid "$1" | tr -d ' ' | sort -n
+}
+
+# has_workers PID N: PID has N children now.
+has_workers() {
+    [ "$(count_lines "$(workers_of "$1")")" = "$2" ]
+}
+
+# wait_workers PID N: up to 5 s for PID to have N children.
+wait_workers() {
+    retry 50 has_workers "$1" "$2"
+}
+
 # ---------------------------------------------------------------- HTTP
 
 # curl_request URL [CURL-ARG...]: one request; sets STATUS (000 when
@@ -261,6 +290,12 @@ header() {
 
 check_req() {
     req POST /v1/check "$2" "X-API-Key: $1" "Content-Type: application/json"
+}
+
+# check_200 KEY BODY: one check, which answers 200.
+check_200() {
+    check_req "$1" "$2"
+    [ "$STATUS" = 200 ]
 }
 
 json_field() {

@@ -20,29 +20,10 @@ statuses() {
     tr '\n' ' ' <"$T_TMP/statuses"
 }
 
-# poll_check TRIES KEY BODY: repeats a check every 0.1 s until it answers
-# 200, at most TRIES times.  Returns 1 if it never did.
-poll_check() {
-    pc_n=0
-    while [ "$pc_n" -lt "$1" ]; do
-        check_req "$2" "$3"
-        [ "$STATUS" = 200 ] && return 0
-        pc_n=$((pc_n + 1))
-        sleep 0.1
-    done
-    return 1
-}
-
-# poll_ready TRIES: waits for /health/ready to answer 200.
-poll_ready() {
-    pr_n=0
-    while [ "$pr_n" -lt "$1" ]; do
-        req GET /health/ready
-        [ "$STATUS" = 200 ] && return 0
-        pr_n=$((pr_n + 1))
-        sleep 0.1
-    done
-    return 1
+# ready_200: /health/ready answers 200.
+ready_200() {
+    req GET /health/ready
+    [ "$STATUS" = 200 ]
 }
 
 lighttpd_before=$(lighttpd_pid)
@@ -114,8 +95,8 @@ check "Redis down: /health/ready gives a reason" ne "$BODY" ""
 stack start-redis >/dev/null
 check "Redis is started again" eq "$(rcli ping 2>/dev/null)" PONG
 check "Redis back: a check answers 200 within 5 s" \
-    poll_check 50 "$DEMO_KEY" "$body"
-check "Redis back: /health/ready 200 within 5 s" poll_ready 50
+    retry 50 check_200 "$DEMO_KEY" "$body"
+check "Redis back: /health/ready 200 within 5 s" retry 50 ready_200
 # Every worker gets back on its own: after the back-off, all checks pass.
 sleep 1
 par_checks 24 6 "$DEMO_KEY" "$body"
@@ -156,7 +137,7 @@ check "PostgreSQL down: Retry-After >= 1" ge "$(header Retry-After)" 1
 stack start-pg >/dev/null
 check "PostgreSQL is started again" eq "$(psql_q 'SELECT 1')" 1
 check "PostgreSQL back: the new key works within 10 s" \
-    poll_check 100 "$new_key" "$body"
+    retry 100 check_200 "$new_key" "$body"
 par_checks 16 4 "$new_key" "$body"
 check "PostgreSQL back: the new key works on every try ($(statuses))" \
     all_status 200

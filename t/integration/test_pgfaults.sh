@@ -155,33 +155,6 @@ all_status() {
     [ "$as_total" -gt 0 ] && [ "$(count_status "$1")" = "$as_total" ]
 }
 
-# wait_200 TRIES KEY: a check every 0.1 s until it answers 200, at most
-# TRIES times.
-wait_200() {
-    w2_n=0
-    while [ "$w2_n" -lt "$1" ]; do
-        check_req "$2" "$CB"
-        [ "$STATUS" = 200 ] && return 0
-        w2_n=$((w2_n + 1))
-        sleep 0.1
-    done
-    return 1
-}
-
-workers_of() {
-    ps -o pid= --ppid "$1" | tr -d ' ' | sort -n
-}
-
-# wait_workers MASTER N: up to 5 s for MASTER to have N children.
-wait_workers() {
-    ww_n=0
-    while [ "$(count_lines "$(workers_of "$1")")" != "$2" ]; do
-        ww_n=$((ww_n + 1))
-        [ "$ww_n" -gt 50 ] && return 1
-        sleep 0.1
-    done
-}
-
 # wait_changed MASTER BEFORE TENTHS: up to TENTHS tenths of a second for
 # MASTER's workers to be two again and not the list BEFORE.
 wait_changed() {
@@ -307,7 +280,7 @@ outage() {
     $4
     og_up=$(now_ms)
     og_rec=-
-    if wait_200 100 "$5"; then
+    if retry 100 check_200 "$5" "$CB"; then
         og_rec=$(secs $(($(now_ms) - og_up)))
     fi
     wait "$og_known" "$og_unknown"

@@ -15,22 +15,6 @@ serve_dir ratelimit-process
 P_LT=$((PORT + 61))
 SOCK=$D/app.sock
 
-# workers_of PID: the pids of PID's children, one per line, sorted.
-workers_of() {
-    ps -o pid= --ppid "$1" | tr -d ' ' | sort
-}
-
-# wait_workers PID N: up to 5 s for PID to have N children.
-# shellcheck disable=SC2317 # called through check
-wait_workers() {
-    ww_n=0
-    while [ "$(count_lines "$(workers_of "$1")")" != "$2" ]; do
-        ww_n=$((ww_n + 1))
-        [ "$ww_n" -gt 50 ] && return 1
-        sleep 0.1
-    done
-}
-
 # stall_request SECONDS [MARK]: a FastCGI request for /v1/check that
 # announces a 40-byte body, sends half of it (then creates the file MARK,
 # if given), waits SECONDS, then sends the rest.  Prints the status the
@@ -166,7 +150,9 @@ rcli CLIENT UNPAUSE >/dev/null 2>&1 || true
 
 # SIGTERM while a request is in hand: it completes, then the pool stops.
 # The client waits 0.5 s, within fcgi_read_timeout_ms, to send the rest; the
-# signal comes once its first half is on the way.
+# signal comes 0.2 s after its first half is on the way, time enough for a
+# worker to have accepted it (a connection no worker has accepted yet is
+# not "in hand").
 stall_request 0.5 "$D/sent" >"$D/graceful.out" &
 client=$!
 n=0
@@ -174,6 +160,7 @@ while [ ! -f "$D/sent" ] && [ "$n" -lt 100 ]; do
     sleep 0.05
     n=$((n + 1))
 done
+sleep 0.2
 kill -TERM "$MASTER"
 wait "$client"
 got=$(cat "$D/graceful.out")
