@@ -81,8 +81,10 @@ static const struct config_key config_keys[] = {
     { "redis_command_timeout_ms", CT_LONG, OFF(redis_command_timeout_ms), 0,
       1, 10000, "50", NULL, "Redis command timeout (milliseconds)" },
     { "redis_backoff_ms", CT_LONG, OFF(redis_backoff_ms), 0, 0, 60000,
-      "250", NULL, "after a Redis failure, how long a worker answers 503 "
-      "at once before it tries to reconnect (milliseconds)" },
+      "250", NULL, "after a failed Redis connect, how long a worker waits "
+      "before its next blocking connect, answering 503 at once meanwhile; "
+      "if Redis refused the connection, it connects as soon as Redis "
+      "accepts connections again (milliseconds)" },
     { "key_cache_ttl", CT_LONG, OFF(key_cache_ttl), 0, 0, 86400, "60", NULL,
       "seconds a known API key is trusted without asking PostgreSQL" },
     { "key_cache_negative_ttl", CT_LONG, OFF(key_cache_negative_ttl), 0, 0,

@@ -105,6 +105,7 @@ master_takeover(struct master *m)
         setenv("RATELIMIT_FCGI_WATCH_PID", pid, 1);
     } else
         unsetenv("RATELIMIT_FCGI_WATCH_PID");
+    log_flush();
     fflush(NULL);
     execv("/proc/self/exe", master_argv);
     log_error("cannot start a new master: exec: %s", strerror(errno));
@@ -134,6 +135,7 @@ master_spawn(struct master *m, int i, const sigset_t *oldmask)
         rc = worker_run(m->cfg, m->listen_fd, slot, &m->shm);
         if (rc == WORKER_TAKEOVER)
             rc = master_takeover(m);
+        log_flush();
         /* exit(), not _exit(): a sanitizer build checks for leaks at exit,
          * and stdio was flushed before fork. */
         exit(rc);
@@ -352,6 +354,7 @@ master_run(struct rl_config *cfg, int listen_fd)
     if (cfg->workers == 0) {
         rc = worker_run(cfg, listen_fd, NULL, &m.shm);
         scoreboard_unmap(&m.shm);
+        log_flush();
         return rc;
     }
 
@@ -414,6 +417,7 @@ master_run(struct rl_config *cfg, int listen_fd)
             master_reload(&m);
     }
     log_info("master %ld: stopped", (long)getpid());
+    log_flush();
     scoreboard_unmap(&m.shm);
     return 0;
 }
