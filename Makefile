@@ -17,7 +17,7 @@ LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm
 # Pure modules (no network), shared by the service, the admin tool and the
 # unit tests.
 CORE = config log util request rules cache limiter response addr fcgi shm decide authorizer validate
-SERVICE = main master worker api service views store_redis store_pg listen scoreboard
+SERVICE = main master worker api service views redis_store pg_store listen scoreboard
 CTL = ctl ctl_args ctl_db ctl_migrate ctl_tenant ctl_rule
 
 LUA = lua/token_bucket.lua lua/sliding_window.lua lua/gcra.lua lua/fixed_window.lua \

@@ -85,7 +85,7 @@ local argc = #argv
 -- How long the reply of a call that charged is kept under KEYS[n + 1]. A
 -- client sends a call again right after it has reconnected, within its
 -- connect and command timeouts (tens of milliseconds), and never later
--- than a second after the first send (store_redis.c); three seconds leave
+-- than a second after the first send (redis_store.c); three seconds leave
 -- room for that, and cost the memory of three seconds of allowed checks
 -- (about 230 bytes each).
 local REPLAY_TTL_MS = 3000

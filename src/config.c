@@ -353,6 +353,9 @@ config_set_one(struct rl_config *cfg, const struct config_key *k,
         }
         cfg->ntrusted = n;
     }
+    if (strcmp(key, "anonymous_tenant") == 0 && value[0] != '\0' &&
+        validate_tenant_name(key, value, err, errlen) == -1)
+        return -1;
     if (strcmp(key, "authorizer_path") == 0 && value[0] != '\0' &&
         value[0] != '/') {
         errf(err, errlen, "authorizer_path: \"%s\" must start with '/'",

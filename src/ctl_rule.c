@@ -45,7 +45,7 @@ struct ctl_rule_guard {
 /*
  * Reads the rules of tenant_id that the service would use -- enabled, with
  * at least one limit, the first RL_MAX_RULES by id, at most RL_MAX_LIMITS
- * limits each (store_pg.c) -- with what matching needs: id, pattern,
+ * limits each (pg_store.c) -- with what matching needs: id, pattern,
  * priority, always and the number of limits.  *out is calloc()ed (free it)
  * and may be NULL when *n is 0.  Returns 0, or -1 with the error in ctl.
  */

@@ -68,7 +68,7 @@ limiter_rate(struct limiter_call *call, size_t *used, double rate)
     char tmp[64];
     size_t n;
 
-    if (!(rate > 0) || rate > 1e8)
+    if (!(rate > 0) || rate > VALIDATE_RATE_MAX)
         return -1;
     n = (size_t)snprintf(tmp, sizeof(tmp), "%.6f", rate);
     while (n > 0 && tmp[n - 1] == '0')

@@ -97,7 +97,7 @@ int config_set(struct rl_config *cfg, const char *key, const char *value,
 /* Writes every key with its current value, as a loadable file. */
 void config_dump(const struct rl_config *cfg, FILE *fp);
 
-/* Writes the key table (name, default, bounds, meaning) for --help. */
+/* Writes the key table (name, default, bounds, meaning). */
 void config_help(FILE *fp);
 
 /* ------------------------------------------------------------------ */

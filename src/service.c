@@ -4,8 +4,8 @@
  *
  * decide.c decides without doing I/O; here its seam (struct
  * decide_store) is filled with the real stores: API keys, tenants and
- * rules from PostgreSQL (store_pg.c), the check script in Redis
- * (store_redis.c, with the arguments limiter.c builds), and PostgreSQL's
+ * rules from PostgreSQL (pg_store.c), the check script in Redis
+ * (redis_store.c, with the arguments limiter.c builds), and PostgreSQL's
  * change notifications.  service_tick() is the housekeeping a worker does
  * between requests.
  */

@@ -12,7 +12,7 @@
 #include "ratelimit.h"
 
 /* ------------------------------------------------------------------ */
-/* store_redis.c */
+/* redis_store.c */
 
 struct redis_store {
     void *ctx;                  /* redisContext, NULL when disconnected */
@@ -57,7 +57,7 @@ int redis_store_check(struct redis_store *rs, struct limiter_call *call,
 int redis_store_ready(struct redis_store *rs);
 
 /* ------------------------------------------------------------------ */
-/* store_pg.c */
+/* pg_store.c */
 
 struct key_info {
     int found;
@@ -80,7 +80,7 @@ struct tenant_rules {
 struct pg_store {
     void *conn;                 /* PGconn, NULL when disconnected */
     const struct rl_config *cfg;
-    int state;                  /* PGS_* in store_pg.c */
+    int state;                  /* PGS_* in pg_store.c */
     int polling;                /* libpq's connect polling status */
     int result_ok;              /* LISTEN answered OK */
     int was_ready;              /* it has been connected before */

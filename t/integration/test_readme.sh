@@ -155,7 +155,8 @@ check "ratelimitctl.8 shows and describes every command (missing:$missing)" \
 
 keys=$("$BUILD/ratelimit-fcgi" -T -c /dev/null 2>/dev/null | cut -d' ' -f1)
 check "ratelimit-fcgi -T lists the configuration keys" \
-    matches "$(echo $keys)" '^listen .*trusted_proxies$'
+    matches "$(printf '%s\n' "$keys" | tr '\n' ' ' | sed 's/ *$//')" \
+    '^listen .*trusted_proxies$'
 missing=""
 for key in $keys; do
     grep -q "^\.It .*Cm $key\( \|$\)" "$ROOT/src/ratelimit-fcgi.8" ||

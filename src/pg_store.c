@@ -1,5 +1,5 @@
 /*
- * store_pg.c -- the worker's connection to PostgreSQL.
+ * pg_store.c -- the worker's connection to PostgreSQL.
  *
  * PostgreSQL is asked only on cache misses: one query for a key, one for a
  * tenant's rules with their limits, one for a tenant by name.  Every
@@ -391,9 +391,7 @@ limit_name(char *dst, size_t size, const char *src)
 
     util_copy(dst, size, *src ? src : "default");
     for (i = 0; dst[i] != '\0'; i++)
-        if (!((dst[i] >= 'a' && dst[i] <= 'z') ||
-            (dst[i] >= 'A' && dst[i] <= 'Z') ||
-            (dst[i] >= '0' && dst[i] <= '9') || strchr("_-.", dst[i])))
+        if (!validate_limit_name_char((unsigned char)dst[i]))
             dst[i] = '_';
 }
 

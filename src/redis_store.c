@@ -1,5 +1,5 @@
 /*
- * store_redis.c -- the worker's connection to Redis and the one script.
+ * redis_store.c -- the worker's connection to Redis and the one script.
  *
  * Each worker owns one blocking hiredis context, opened after fork.  Both
  * the connect and every command are bounded by the configured timeouts
