@@ -1,0 +1,1470 @@
+#!/usr/bin/env python3
+"""Tests for the Redis check script, against a real redis-server.
+
+The script is lua/token_bucket.lua, lua/sliding_window.lua, lua/gcra.lua,
+lua/fixed_window.lua and lua/check.lua concatenated, as the build embeds
+it. This program starts a private, throw-away redis-server on 127.0.0.1,
+port $LUA_TEST_REDIS_PORT (16399 by default), loads the script with SCRIPT
+LOAD and runs it with EVALSHA over one connection (scripts/resp.py). Tests
+that need exact times pass the script's test hook, a last argument
+"__now_us=<microseconds>" that replaces Redis TIME.
+
+A reply of the script is read into named fields (see check.lua): allowed,
+now_ms, and per limit allowed, limit, remaining, reset_ms, retry_after_ms.
+Expectations name the fields they check, and a failure says which field
+differed, with what was got and what was wanted.
+
+The cases are listed once, in CASES at the end. Each prints "ok - NAME" or
+"not ok - NAME: detail"; the last line is "N passed, M failed", and the
+exit status is non-zero if any case failed (1), or if the server could not
+be started ("Bail out!", 1).
+
+Usage, from anywhere: python3 t/lua_test.py (t/lua_test.sh runs this).
+"""
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import namedtuple
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import resp  # noqa: E402 (the project's RESP client, scripts/resp.py)
+
+LUA_FILES = ["token_bucket.lua", "sliding_window.lua", "gcra.lua",
+             "fixed_window.lua", "check.lua"]
+
+# N is a time well inside a minute (2028-02-29 00:00:20 UTC) in
+# microseconds; NMS is the same time in milliseconds.
+N = 1835395220000000
+NMS = 1835395220000
+
+# Set by main(): the connection and the script's SHA1.
+redis = None
+sha = None
+# Expectations evaluated, over all cases.
+checks = 0
+
+
+# --- Replies -----------------------------------------------------------------
+
+Limit = namedtuple("Limit", "allowed limit remaining reset_ms retry_after_ms")
+LIMIT_FIELDS = Limit._fields
+
+
+class Failed(Exception):
+    """An expectation that did not hold; the message is the detail."""
+
+
+class Reply:
+    """A reply of the check script, read into named fields."""
+
+    def __init__(self, allowed, now_ms, limits):
+        self.allowed = allowed
+        self.now_ms = now_ms
+        self.limits = list(limits)
+
+    @classmethod
+    def parse(cls, raw):
+        if isinstance(raw, resp.ReplyError):
+            raise Failed("error reply '%s'" % raw)
+        if not isinstance(raw, list) or len(raw) < 2 or \
+                (len(raw) - 2) % 5 != 0 or \
+                not all(isinstance(v, int) for v in raw):
+            raise Failed("not a reply of the script: %r" % (raw,))
+        return cls(raw[0], raw[1], [Limit(*raw[i:i + 5])
+                                    for i in range(2, len(raw), 5)])
+
+    def differences(self, want):
+        """The fields in which self differs from want, as text."""
+        out = []
+        for name in ("allowed", "now_ms"):
+            if getattr(self, name) != getattr(want, name):
+                out.append("%s: got %s, want %s" % (
+                    name, getattr(self, name), getattr(want, name)))
+        if len(self.limits) != len(want.limits):
+            out.append("number of limits: got %d, want %d" % (
+                len(self.limits), len(want.limits)))
+        for i, (g, w) in enumerate(zip(self.limits, want.limits)):
+            for name in LIMIT_FIELDS:
+                if getattr(g, name) != getattr(w, name):
+                    out.append("limit %d %s: got %s, want %s" % (
+                        i + 1, name, getattr(g, name), getattr(w, name)))
+        return out
+
+    def __len__(self):
+        """The number of integers in the reply."""
+        return 2 + 5 * len(self.limits)
+
+
+def lim(*, allowed, limit, remaining, reset_ms, retry_after_ms):
+    """The expected fields of one limit in a reply."""
+    return Limit(allowed, limit, remaining, reset_ms, retry_after_ms)
+
+
+def reply(*, allowed, now_ms, limits):
+    """An expected reply."""
+    return Reply(allowed, now_ms, limits)
+
+
+# --- Limits (the five arguments of one limit) -------------------------------
+
+def tb(capacity, rate, shadow=0):
+    return ["token_bucket", str(capacity), str(rate), "0", str(shadow)]
+
+
+def sw(limit, window_s, shadow=0):
+    return ["sliding_window", str(limit), str(window_s), "0", str(shadow)]
+
+
+def gcra(limit, period_us, burst, shadow=0):
+    return ["gcra", str(limit), str(period_us), str(burst), str(shadow)]
+
+
+def fw(limit, unit, shadow=0):
+    return ["fixed_window", str(limit), unit, "0", str(shadow)]
+
+
+TB5 = [tb(5, 20)]
+SW3 = [sw(3, 2)]
+# 10 per second is one every T = 100000 µs; burst 2 lets 3 through at once.
+G10B2 = [gcra(10, 1000000, 2)]
+# A request key KEYS[n + 1] makes a call replayable (see "Sent twice").
+FW2 = [fw(2, "minute")]
+
+
+# --- Calling the script ------------------------------------------------------
+
+def evalsha(keys, argv):
+    return ["EVALSHA", sha, str(len(keys))] + list(keys) + \
+        [str(a) for a in argv]
+
+
+def check_argv(limits, cost, peek, now, n):
+    argv = [str(cost), str(peek), str(len(limits) if n is None else n)]
+    for spec in limits:
+        argv.extend(spec)
+    if now is not None:
+        argv.append("__now_us=%d" % now)
+    return argv
+
+
+def check(keys, limits, cost=1, peek=0, now=None, n=None):
+    """Runs the script once: KEYS keys, the given cost and peek flag, the
+    limits (lists of five arguments) and, if now is given, the test hook.
+    Returns the Reply; an error reply fails the case."""
+    argv = check_argv(limits, cost, peek, now, n)
+    return Reply.parse(redis.pipeline([evalsha(keys, argv)])[0])
+
+
+def check_times(count, keys, limits, cost=1, peek=0, now=None):
+    """Runs the same call count times, pipelined on one connection, so that
+    the calls are not spread out; returns the Replies in order."""
+    cmd = evalsha(keys, check_argv(limits, cost, peek, now, None))
+    return [Reply.parse(r) for r in redis.pipeline([cmd] * count)]
+
+
+def cmd(*args):
+    """Any other Redis command; strings come back decoded."""
+    r = redis.command(*args)
+    if isinstance(r, bytes):
+        return r.decode()
+    if isinstance(r, list):
+        return [v.decode() if isinstance(v, bytes) else v for v in r]
+    return r
+
+
+def state(key):
+    """The hash at key as an ordered dict of strings ({} if none)."""
+    flat = cmd("HGETALL", key)
+    return dict(zip(flat[0::2], flat[1::2]))
+
+
+def time_ms(sec, usec):
+    return int(sec) * 1000 + int(usec) // 1000
+
+
+def redis_now_ms():
+    sec, usec = cmd("TIME")
+    return time_ms(sec, usec)
+
+
+def sleep_until_window_offset(window_ms, offset_ms):
+    """Sleeps until the next moment, by Redis time, that is offset_ms into
+    a window of window_ms."""
+    d = offset_ms - redis_now_ms() % window_ms
+    if d <= 0:
+        d += window_ms
+    time.sleep(d / 1000)
+
+
+def calc(x):
+    """A bound computed as the shell version did: to 3 decimals."""
+    return round(x, 3)
+
+
+# --- Expectations --------------------------------------------------------------
+#
+# Each evaluates one expectation and raises Failed if it does not hold; a
+# case stops at its first failure.
+
+def expect_eq(what, got, want):
+    global checks
+    checks += 1
+    if got != want:
+        raise Failed("%s: got %r, want %r" % (what, got, want))
+
+
+def expect_reply(what, got, want):
+    """Every field of the reply got is as in want."""
+    global checks
+    checks += 1
+    diff = got.differences(want)
+    if diff:
+        raise Failed("%s: %s" % (what, "; ".join(diff)))
+
+
+NUMBER = re.compile(r"-?[0-9]+(\.[0-9]*)?")
+
+
+def expect_range(what, got, low, high):
+    """low <= got <= high; got is a number or its decimal text."""
+    global checks
+    checks += 1
+    if not NUMBER.fullmatch(str(got)) or not low <= float(got) <= high:
+        raise Failed("%s: got %r, want %s..%s" % (what, got, low, high))
+
+
+def expect_state(what, key, want):
+    """The hash at key holds exactly the fields of want, in that order
+    (values compared as text)."""
+    global checks
+    checks += 1
+    got = state(key)
+    want = {k: str(v) for k, v in want.items()}
+    if list(got.items()) != list(want.items()):
+        raise Failed("%s (%s): got %s, want %s" % (
+            what, key, fmt_hash(got), fmt_hash(want)))
+
+
+def fmt_hash(h):
+    return "{%s}" % " ".join("%s=%s" % kv for kv in h.items()) if h else "{}"
+
+
+def expect_pttl(key, ttl_ms, t0_ms):
+    """key was given a TTL of ttl_ms at Redis time t0_ms or later, so its
+    PTTL is at most ttl_ms, and at least ttl_ms less the time since t0_ms.
+    TIME is read right after PTTL, on the same connection, so that a busy
+    machine cannot make this fail."""
+    pttl, (sec, usec) = redis.pipeline([["PTTL", key], ["TIME"]])
+    ms = time_ms(sec, usec)
+    expect_range("PTTL of %s" % key, pttl, ttl_ms - (ms - t0_ms) - 1, ttl_ms)
+
+
+def expect_error(what, message, keys, argv):
+    """The script answers with the error "ERR ratelimit: " followed by text
+    containing message."""
+    global checks
+    checks += 1
+    got = redis.pipeline([evalsha(keys, argv)])[0]
+    text = str(got) if isinstance(got, resp.ReplyError) else None
+    if text is None or not text.startswith("ERR ratelimit: ") or \
+            message not in text[len("ERR ratelimit: "):]:
+        raise Failed("%s: got %r, want error 'ERR ratelimit: ...%s...'" % (
+            what, text if text is not None else got, message))
+
+
+# --- Token bucket ------------------------------------------------------------
+
+def test_tb_allows_capacity():
+    out = check_times(6, ["tb:count"], TB5)
+    for i, want in enumerate([4, 3, 2, 1, 0], 1):
+        r = out[i - 1]
+        expect_eq("call %d allowed" % i, r.allowed, 1)
+        expect_eq("call %d limit 1 allowed" % i, r.limits[0].allowed, 1)
+        expect_eq("call %d limit 1 limit" % i, r.limits[0].limit, 5)
+        expect_eq("call %d limit 1 remaining" % i, r.limits[0].remaining,
+                  want)
+        expect_eq("call %d limit 1 retry_after_ms" % i,
+                  r.limits[0].retry_after_ms, 0)
+    r = out[5]
+    expect_eq("call 6 allowed", r.allowed, 0)
+    expect_eq("call 6 limit 1 allowed", r.limits[0].allowed, 0)
+    expect_eq("call 6 limit 1 remaining", r.limits[0].remaining, 0)
+    expect_range("call 6 limit 1 retry_after_ms", r.limits[0].retry_after_ms,
+                 1, 50)
+    # Empty bucket at 20/s: full again in 250 ms.
+    expect_range("call 6 limit 1 reset_ms", r.limits[0].reset_ms, 240, 250)
+
+
+def test_tb_refill():
+    r = check_times(6, ["tb:refill"], TB5)[5]
+    t6 = r.now_ms
+    expect_eq("6th call allowed", r.allowed, 0)
+    retry = r.limits[0].retry_after_ms
+    expect_range("retry_after_ms", retry, 1, 50)
+    # Waiting retry_after_ms (plus the 3 ms the shell version gave
+    # redis-cli to start) is enough.
+    time.sleep((retry + 3) / 1000)
+    r = check(["tb:refill"], TB5)
+    expect_eq("allowed after retry_after_ms", r.allowed, 1)
+    # A busy machine may sleep longer: one token per 50 ms that passed by
+    # Redis time is back, less the one just taken (the bound allows for the
+    # times being whole milliseconds).
+    expect_range("remaining after refill", r.limits[0].remaining, 0,
+                 (r.now_ms - t6) // 50)
+
+
+def test_tb_refill_cap():
+    out = check_times(5, ["tb:cap"], TB5)
+    expect_eq("5th call remaining", out[4].limits[0].remaining, 0)
+    # A full refill takes 250 ms; uncapped, 400 ms would give 8 tokens.
+    time.sleep(0.4)
+    r = check(["tb:cap"], TB5)
+    expect_eq("allowed", r.allowed, 1)
+    expect_eq("remaining", r.limits[0].remaining, 4)
+    expect_range("reset_ms", r.limits[0].reset_ms, 49, 50)
+    expect_range("stored tokens", cmd("HGET", "tb:cap", "tokens"), 3.99, 4.1)
+
+
+def test_tb_ttl():
+    t0 = redis_now_ms()
+    r = check(["tb:ttl"], TB5)
+    expect_eq("allowed", r.allowed, 1)
+    # From empty to full: 5 / 20 s = 250 ms, plus 1 s.
+    expect_pttl("tb:ttl", 1250, t0)
+
+
+def test_tb_cost_above_capacity():
+    check(["tb:big"], TB5)
+    before = state("tb:big")
+    r = check(["tb:big"], TB5, cost=6)
+    expect_eq("allowed", r.allowed, 0)
+    expect_eq("limit 1 allowed", r.limits[0].allowed, 0)
+    expect_eq("retry_after_ms", r.limits[0].retry_after_ms, -1)
+    expect_state("state", "tb:big", before)
+    r = check(["tb:big-new"], TB5, cost=6)
+    expect_eq("retry_after_ms on a new key", r.limits[0].retry_after_ms, -1)
+    expect_eq("new key created", cmd("EXISTS", "tb:big-new"), 0)
+
+
+def test_tb_denial_charges_nothing():
+    # At 0.001 tokens/s nothing refills noticeably during the test.
+    limits = [tb(2, "0.001")]
+    out = check_times(2, ["tb:deny"], limits)
+    expect_eq("2nd call remaining", out[1].limits[0].remaining, 0)
+    before = state("tb:deny")
+    r = check(["tb:deny"], limits)
+    expect_eq("allowed", r.allowed, 0)
+    expect_state("state", "tb:deny", before)
+    # One token at 0.001/s takes 1000 s.
+    expect_range("retry_after_ms", r.limits[0].retry_after_ms,
+                 999000, 1000000)
+
+
+def test_peek_writes_nothing():
+    slow = [tb(5, "0.001")]
+    r = check(["peek:tb"], slow, peek=1)
+    expect_eq("peek allowed", r.allowed, 1)
+    expect_eq("peek remaining", r.limits[0].remaining, 4)
+    expect_eq("key after peek on a new key", cmd("EXISTS", "peek:tb"), 0)
+    r = check(["peek:sw"], [sw(3, 10)], peek=1)
+    expect_eq("window peek remaining", r.limits[0].remaining, 2)
+    expect_eq("window key after peek", cmd("EXISTS", "peek:sw"), 0)
+
+    check(["peek:tb"], slow)
+    before = state("peek:tb")
+    r = check(["peek:tb"], slow, peek=1)
+    expect_eq("peek on existing key remaining", r.limits[0].remaining, 3)
+    expect_state("state after peek", "peek:tb", before)
+    # A peek that would be denied writes nothing either.
+    r = check(["peek:tb"], slow, cost=5, peek=1)
+    expect_eq("denied peek allowed", r.allowed, 0)
+    expect_state("state after denied peek", "peek:tb", before)
+
+
+def test_tb_exact():
+    # Empty at N, a 20/s bucket has one token again 50 ms later, not 1 µs
+    # before.
+    out = check_times(6, ["tb:exact"], TB5, now=N)
+    expect_reply("5th call", out[4], reply(allowed=1, now_ms=NMS, limits=[
+        lim(allowed=1, limit=5, remaining=0, reset_ms=250,
+            retry_after_ms=0)]))
+    expect_reply("6th call", out[5], reply(allowed=0, now_ms=NMS, limits=[
+        lim(allowed=0, limit=5, remaining=0, reset_ms=250,
+            retry_after_ms=50)]))
+    r = check(["tb:exact"], TB5, now=N + 49999)
+    expect_reply("1 µs early", r, reply(allowed=0, now_ms=NMS + 49, limits=[
+        lim(allowed=0, limit=5, remaining=0, reset_ms=201,
+            retry_after_ms=1)]))
+    r = check(["tb:exact"], TB5, now=N + 50000)
+    expect_reply("on time", r, reply(allowed=1, now_ms=NMS + 50, limits=[
+        lim(allowed=1, limit=5, remaining=0, reset_ms=250,
+            retry_after_ms=0)]))
+    expect_state("stored", "tb:exact", {"tokens": 0, "ts": N + 50000})
+
+
+# --- Sliding window ----------------------------------------------------------
+
+def test_sw_limit():
+    # 3 allowed and 1 denied call early in a 2 s window. The retry of the
+    # 4th waits for the next window, until the 3 counted weigh 2 or less:
+    # (2000 - offset) + 2000 / 3 ms.
+    sleep_until_window_offset(2000, 100)
+    out = check_times(4, ["sw:a"], SW3)
+    for i, want in enumerate([2, 1, 0], 1):
+        r = out[i - 1]
+        expect_eq("call %d allowed" % i, r.allowed, 1)
+        expect_eq("call %d limit" % i, r.limits[0].limit, 3)
+        expect_eq("call %d remaining" % i, r.limits[0].remaining, want)
+    r = out[3]
+    expect_eq("call 4 allowed", r.allowed, 0)
+    expect_eq("call 4 remaining", r.limits[0].remaining, 0)
+    offset = r.now_ms % 2000
+    expect_range("call 4 offset in window", offset, 0, 1000)
+    expect_range("call 4 retry_after_ms", r.limits[0].retry_after_ms,
+                 calc(2000 - offset + 2000 / 3 - 1),
+                 calc(2000 - offset + 2000 / 3 + 1))
+    # Counted in this window, weighs until the end of the next one.
+    expect_range("call 4 reset_ms", r.limits[0].reset_ms,
+                 4000 - offset - 1, 4000 - offset + 1)
+    # Two windows plus one second, from the 3rd call or earlier.
+    expect_pttl("sw:a", 5000, r.now_ms)
+
+
+def test_sw_rollover():
+    # Right after the rollover the 3 requests of the previous window weigh
+    # almost fully: nothing passes until they weigh 2, at a third of the
+    # window.
+    sleep_until_window_offset(2000, 100)
+    r = check(["sw:a"], SW3)
+    offset = r.now_ms % 2000
+    expect_range("offset in window", offset, 0, 600)
+    expect_eq("allowed", r.allowed, 0)
+    expect_eq("remaining", r.limits[0].remaining, 0)
+    expect_range("retry_after_ms", r.limits[0].retry_after_ms,
+                 calc(2000 / 3 - offset - 1), calc(2000 / 3 - offset + 1))
+    # Only the previous window counts, until the end of this one.
+    expect_range("reset_ms", r.limits[0].reset_ms,
+                 2000 - offset - 1, 2000 - offset + 1)
+    expect_eq("stored prev", cmd("HGET", "sw:a", "prev"), "0")
+    expect_eq("stored cur", cmd("HGET", "sw:a", "cur"), "3")
+
+
+def test_sw_weighting():
+    # Halfway through, the previous 3 weigh 1.5: one more passes
+    # (2.5 <= 3), a second does not (3.5 > 3) until they weigh 1, at two
+    # thirds of the window.
+    sleep_until_window_offset(2000, 1000)
+    out = check_times(2, ["sw:a"], SW3)
+    r = out[0]
+    offset = r.now_ms % 2000
+    expect_range("offset in window", offset, 800, 1200)
+    expect_eq("1st allowed", r.allowed, 1)
+    expect_eq("1st remaining", r.limits[0].remaining, 0)
+    r = out[1]
+    expect_eq("2nd allowed", r.allowed, 0)
+    offset = r.now_ms % 2000
+    retry = r.limits[0].retry_after_ms
+    expect_range("2nd retry_after_ms", retry,
+                 calc(4000 / 3 - offset - 1), calc(4000 / 3 - offset + 1))
+    expect_eq("stored prev", cmd("HGET", "sw:a", "prev"), "3")
+    expect_eq("stored cur", cmd("HGET", "sw:a", "cur"), "1")
+    time.sleep((retry + 3) / 1000)
+    r = check(["sw:a"], SW3)
+    expect_eq("allowed after retry_after_ms", r.allowed, 1)
+
+
+def test_sw_cost_above_limit():
+    r = check(["sw:big"], SW3, cost=4)
+    expect_eq("allowed", r.allowed, 0)
+    expect_eq("retry_after_ms", r.limits[0].retry_after_ms, -1)
+    expect_eq("key created", cmd("EXISTS", "sw:big"), 0)
+
+
+def test_sw_exact():
+    # Three requests in the last microsecond of a 2 s window (N is at a
+    # window start) weigh 3 at the start of the next, and 2 (so one more
+    # passes) once a third of it is over: after 666666.67 µs.
+    out = check_times(4, ["sw:exact"], SW3, now=N - 1)
+    expect_reply("3rd call", out[2], reply(allowed=1, now_ms=NMS - 1, limits=[
+        lim(allowed=1, limit=3, remaining=0, reset_ms=2001,
+            retry_after_ms=0)]))
+    expect_reply("4th call", out[3], reply(allowed=0, now_ms=NMS - 1, limits=[
+        lim(allowed=0, limit=3, remaining=0, reset_ms=2001,
+            retry_after_ms=667)]))
+    r = check(["sw:exact"], SW3, now=N)
+    expect_reply("at the window start", r, reply(
+        allowed=0, now_ms=NMS, limits=[
+            lim(allowed=0, limit=3, remaining=0, reset_ms=2000,
+                retry_after_ms=667)]))
+    r = check(["sw:exact"], SW3, now=N + 666666)
+    expect_reply("1 µs early", r, reply(allowed=0, now_ms=NMS + 666, limits=[
+        lim(allowed=0, limit=3, remaining=0, reset_ms=1334,
+            retry_after_ms=1)]))
+    r = check(["sw:exact"], SW3, now=N + 666667)
+    expect_reply("on time", r, reply(allowed=1, now_ms=NMS + 666, limits=[
+        lim(allowed=1, limit=3, remaining=0, reset_ms=3334,
+            retry_after_ms=0)]))
+
+
+# --- GCRA --------------------------------------------------------------------
+
+def test_gcra_burst():
+    t0 = redis_now_ms()
+    out = check_times(4, ["g:a"], G10B2, now=N)
+    for i, (allowed, remaining, reset_ms, retry) in enumerate(
+            [(1, 2, 100, 0), (1, 1, 200, 0), (1, 0, 300, 0),
+             (0, 0, 300, 100)], 1):
+        expect_reply("call %d" % i, out[i - 1], reply(
+            allowed=allowed, now_ms=NMS, limits=[
+                lim(allowed=allowed, limit=3, remaining=remaining,
+                    reset_ms=reset_ms, retry_after_ms=retry)]))
+    expect_state("stored", "g:a", {"tat": N + 300000})
+    # Idle again 300 ms after now, plus 1 s.
+    expect_pttl("g:a", 1300, t0)
+
+
+def test_gcra_refill():
+    # Continues test_gcra_burst: one request more every T.
+    r = check(["g:a"], G10B2, now=N + 99999)
+    expect_reply("1 µs early", r, reply(allowed=0, now_ms=NMS + 99, limits=[
+        lim(allowed=0, limit=3, remaining=0, reset_ms=201,
+            retry_after_ms=1)]))
+    expect_state("stored after denial", "g:a", {"tat": N + 300000})
+    r = check(["g:a"], G10B2, now=N + 100000)
+    expect_reply("on time", r, reply(allowed=1, now_ms=NMS + 100, limits=[
+        lim(allowed=1, limit=3, remaining=0, reset_ms=300,
+            retry_after_ms=0)]))
+    r = check(["g:a"], G10B2, now=N + 150000)
+    expect_reply("half an interval later", r, reply(
+        allowed=0, now_ms=NMS + 150, limits=[
+            lim(allowed=0, limit=3, remaining=0, reset_ms=250,
+                retry_after_ms=50)]))
+    # Once the TAT is past, the whole burst is back.
+    r = check(["g:a"], G10B2, now=N + 5000000)
+    expect_reply("idle", r, reply(allowed=1, now_ms=NMS + 5000, limits=[
+        lim(allowed=1, limit=3, remaining=2, reset_ms=100,
+            retry_after_ms=0)]))
+    expect_state("stored when idle", "g:a", {"tat": N + 5100000})
+
+
+def test_gcra_burst_zero():
+    # 2 per second, burst 0: one every 500000 µs and never two closer.
+    a = [gcra(2, 1000000, 0)]
+    r = check(["g:b0"], a, now=N)
+    expect_reply("first", r, reply(allowed=1, now_ms=NMS, limits=[
+        lim(allowed=1, limit=1, remaining=0, reset_ms=500,
+            retry_after_ms=0)]))
+    r = check(["g:b0"], a, now=N + 499999)
+    expect_reply("T - 1 µs later", r, reply(allowed=0, now_ms=NMS + 499,
+                                           limits=[
+        lim(allowed=0, limit=1, remaining=0, reset_ms=1, retry_after_ms=1)]))
+    r = check(["g:b0"], a, now=N + 500000)
+    expect_reply("T later", r, reply(allowed=1, now_ms=NMS + 500, limits=[
+        lim(allowed=1, limit=1, remaining=0, reset_ms=500,
+            retry_after_ms=0)]))
+    expect_state("stored", "g:b0", {"tat": N + 1000000})
+
+
+def test_gcra_interval_rounding():
+    # 3 per 1000 µs: T = ceil(1000 / 3) = 334 µs, never 333, which would let
+    # a 4th request into a millisecond now and then.
+    a = [gcra(3, 1000, 0)]
+    check(["g:round"], a, now=N)
+    expect_state("stored", "g:round", {"tat": N + 334})
+    r = check(["g:round"], a, now=N + 333)
+    expect_eq("333 µs later allowed", r.allowed, 0)
+    r = check(["g:round"], a, now=N + 334)
+    expect_eq("334 µs later allowed", r.allowed, 1)
+
+
+def test_gcra_sub_ms():
+    # 1 per 500 µs: durations round up to 1 ms, the request passes every
+    # 500 µs.
+    a = [gcra(1, 500, 0)]
+    t0 = redis_now_ms()
+    for what, at, now_ms, allowed in [("first", 0, NMS, 1),
+                                      ("499 µs later", 499, NMS, 0),
+                                      ("500 µs later", 500, NMS, 1),
+                                      ("1000 µs later", 1000, NMS + 1, 1)]:
+        r = check(["g:sub"], a, now=N + at)
+        expect_reply(what, r, reply(allowed=allowed, now_ms=now_ms, limits=[
+            lim(allowed=allowed, limit=1, remaining=0, reset_ms=1,
+                retry_after_ms=1 - allowed)]))
+    expect_state("stored", "g:sub", {"tat": N + 1500})
+    # 1 ms until idle, plus 1 s.
+    expect_pttl("g:sub", 1001, t0)
+
+
+def test_gcra_cost():
+    # Burst 4 (5 at once), cost 3: the second cost 3 would need 6.
+    out = check_times(2, ["g:cost"], [gcra(10, 1000000, 4)], cost=3, now=N)
+    expect_reply("first", out[0], reply(allowed=1, now_ms=NMS, limits=[
+        lim(allowed=1, limit=5, remaining=2, reset_ms=300,
+            retry_after_ms=0)]))
+    expect_reply("second", out[1], reply(allowed=0, now_ms=NMS, limits=[
+        lim(allowed=0, limit=5, remaining=2, reset_ms=300,
+            retry_after_ms=100)]))
+    expect_state("stored", "g:cost", {"tat": N + 300000})
+
+
+def test_gcra_cost_above_burst():
+    a = [gcra(10, 1000000, 1)]
+    r = check(["g:big"], a, cost=3, now=N)
+    expect_reply("new key", r, reply(allowed=0, now_ms=NMS, limits=[
+        lim(allowed=0, limit=2, remaining=2, reset_ms=0,
+            retry_after_ms=-1)]))
+    expect_eq("new key created", cmd("EXISTS", "g:big"), 0)
+    check(["g:big"], a, now=N)
+    before = state("g:big")
+    r = check(["g:big"], a, cost=3, now=N)
+    expect_reply("existing key", r, reply(allowed=0, now_ms=NMS, limits=[
+        lim(allowed=0, limit=2, remaining=1, reset_ms=100,
+            retry_after_ms=-1)]))
+    expect_state("state", "g:big", before)
+
+
+def test_gcra_real_time():
+    # Without the hook: 10 per second, burst 0, twice back to back.
+    a = [gcra(10, 1000000, 0)]
+    t0 = redis_now_ms()
+    out = check_times(2, ["g:real"], a)
+    expect_eq("1st allowed", out[0].allowed, 1)
+    r = out[1]
+    expect_eq("2nd allowed", r.allowed, 0)
+    retry = r.limits[0].retry_after_ms
+    expect_range("2nd retry_after_ms", retry, 1, 100)
+    expect_pttl("g:real", 1100, t0)
+    time.sleep((retry + 3) / 1000)
+    r = check(["g:real"], a)
+    expect_eq("allowed after retry_after_ms", r.allowed, 1)
+
+
+# --- Fixed window ------------------------------------------------------------
+
+def test_fw_limit():
+    # N is 20 s into a minute: 40 s are left.
+    a = [fw(3, "minute")]
+    t0 = redis_now_ms()
+    out = check_times(4, ["fw:a"], a, now=N)
+    for i, (allowed, remaining, retry) in enumerate(
+            [(1, 2, 0), (1, 1, 0), (1, 0, 0), (0, 0, 40000)], 1):
+        expect_reply("call %d" % i, out[i - 1], reply(
+            allowed=allowed, now_ms=NMS, limits=[
+                lim(allowed=allowed, limit=3, remaining=remaining,
+                    reset_ms=40000, retry_after_ms=retry)]))
+    expect_state("stored", "fw:a", {"win": 1835395200, "count": 3})
+    expect_pttl("fw:a", 41000, t0)
+    r = check(["fw:a"], a, now=N + 39999999)
+    expect_reply("last µs of the minute", r, reply(
+        allowed=0, now_ms=NMS + 39999, limits=[
+            lim(allowed=0, limit=3, remaining=0, reset_ms=1,
+                retry_after_ms=1)]))
+    expect_state("stored after denials", "fw:a",
+                 {"win": 1835395200, "count": 3})
+
+
+def test_fw_cost_above_limit():
+    a = [fw(3, "minute")]
+    r = check(["fw:big"], a, cost=4, now=N)
+    expect_reply("new key", r, reply(allowed=0, now_ms=NMS, limits=[
+        lim(allowed=0, limit=3, remaining=3, reset_ms=40000,
+            retry_after_ms=-1)]))
+    expect_eq("new key created", cmd("EXISTS", "fw:big"), 0)
+    check(["fw:big"], a, now=N)
+    before = state("fw:big")
+    r = check(["fw:big"], a, cost=3, now=N)
+    expect_reply("cost 3 after 1", r, reply(allowed=0, now_ms=NMS, limits=[
+        lim(allowed=0, limit=3, remaining=2, reset_ms=40000,
+            retry_after_ms=40000)]))
+    r = check(["fw:big"], a, cost=4, now=N)
+    expect_reply("cost 4 after 1", r, reply(allowed=0, now_ms=NMS, limits=[
+        lim(allowed=0, limit=3, remaining=2, reset_ms=40000,
+            retry_after_ms=-1)]))
+    expect_state("state", "fw:big", before)
+
+
+def fw_edge(unit, boundary_s, next_ms):
+    """With a limit of 2 per unit, uses both 1 µs before the window boundary
+    boundary_s, is denied there, and is allowed again at the boundary,
+    where the new window lasts next_ms."""
+    key = "fw:edge:" + unit
+    a = [fw(2, unit)]
+    b_us = boundary_s * 1000000
+    b_ms = boundary_s * 1000
+    r = check([key], a, cost=2, now=b_us - 1)
+    expect_reply(unit + ": cost 2 1 µs before", r, reply(
+        allowed=1, now_ms=b_ms - 1, limits=[
+            lim(allowed=1, limit=2, remaining=0, reset_ms=1,
+                retry_after_ms=0)]))
+    r = check([key], a, now=b_us - 1)
+    expect_reply(unit + ": cost 1 1 µs before", r, reply(
+        allowed=0, now_ms=b_ms - 1, limits=[
+            lim(allowed=0, limit=2, remaining=0, reset_ms=1,
+                retry_after_ms=1)]))
+    r = check([key], a, now=b_us)
+    expect_reply(unit + ": at the boundary", r, reply(
+        allowed=1, now_ms=b_ms, limits=[
+            lim(allowed=1, limit=2, remaining=1, reset_ms=next_ms,
+                retry_after_ms=0)]))
+    expect_state(unit + ": stored", key, {"win": boundary_s, "count": 1})
+
+
+# 2028-02-29 00:01:00, 01:00:00 and 00:00:00 UTC.
+def test_fw_edge_minute():
+    fw_edge("minute", 1835395260, 60000)
+
+
+def test_fw_edge_hour():
+    fw_edge("hour", 1835398800, 3600000)
+
+
+def test_fw_edge_day():
+    fw_edge("day", 1835395200, 86400000)
+
+
+def test_fw_edge_month():
+    # From Feb 29 2028 23:59:59.999999 to Mar 1 2028 00:00:00 UTC; March
+    # has 31 days.
+    fw_edge("month", 1835481600, 2678400000)
+
+
+def fw_month(start_s, next_s, days):
+    """A request at the first microsecond of a month (start_s) has days
+    days to wait; the last microsecond before next_s is still in that
+    month; next_s starts a new one."""
+    key = "fw:month:%d" % start_s
+    a = [fw(3, "month")]
+    r = check([key], a, now=start_s * 1000000)
+    expect_reply("%d: first µs" % start_s, r, reply(
+        allowed=1, now_ms=start_s * 1000, limits=[
+            lim(allowed=1, limit=3, remaining=2, reset_ms=days * 86400000,
+                retry_after_ms=0)]))
+    r = check([key], a, now=next_s * 1000000 - 1)
+    expect_reply("%d: last µs" % start_s, r, reply(
+        allowed=1, now_ms=next_s * 1000 - 1, limits=[
+            lim(allowed=1, limit=3, remaining=1, reset_ms=1,
+                retry_after_ms=0)]))
+    r = check([key], a, now=next_s * 1000000)
+    expect_eq("%d: next month remaining" % start_s, r.limits[0].remaining, 2)
+    expect_state("%d: next month stored" % start_s, key,
+                 {"win": next_s, "count": 1})
+
+
+MONTHS = [  # (start, start of the next month, days)
+    (1830297600, 1832976000, 31),  # January 2028
+    (1832976000, 1835481600, 29),  # February 2028, a leap year
+    (1801440000, 1803859200, 28),  # February 2027
+    (1827619200, 1830297600, 31),  # December 2027 to January 2028
+    (949363200, 951868800, 29),    # February 2000 (divisible by 400)
+    (4105123200, 4107542400, 28),  # February 2100 (by 100, not 400)
+]
+
+
+def test_fw_month_lengths():
+    for start_s, next_s, days in MONTHS:
+        fw_month(start_s, next_s, days)
+
+
+def test_fw_real_time():
+    # Without the hook: the reset and the retry are the rest of the minute.
+    # The two calls must fall into one minute, so the last second of one is
+    # skipped.
+    if redis_now_ms() % 60000 >= 59000:
+        time.sleep(1.1)
+    t0 = redis_now_ms()
+    out = check_times(2, ["fw:real"], [fw(1, "minute")])
+    expect_eq("1st allowed", out[0].allowed, 1)
+    r = out[1]
+    expect_eq("2nd allowed", r.allowed, 0)
+    left = 60000 - r.now_ms % 60000
+    expect_range("retry_after_ms", r.limits[0].retry_after_ms, left, left + 1)
+    expect_range("reset_ms", r.limits[0].reset_ms, left, left + 1)
+    # The key expires 1 s after the end of the minute (within 1 ms).
+    expect_pttl("fw:real", left + r.now_ms - t0 + 1001, t0)
+
+
+# --- Several limits ----------------------------------------------------------
+
+def test_all_or_nothing():
+    keys = ["aon:tb", "aon:sw"]
+    limits = [tb(10, "0.001"), sw(3, 60)]
+    out = check_times(3, keys, limits)
+    for i in (1, 2, 3):
+        r = out[i - 1]
+        expect_eq("call %d allowed" % i, r.allowed, 1)
+        expect_eq("call %d bucket remaining" % i, r.limits[0].remaining,
+                  10 - i)
+        expect_eq("call %d window remaining" % i, r.limits[1].remaining,
+                  3 - i)
+    expect_range("tokens after 3", cmd("HGET", "aon:tb", "tokens"), 7, 7.01)
+    tb_before = state("aon:tb")
+    sw_before = state("aon:sw")
+    r = check(keys, limits)
+    expect_eq("reply length", len(r), 12)
+    expect_eq("allowed", r.allowed, 0)
+    expect_eq("bucket allowed", r.limits[0].allowed, 1)
+    expect_eq("bucket retry_after_ms", r.limits[0].retry_after_ms, 0)
+    expect_eq("window allowed", r.limits[1].allowed, 0)
+    expect_eq("window limit", r.limits[1].limit, 3)
+    expect_range("window retry_after_ms", r.limits[1].retry_after_ms,
+                 1, 120000)
+    expect_range("tokens after denial", cmd("HGET", "aon:tb", "tokens"),
+                 7, 7.01)
+    expect_state("bucket state", "aon:tb", tb_before)
+    expect_state("window state", "aon:sw", sw_before)
+
+
+def test_all_or_nothing_four():
+    # gcra lets 3 through, the others more: the 4th call is denied by gcra
+    # alone and changes nothing anywhere.
+    keys = ["aon4:tb", "aon4:sw", "aon4:g", "aon4:fw"]
+    limits = [tb(10, "0.001"), sw(5, 60), gcra(1, 3600000000, 2),
+              fw(5, "day")]
+    out = check_times(4, keys, limits, now=N)
+    for i in (1, 2, 3):
+        r = out[i - 1]
+        expect_eq("call %d allowed" % i, r.allowed, 1)
+        expect_eq("call %d allowed of limits 1, 2" % i,
+                  [x.allowed for x in r.limits[0:2]], [1, 1])
+        expect_eq("call %d allowed of limits 3, 4" % i,
+                  [x.allowed for x in r.limits[2:4]], [1, 1])
+    r = out[3]
+    expect_eq("reply length", len(r), 22)
+    expect_eq("call 4 allowed", r.allowed, 0)
+    expect_eq("call 4 allowed of limits 1..4",
+              [x.allowed for x in r.limits], [1, 1, 0, 1])
+    expect_eq("call 4 remaining of limits 1..4",
+              [x.remaining for x in r.limits], [6, 1, 0, 1])
+    expect_state("bucket", "aon4:tb", {"tokens": 7, "ts": N})
+    expect_state("window", "aon4:sw", {"win": 30589920, "cur": 3, "prev": 0})
+    expect_state("gcra", "aon4:g", {"tat": N + 3 * 3600000000})
+    expect_state("fixed window", "aon4:fw", {"win": 1835395200, "count": 3})
+    for k in keys:
+        expect_range("PTTL of " + k, cmd("PTTL", k), 1, 99999999999)
+
+
+# --- Shadow limits -----------------------------------------------------------
+
+# An enforced limit of 5 per minute with a shadow limit of 1 per second.
+SHADOW = [fw(5, "minute"), gcra(1, 1000000, 0, shadow=1)]
+
+
+def test_shadow_denies():
+    t0 = redis_now_ms()
+    r = check(["sh:fw", "sh:g"], SHADOW, now=N)
+    expect_reply("both allow", r, reply(allowed=1, now_ms=NMS, limits=[
+        lim(allowed=1, limit=5, remaining=4, reset_ms=40000,
+            retry_after_ms=0),
+        lim(allowed=1, limit=1, remaining=0, reset_ms=1000,
+            retry_after_ms=0)]))
+    expect_state("shadow charged", "sh:g", {"tat": N + 1000000})
+    expect_pttl("sh:g", 2000, t0)
+    out = check_times(2, ["sh:fw", "sh:g"], SHADOW, now=N + 1000)
+    for what, r, remaining in [("shadow denies", out[0], 3),
+                               ("shadow denies again", out[1], 2)]:
+        expect_reply(what, r, reply(allowed=1, now_ms=NMS + 1, limits=[
+            lim(allowed=1, limit=5, remaining=remaining, reset_ms=39999,
+                retry_after_ms=0),
+            lim(allowed=0, limit=1, remaining=0, reset_ms=999,
+                retry_after_ms=999)]))
+    expect_state("enforced charged", "sh:fw", {"win": 1835395200, "count": 3})
+    expect_state("shadow not charged", "sh:g", {"tat": N + 1000000})
+
+
+def test_shadow_enforced_denies():
+    # The enforced limit (1 per minute) denies, the shadow one (burst 5)
+    # would allow: nothing is written, the shadow limit is not charged
+    # either.
+    a = [fw(1, "minute"), gcra(10, 1000000, 5, shadow=1)]
+    out = check_times(2, ["sh2:fw", "sh2:g"], a, now=N)
+    expect_reply("first", out[0], reply(allowed=1, now_ms=NMS, limits=[
+        lim(allowed=1, limit=1, remaining=0, reset_ms=40000,
+            retry_after_ms=0),
+        lim(allowed=1, limit=6, remaining=5, reset_ms=100,
+            retry_after_ms=0)]))
+    expect_reply("second", out[1], reply(allowed=0, now_ms=NMS, limits=[
+        lim(allowed=0, limit=1, remaining=0, reset_ms=40000,
+            retry_after_ms=40000),
+        lim(allowed=1, limit=6, remaining=4, reset_ms=200,
+            retry_after_ms=0)]))
+    expect_state("enforced", "sh2:fw", {"win": 1835395200, "count": 1})
+    expect_state("shadow", "sh2:g", {"tat": N + 100000})
+
+
+def test_shadow_only():
+    a = [gcra(1, 1000000, 0, shadow=1)]
+    out = check_times(2, ["sh3:g"], a, now=N)
+    expect_reply("first", out[0], reply(allowed=1, now_ms=NMS, limits=[
+        lim(allowed=1, limit=1, remaining=0, reset_ms=1000,
+            retry_after_ms=0)]))
+    expect_reply("second", out[1], reply(allowed=1, now_ms=NMS, limits=[
+        lim(allowed=0, limit=1, remaining=0, reset_ms=1000,
+            retry_after_ms=1000)]))
+    expect_state("stored", "sh3:g", {"tat": N + 1000000})
+
+
+def test_shadow_peek():
+    r = check(["sh4:fw", "sh4:g"], SHADOW, peek=1, now=N)
+    expect_reply("peek", r, reply(allowed=1, now_ms=NMS, limits=[
+        lim(allowed=1, limit=5, remaining=4, reset_ms=40000,
+            retry_after_ms=0),
+        lim(allowed=1, limit=1, remaining=0, reset_ms=1000,
+            retry_after_ms=0)]))
+    expect_eq("keys written", cmd("EXISTS", "sh4:fw", "sh4:g"), 0)
+
+
+# --- Sent twice: the request key KEYS[n + 1] and peek 2 --------------------
+#
+# A call that charged, sent again with the same request key and peek 2,
+# gets the first reply again and charges nothing; another request key is a
+# new request.
+
+def fw2(allowed, now_ms, remaining, reset_ms, retry_after_ms):
+    """A reply of FW2 (one limit, 2 per minute): every field named."""
+    return reply(allowed=allowed, now_ms=now_ms, limits=[
+        lim(allowed=allowed, limit=2, remaining=remaining, reset_ms=reset_ms,
+            retry_after_ms=retry_after_ms)])
+
+
+def test_replay_allowed():
+    t0 = redis_now_ms()
+    first = check(["rp:fw", "rp:once:a"], FW2, now=N)
+    expect_reply("first", first, fw2(allowed=1, now_ms=NMS, remaining=1,
+                                     reset_ms=40000, retry_after_ms=0))
+    expect_state("charged once", "rp:fw", {"win": 1835395200, "count": 1})
+    expect_eq("reply stored", cmd("GET", "rp:once:a"),
+              "1 %d 1 2 1 40000 0 " % NMS)
+    expect_pttl("rp:once:a", 3000, t0)
+    # A millisecond later, as a resend after a reconnect would be.
+    again = check(["rp:fw", "rp:once:a"], FW2, peek=2, now=N + 1000)
+    expect_reply("sent again: the first reply", again, first)
+    expect_state("sent again: not charged", "rp:fw",
+                 {"win": 1835395200, "count": 1})
+    r = check(["rp:fw", "rp:once:b"], FW2, now=N + 2000)
+    expect_reply("another request", r, fw2(
+        allowed=1, now_ms=NMS + 2, remaining=0, reset_ms=39998,
+        retry_after_ms=0))
+    expect_state("charged", "rp:fw", {"win": 1835395200, "count": 2})
+    # The limit is used up now; the first request still gets its answer.
+    again = check(["rp:fw", "rp:once:a"], FW2, peek=2, now=N + 3000)
+    expect_reply("sent again after the limit is used up", again, first)
+    expect_state("still charged twice in all", "rp:fw",
+                 {"win": 1835395200, "count": 2})
+
+
+def test_replay_only_when_sent_again():
+    # Only peek 2 looks for a stored reply (a first call's id is new); a
+    # peek 2 that finds none is decided and charged as a first call.
+    check(["ro:fw", "ro:once:a"], FW2, now=N)
+    r = check(["ro:fw", "ro:once:a"], FW2, now=N)
+    expect_reply("peek 0 decides again", r, fw2(
+        allowed=1, now_ms=NMS, remaining=0, reset_ms=40000, retry_after_ms=0))
+    expect_state("and charges", "ro:fw", {"win": 1835395200, "count": 2})
+    cmd("DEL", "ro:fw")
+    r = check(["ro:fw", "ro:once:n"], FW2, peek=2, now=N)
+    expect_reply("sent again, first never ran", r, fw2(
+        allowed=1, now_ms=NMS, remaining=1, reset_ms=40000, retry_after_ms=0))
+    expect_state("charged once", "ro:fw", {"win": 1835395200, "count": 1})
+    expect_eq("stored", cmd("GET", "ro:once:n"), "1 %d 1 2 1 40000 0 " % NMS)
+
+
+def test_replay_denial():
+    # A denial charges nothing and stores nothing: sent again, it is decided
+    # again (here: denied again, and once the window has passed, allowed and
+    # charged once).
+    check(["rd:fw"], FW2, cost=2, now=N)
+    before = state("rd:fw")
+    denied = fw2(allowed=0, now_ms=NMS, remaining=0, reset_ms=40000,
+                 retry_after_ms=40000)
+    r = check(["rd:fw", "rd:once:c"], FW2, now=N)
+    expect_reply("denied", r, denied)
+    r = check(["rd:fw", "rd:once:c"], FW2, peek=2, now=N)
+    expect_reply("denied again", r, denied)
+    expect_state("nothing charged", "rd:fw", before)
+    expect_eq("nothing stored", cmd("EXISTS", "rd:once:c"), 0)
+    next_minute = fw2(allowed=1, now_ms=NMS + 40000, remaining=1,
+                      reset_ms=60000, retry_after_ms=0)
+    r = check(["rd:fw", "rd:once:c"], FW2, peek=2, now=N + 40000000)
+    expect_reply("next minute", r, next_minute)
+    r = check(["rd:fw", "rd:once:c"], FW2, peek=2, now=N + 40000000)
+    expect_reply("next minute, sent again", r, next_minute)
+    expect_state("charged once", "rd:fw", {"win": 1835395260, "count": 1})
+
+
+def test_replay_peek():
+    # A peek charges nothing and stores nothing, with or without a request
+    # key.
+    check(["rk:fw"], FW2, now=N)
+    before = state("rk:fw")
+    for what in ("peek", "peek again"):
+        r = check(["rk:fw", "rk:once:p"], FW2, peek=1, now=N)
+        expect_reply(what, r, fw2(allowed=1, now_ms=NMS, remaining=0,
+                                  reset_ms=40000, retry_after_ms=0))
+    expect_state("nothing charged", "rk:fw", before)
+    expect_eq("nothing stored", cmd("EXISTS", "rk:once:p"), 0)
+    # A peek with the key of a request that charged is not a resend of it.
+    check(["rk:fw", "rk:once:q"], FW2, now=N)
+    r = check(["rk:fw", "rk:once:q"], FW2, peek=1, now=N)
+    expect_reply("peek after the limit is used up", r, fw2(
+        allowed=0, now_ms=NMS, remaining=0, reset_ms=40000,
+        retry_after_ms=40000))
+
+
+def test_replay_several():
+    # Several limits, one of them a shadow limit whose cost can never pass
+    # (retry_after_ms -1): every field of the reply comes back as it was.
+    a = [gcra(10, 1000000, 4), fw(1, "minute", shadow=1)]
+    keys = ["rs:g", "rs:fw", "rs:once:m"]
+    first = check(keys, a, cost=2, now=N)
+    expect_reply("first", first, reply(allowed=1, now_ms=NMS, limits=[
+        lim(allowed=1, limit=5, remaining=3, reset_ms=200, retry_after_ms=0),
+        lim(allowed=0, limit=1, remaining=1, reset_ms=40000,
+            retry_after_ms=-1)]))
+    g = state("rs:g")
+    again = check(keys, a, cost=2, peek=2, now=N + 7)
+    expect_reply("sent again", again, first)
+    expect_state("gcra charged once", "rs:g", g)
+    expect_eq("shadow limit not charged", cmd("EXISTS", "rs:fw"), 0)
+
+
+def test_replay_real_time():
+    # With Redis TIME: the resend, 20 ms later, answers with the first
+    # call's time, so it is the stored reply and not a new decision.
+    a = [tb(5, "0.5")]
+    first = check(["rt:tb", "rt:once:t"], a)
+    tokens = cmd("HGET", "rt:tb", "tokens")
+    time.sleep(0.02)
+    again = check(["rt:tb", "rt:once:t"], a, peek=2)
+    expect_reply("sent again", again, first)
+    expect_eq("charged once", cmd("HGET", "rt:tb", "tokens"), tokens)
+    expect_eq("remaining", first.limits[0].remaining, 4)
+
+
+# --- Arguments ---------------------------------------------------------------
+
+TB = ["token_bucket", "5", "1", "0", "0"]
+
+# (what, message in the error, KEYS, ARGV): each call must be answered with
+# "ERR ratelimit: ...message...".
+ARGUMENT_ERRORS = [
+    ("n does not match keys", "does not match",
+     ["e:a"], ["1", "0", "2"] + TB + TB),
+    ("more keys than n + 1", "does not match",
+     ["e:a", "e:b", "e:c"], ["1", "0", "1"] + TB),
+    ("non-numeric cost", "cost", ["e:a"], ["x", "0", "1"] + TB),
+    ("zero cost", "cost", ["e:a"], ["0", "0", "1"] + TB),
+    ("fractional cost", "cost", ["e:a"], ["1.5", "0", "1"] + TB),
+    ("bad peek flag", "peek must be", ["e:a"], ["1", "3", "1"] + TB),
+    ("peek 2 without the request key", "needs the request key",
+     ["e:a"], ["1", "2", "1"] + TB),
+    ("unknown algorithm", "unknown algorithm",
+     ["e:a"], ["1", "0", "1", "leaky_bucket", "5", "1", "0", "0"]),
+    ("zero capacity", "capacity",
+     ["e:a"], ["1", "0", "1", "token_bucket", "0", "1", "0", "0"]),
+    ("negative rate", "rate",
+     ["e:a"], ["1", "0", "1", "token_bucket", "5", "-1", "0", "0"]),
+    ("zero rate", "rate",
+     ["e:a"], ["1", "0", "1", "token_bucket", "5", "0.0", "0", "0"]),
+    ("non-numeric rate", "rate",
+     ["e:a"], ["1", "0", "1", "token_bucket", "5", "abc", "0", "0"]),
+    ("token bucket p3 not 0", "p3 must be 0",
+     ["e:a"], ["1", "0", "1", "token_bucket", "5", "1", "1", "0"]),
+    ("zero limit", "limit",
+     ["e:a"], ["1", "0", "1", "sliding_window", "0", "10", "0", "0"]),
+    ("fractional window", "window",
+     ["e:a"], ["1", "0", "1", "sliding_window", "3", "1.5", "0", "0"]),
+    ("sliding window p3 not 0", "p3 must be 0",
+     ["e:a"], ["1", "0", "1", "sliding_window", "3", "10", "00", "0"]),
+    ("gcra zero limit", "limit",
+     ["e:a"], ["1", "0", "1", "gcra", "0", "1000", "0", "0"]),
+    ("gcra zero period", "period",
+     ["e:a"], ["1", "0", "1", "gcra", "1", "0", "0", "0"]),
+    ("gcra fractional period", "period",
+     ["e:a"], ["1", "0", "1", "gcra", "1", "0.5", "0", "0"]),
+    ("gcra negative burst", "burst",
+     ["e:a"], ["1", "0", "1", "gcra", "1", "1000", "-1", "0"]),
+    ("gcra non-numeric burst", "burst",
+     ["e:a"], ["1", "0", "1", "gcra", "1", "1000", "x", "0"]),
+    ("gcra burst too long", "at most",
+     ["e:a"], ["1", "0", "1", "gcra", "1", "1000000", "999999999999", "0"]),
+    ("fixed window unknown unit", "unit",
+     ["e:a"], ["1", "0", "1", "fixed_window", "5", "week", "0", "0"]),
+    ("fixed window unit in capitals", "unit",
+     ["e:a"], ["1", "0", "1", "fixed_window", "5", "Minute", "0", "0"]),
+    ("fixed window seconds as unit", "unit",
+     ["e:a"], ["1", "0", "1", "fixed_window", "5", "60", "0", "0"]),
+    ("fixed window p3 not 0", "p3 must be 0",
+     ["e:a"], ["1", "0", "1", "fixed_window", "5", "day", "1", "0"]),
+    ("shadow not 0 or 1", "shadow",
+     ["e:a"], ["1", "0", "1", "token_bucket", "5", "1", "0", "2"]),
+    ("shadow empty", "shadow",
+     ["e:a"], ["1", "0", "1", "token_bucket", "5", "1", "0", ""]),
+    ("missing parameter", "5 arguments",
+     ["e:a"], ["1", "0", "1", "sliding_window", "3", "10", "0"]),
+    ("v1 layout", "5 arguments",
+     ["e:a"], ["1", "0", "1", "sliding_window", "3", "10"]),
+    ("extra argument", "5 arguments",
+     ["e:a"], ["1", "0", "1", "sliding_window", "3", "10", "0", "0", "x"]),
+    ("two extra arguments", "5 arguments",
+     ["e:a"], ["1", "0", "1"] + TB + ["__now_us=1", "__now_us=1"]),
+    ("hook without digits", "5 arguments",
+     ["e:a"], ["1", "0", "1"] + TB + ["__now_us="]),
+    ("hook not an integer", "5 arguments",
+     ["e:a"], ["1", "0", "1"] + TB + ["__now_us=1.5"]),
+    ("negative hook", "5 arguments",
+     ["e:a"], ["1", "0", "1"] + TB + ["__now_us=-1"]),
+    ("hook too late", "5 arguments",
+     ["e:a"], ["1", "0", "1"] + TB + ["__now_us=9999999999999999"]),
+    ("hook not last", "5 arguments",
+     ["e:a", "e:b"], ["1", "0", "2"] + TB + ["__now_us=1"] + TB),
+    ("no limits", "number of limits", [], ["1", "0", "0"]),
+    ("more than 8 limits", "number of limits",
+     ["k%d" % i for i in range(1, 10)], ["1", "0", "9"] + TB * 9),
+]
+
+
+def test_argument_errors():
+    for what, message, keys, argv in ARGUMENT_ERRORS:
+        expect_error(what, message, keys, argv)
+    expect_eq("keys written by bad calls",
+              cmd("EXISTS", "e:a", "e:b", "e:c", "k1", "k9"), 0)
+
+
+# The number syntax is exactly the documented one: decimal digits (and for
+# the rate one '.'), at most 15 characters. Everything else that Lua's
+# tonumber() would take (signs, spaces, hex, exponents, inf, nan, a fraction
+# where an integer is due) is rejected. Each list is of values that must be
+# refused in that argument.
+BAD_COST = ["+1", "-1", " 1", "1 ", "0x1", "1e0", "1E0", "1.0", "1.", ".5",
+            "inf", "nan", "", "0000000000000001"]
+BAD_N = ["0", "00", "9", "09", "+1", "1.0", "1e0", " 1", "0000000000000001"]
+BAD_INTEGER = ["+5", "-5", " 5", "5 ", "0x5", "5e0", "5.0", "5.", "0",
+               "0000000000000000", "1000000000000000", "inf"]
+BAD_BURST = ["-0", "+0", " 0", "0x0", "0e0", "0.0", "", "0000000000000000"]
+BAD_RATE = ["1e3", "1E3", "+1", "-1", "0x1p3", "0x10", " 1", "1 ", "0", "0.0",
+            "00.00", ".", "", "1.5.", "1..5", "inf", "nan",
+            "0.00000000000001", "1234567890123456"]
+BAD_HOOK = ["__now_us=+1", "__now_us=1e3", "__now_us=0x10", "__now_us=1 ",
+            " __now_us=1", "__now_us=4503599627370497",
+            "__now_us=00000000000000001"]
+# (what, the argument's place in a limit, the message, the limit with the
+# value at that place)
+BAD_INTEGER_PLACES = [
+    ("capacity", "limit 1: capacity must be a positive integer",
+     ["token_bucket", None, "1", "0", "0"]),
+    ("window", "limit 1: window must be a positive integer",
+     ["sliding_window", "3", None, "0", "0"]),
+    ("period", "limit 1: period must be a positive integer",
+     ["gcra", "1", None, "0", "0"]),
+    ("fixed window limit", "limit 1: limit must be a positive integer",
+     ["fixed_window", None, "day", "0", "0"]),
+]
+# (rate, ms to refill one token: 1000 / rate rounded up)
+RATES = [(".5", 2000), ("5.", 200), ("007.5", 134), ("0.5", 2000)]
+
+
+def test_number_syntax():
+    for v in BAD_COST:
+        expect_error("cost '%s'" % v, "cost must be an integer >= 1",
+                     ["e:n"], [v, "0", "1"] + TB)
+    for v in BAD_N:
+        expect_error("n '%s'" % v, "number of limits must be 1..8",
+                     ["e:n"], ["1", "0", v] + TB)
+    for v in BAD_INTEGER:
+        for what, message, spec in BAD_INTEGER_PLACES:
+            spec = [v if s is None else s for s in spec]
+            expect_error("%s '%s'" % (what, v), message,
+                         ["e:n"], ["1", "0", "1"] + spec)
+    for v in BAD_BURST:
+        expect_error("burst '%s'" % v, "limit 1: burst must be an integer >= 0",
+                     ["e:n"], ["1", "0", "1", "gcra", "1", "1000", v, "0"])
+    for v in BAD_RATE:
+        expect_error("rate '%s'" % v, "limit 1: rate must be a positive decimal",
+                     ["e:n"], ["1", "0", "1", "token_bucket", "5", v, "0", "0"])
+    for v in BAD_HOOK:
+        expect_error("hook '%s'" % v, "5 arguments",
+                     ["e:n"], ["1", "0", "1"] + TB + [v])
+    expect_eq("keys written by bad numbers", cmd("EXISTS", "e:n"), 0)
+
+    # Leading zeros are digits like any other.
+    r = check(["num:cost"], [["token_bucket", "005", "20", "0", "0"]],
+              cost="001", n="01", now=N)
+    expect_reply("cost 001, n 01, capacity 005", r, reply(
+        allowed=1, now_ms=NMS, limits=[
+            lim(allowed=1, limit=5, remaining=4, reset_ms=50,
+                retry_after_ms=0)]))
+    r = check(["num:burst"], [gcra(10, 1000000, "00")], now=N)
+    expect_reply("burst 00", r, reply(allowed=1, now_ms=NMS, limits=[
+        lim(allowed=1, limit=1, remaining=0, reset_ms=100,
+            retry_after_ms=0)]))
+    r = check(["num:%d" % i for i in range(1, 9)], [TB] * 8, peek=1, n="08",
+              now=N)
+    expect_eq("n 08: reply length", len(r), 42)
+    # 15 digits are still exact.
+    r = check(["num:big"], [tb(999999999999999, 1)], peek=1, now=N)
+    expect_reply("15-digit capacity", r, reply(allowed=1, now_ms=NMS, limits=[
+        lim(allowed=1, limit=999999999999999, remaining=999999999999998,
+            reset_ms=1000, retry_after_ms=0)]))
+    # Rates: the time to refill one token is 1000 / rate ms, rounded up.
+    for rate, reset_ms in RATES:
+        r = check(["num:rate:" + rate], [tb(1, rate)], now=N)
+        expect_reply("rate " + rate, r, reply(allowed=1, now_ms=NMS, limits=[
+            lim(allowed=1, limit=1, remaining=0, reset_ms=reset_ms,
+                retry_after_ms=0)]))
+    # The smallest rate with 15 characters: the reset and the TTL are
+    # capped at 10^15 ms.
+    t0 = redis_now_ms()
+    r = check(["num:slow"], [tb(1, "0.0000000000001")], now=N)
+    expect_reply("slowest rate", r, reply(allowed=1, now_ms=NMS, limits=[
+        lim(allowed=1, limit=1, remaining=0, reset_ms=1000000000000000,
+            retry_after_ms=0)]))
+    expect_pttl("num:slow", 1000000000000000, t0)
+    # The hook: leading zeros, and the latest time it takes, 2^52 µs.
+    r = Reply.parse(redis.pipeline([evalsha(
+        ["num:hook0"], ["1", "0", "1"] + fw(3, "minute") +
+        ["__now_us=00001"])])[0])
+    expect_reply("hook 00001", r, reply(allowed=1, now_ms=0, limits=[
+        lim(allowed=1, limit=3, remaining=2, reset_ms=60000,
+            retry_after_ms=0)]))
+    r = check(["num:hook1"], [gcra(1, 1000, 0)], now=4503599627370496)
+    expect_reply("hook 2^52", r, reply(allowed=1, now_ms=4503599627370,
+                                       limits=[
+        lim(allowed=1, limit=1, remaining=0, reset_ms=1, retry_after_ms=0)]))
+    expect_state("state at 2^52", "num:hook1", {"tat": 4503599627371496})
+
+
+def test_state_edited_by_hand():
+    # A state edited by hand is read as before and written back as '%.0f'
+    # formats it (half to even); NaN tokens count as none, a NaN window
+    # index as the current window. The 2 s window holding N has the index
+    # 917697610.
+    w10 = [sw(10, 2)]
+    cmd("HSET", "hand:sw", "win", "917697610", "cur", "1.5", "prev", "-0")
+    r = check(["hand:sw"], w10, now=N)
+    expect_reply("sliding window reply", r, reply(
+        allowed=1, now_ms=NMS, limits=[
+            lim(allowed=1, limit=10, remaining=7, reset_ms=4000,
+                retry_after_ms=0)]))
+    expect_state("sliding window state", "hand:sw",
+                 {"win": 917697610, "cur": 2, "prev": "-0"})
+    cmd("HSET", "hand:sw2", "win", "nan", "cur", "2", "prev", "1")
+    r = check(["hand:sw2"], w10, now=N)
+    expect_reply("NaN window reply", r, reply(allowed=1, now_ms=NMS, limits=[
+        lim(allowed=1, limit=10, remaining=6, reset_ms=4000,
+            retry_after_ms=0)]))
+    expect_state("NaN window state", "hand:sw2",
+                 {"win": 917697610, "cur": 3, "prev": 1})
+    cmd("HSET", "hand:fw", "win", "1835395200", "count", "0.5")
+    r = check(["hand:fw"], [fw(10, "minute")], now=N)
+    expect_reply("fixed window reply", r, reply(
+        allowed=1, now_ms=NMS, limits=[
+            lim(allowed=1, limit=10, remaining=8, reset_ms=40000,
+                retry_after_ms=0)]))
+    expect_state("fixed window state", "hand:fw",
+                 {"win": 1835395200, "count": 2})
+    cmd("HSET", "hand:g", "tat", "%d.5" % N)
+    r = check(["hand:g"], G10B2, now=N)
+    expect_reply("gcra reply", r, reply(allowed=1, now_ms=NMS, limits=[
+        lim(allowed=1, limit=3, remaining=1, reset_ms=101,
+            retry_after_ms=0)]))
+    expect_state("gcra state", "hand:g", {"tat": N + 100000})
+    cmd("HSET", "hand:tb", "tokens", "nan", "ts", str(N))
+    r = check(["hand:tb"], TB5, now=N)
+    expect_reply("NaN tokens reply", r, reply(allowed=0, now_ms=NMS, limits=[
+        lim(allowed=0, limit=5, remaining=0, reset_ms=250,
+            retry_after_ms=50)]))
+    expect_state("NaN tokens state", "hand:tb", {"tokens": "nan", "ts": N})
+
+
+# --- The cases, in the order they run ------------------------------------------
+
+CASES = [
+    ("token bucket: capacity 5 allows 5 then denies", test_tb_allows_capacity),
+    ("token bucket: refill allows again after retry_after_ms",
+     test_tb_refill),
+    ("token bucket: refill stops at capacity", test_tb_refill_cap),
+    ("token bucket: TTL is set and bounded", test_tb_ttl),
+    ("token bucket: cost above capacity never passes, writes nothing",
+     test_tb_cost_above_capacity),
+    ("token bucket: refill edge at exact times", test_tb_exact),
+    ("a denial consumes nothing", test_tb_denial_charges_nothing),
+    ("peek writes nothing", test_peek_writes_nothing),
+    ("sliding window: limit 3 allows 3 then denies", test_sw_limit),
+    ("sliding window: after rollover the previous window weighs in",
+     test_sw_rollover),
+    ("sliding window: weighting at half the window", test_sw_weighting),
+    ("sliding window: cost above limit never passes",
+     test_sw_cost_above_limit),
+    ("sliding window: window edge at exact times", test_sw_exact),
+    ("gcra: burst 2 lets 3 through, then denies", test_gcra_burst),
+    ("gcra: refills one emission interval at a time", test_gcra_refill),
+    ("gcra: burst 0 spaces requests strictly", test_gcra_burst_zero),
+    ("gcra: emission interval rounds up", test_gcra_interval_rounding),
+    ("gcra: period under a millisecond", test_gcra_sub_ms),
+    ("gcra: a cost above 1 moves the TAT by cost intervals", test_gcra_cost),
+    ("gcra: cost above burst + 1 never passes, writes nothing",
+     test_gcra_cost_above_burst),
+    ("gcra: Redis TIME and retry_after_ms", test_gcra_real_time),
+    ("fixed window: limit 3 per minute, denial charges nothing",
+     test_fw_limit),
+    ("fixed window: cost above limit never passes, writes nothing",
+     test_fw_cost_above_limit),
+    ("fixed window: minute edge", test_fw_edge_minute),
+    ("fixed window: hour edge", test_fw_edge_hour),
+    ("fixed window: day edge", test_fw_edge_day),
+    ("fixed window: month edge, Feb 29 2028 to Mar 1", test_fw_edge_month),
+    ("fixed window: month lengths", test_fw_month_lengths),
+    ("fixed window: Redis TIME and retry_after_ms", test_fw_real_time),
+    ("all-or-nothing across a token bucket and a sliding window",
+     test_all_or_nothing),
+    ("all-or-nothing across four algorithms", test_all_or_nothing_four),
+    ("shadow: a denying shadow limit does not block and is not charged",
+     test_shadow_denies),
+    ("shadow: a denial by an enforced limit charges no shadow limit",
+     test_shadow_enforced_denies),
+    ("shadow: only shadow limits never deny", test_shadow_only),
+    ("shadow: a peek writes nothing", test_shadow_peek),
+    ("sent twice: a charging call is replayed with peek 2, charged once",
+     test_replay_allowed),
+    ("sent twice: only peek 2 replays; with nothing stored it decides",
+     test_replay_only_when_sent_again),
+    ("sent twice: a denial is decided again, stores nothing",
+     test_replay_denial),
+    ("sent twice: a peek stores nothing", test_replay_peek),
+    ("sent twice: several limits and -1 come back exactly",
+     test_replay_several),
+    ("sent twice: with Redis TIME, the first reply comes back",
+     test_replay_real_time),
+    ("bad arguments give ERR ratelimit: errors", test_argument_errors),
+    ("numbers: exactly digits (and one . in a rate), at most 15",
+     test_number_syntax),
+    ("a state edited by hand is read and rewritten as before",
+     test_state_edited_by_hand),
+]
+
+
+# --- Server and script -------------------------------------------------------
+
+class BailOut(Exception):
+    """The tests cannot run at all."""
+
+
+def start_redis(port, workdir):
+    """Starts a private redis-server on 127.0.0.1:port and returns its Popen
+    and a connection to it, once it answers. Raises BailOut if it does not
+    start, or if another server answers on the port."""
+    proc = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+         "--save", "", "--appendonly", "no", "--daemonize", "no",
+         "--dir", workdir, "--pidfile", os.path.join(workdir, "redis.pid"),
+         "--logfile", os.path.join(workdir, "redis.log")],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    for _ in range(50):
+        try:
+            conn = resp.Connection(port)
+            if conn.command("PING") == b"PONG":
+                break
+            conn.close()
+        except (OSError, resp.ReplyError, resp.ProtocolError):
+            pass
+        if proc.poll() is not None:
+            raise BailOut("redis-server did not start on port %d" % port, proc)
+        time.sleep(0.1)
+    else:
+        raise BailOut("redis-server did not start on port %d" % port, proc)
+    # Make sure the server answering is ours and not another one on the port.
+    info = conn.command("INFO", "server").decode()
+    if "process_id:%d" % proc.pid not in info.split("\r\n"):
+        conn.close()
+        raise BailOut("port %d is answered by another redis-server" % port,
+                      proc)
+    return proc, conn
+
+
+def load_script(conn):
+    try:
+        script = "".join(open(os.path.join(ROOT, "lua", f)).read()
+                         for f in LUA_FILES)
+    except OSError as e:
+        raise BailOut("cannot read lua/*.lua: %s" % e)
+    try:
+        digest = conn.command("SCRIPT", "LOAD", script).decode()
+    except resp.ReplyError as e:
+        raise BailOut("SCRIPT LOAD failed: %s" % e)
+    if not re.fullmatch(r"[0-9a-f]{40}", digest):
+        raise BailOut("SCRIPT LOAD failed: %s" % digest)
+    return digest
+
+
+def run_cases():
+    passed = failed = 0
+    for name, case in CASES:
+        try:
+            case()
+        except Failed as e:
+            detail = str(e)
+        except (resp.ReplyError, resp.ProtocolError, OSError) as e:
+            detail = "%s: %s" % (type(e).__name__, e)
+        else:
+            passed += 1
+            print("ok - %s" % name, flush=True)
+            continue
+        failed += 1
+        print("not ok - %s: %s" % (name, detail), flush=True)
+    return passed, failed
+
+
+def on_term(signum, frame):
+    sys.exit(143)
+
+
+def main():
+    global redis, sha
+    port = int(os.environ.get("LUA_TEST_REDIS_PORT", "16399"))
+    signal.signal(signal.SIGTERM, on_term)
+    workdir = tempfile.mkdtemp(prefix="lua_test.")
+    proc = None
+    try:
+        try:
+            proc, redis = start_redis(port, workdir)
+            sha = load_script(redis)
+        except BailOut as e:
+            if len(e.args) > 1:
+                proc = e.args[1]
+            print("Bail out! %s" % e.args[0])
+            try:
+                with open(os.path.join(workdir, "redis.log")) as log:
+                    for line in log:
+                        print("# " + line.rstrip("\n"))
+            except OSError:
+                pass
+            return 1
+        passed, failed = run_cases()
+        print("# %d expectations checked" % checks)
+        print("%d passed, %d failed" % (passed, failed))
+        return 1 if failed else 0
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        if redis is not None:
+            redis.close()
+        if proc is not None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
