@@ -208,7 +208,7 @@ def calc(x):
     return round(x, 3)
 
 
-# --- Expectations --------------------------------------------------------------
+# --- Expectations ------------------------------------------------------------
 #
 # Each evaluates one expectation and raises Failed if it does not hold; a
 # case stops at its first failure.
@@ -1183,11 +1183,14 @@ def test_number_syntax():
             expect_error("%s '%s'" % (what, v), message,
                          ["e:n"], ["1", "0", "1"] + spec)
     for v in BAD_BURST:
-        expect_error("burst '%s'" % v, "limit 1: burst must be an integer >= 0",
+        expect_error("burst '%s'" % v,
+                     "limit 1: burst must be an integer >= 0",
                      ["e:n"], ["1", "0", "1", "gcra", "1", "1000", v, "0"])
     for v in BAD_RATE:
-        expect_error("rate '%s'" % v, "limit 1: rate must be a positive decimal",
-                     ["e:n"], ["1", "0", "1", "token_bucket", "5", v, "0", "0"])
+        expect_error("rate '%s'" % v,
+                     "limit 1: rate must be a positive decimal",
+                     ["e:n"],
+                     ["1", "0", "1", "token_bucket", "5", v, "0", "0"])
     for v in BAD_HOOK:
         expect_error("hook '%s'" % v, "5 arguments",
                      ["e:n"], ["1", "0", "1"] + TB + [v])
@@ -1283,7 +1286,7 @@ def test_state_edited_by_hand():
     expect_state("NaN tokens state", "hand:tb", {"tokens": "nan", "ts": N})
 
 
-# --- The cases, in the order they run ------------------------------------------
+# --- The cases, in the order they run ----------------------------------------
 
 CASES = [
     ("token bucket: capacity 5 allows 5 then denies", test_tb_allows_capacity),
@@ -1440,6 +1443,12 @@ def main():
             if len(e.args) > 1:
                 proc = e.args[1]
             print("Bail out! %s" % e.args[0])
+            if proc is not None:
+                # A server that could not bind writes why, then exits.
+                try:
+                    proc.wait(timeout=1)
+                except subprocess.TimeoutExpired:
+                    pass
             try:
                 with open(os.path.join(workdir, "redis.log")) as log:
                     for line in log:
