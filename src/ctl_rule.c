@@ -5,7 +5,7 @@
  * always, shadow, failure mode, per) and one to RL_MAX_LIMITS limits; a
  * limit is a name, an algorithm and exactly that algorithm's parameters
  * (schema/002_limits.sql enforces the same, whoever writes to the tables).
- * The algorithm and calendar names are rules.c's, the bounds validate.c's.
+ * The algorithms, their options, columns and bounds are algo.c's table.
  *
  * A change of the rules after which some route's check would need more
  * limits than one check decides (RL_MAX_LIMITS) is refused with status 2
@@ -269,44 +269,13 @@ ctl_rule_guard_end(struct ctl *ctl, struct ctl_rule_guard *g)
 /* rule and limit */
 
 /*
- * The algorithms and the parameter options each takes.  Any other
- * parameter option is refused for it, so that a mistyped command never
- * stores something other than what was meant.
- */
-struct ctl_rule_algorithm {
-    int algorithm;                      /* enum rl_algorithm */
-    const char *required[3];            /* option names, NULL ended */
-    const char *optional[2];
-    const char *takes;                  /* the options, for messages */
-};
-
-static const struct ctl_rule_algorithm ctl_rule_algorithms[] = {
-    { RL_ALGO_TOKEN_BUCKET, { "capacity", "refill-rate", NULL }, { NULL },
-      "--capacity N and --refill-rate R" },
-    { RL_ALGO_SLIDING_WINDOW, { "limit", "window", NULL }, { NULL },
-      "--limit N and --window SECONDS" },
-    { RL_ALGO_GCRA, { "limit", "period", NULL }, { "burst", NULL },
-      "--limit N and --period DURATION, optionally --burst B" },
-    { RL_ALGO_FIXED_WINDOW, { "limit", "calendar", NULL }, { NULL },
-      "--limit N and --calendar minute|hour|day|month" },
-};
-
-#define CTL_RULE_NALGORITHMS \
-    (sizeof(ctl_rule_algorithms) / sizeof(ctl_rule_algorithms[0]))
-
-/* Every option that sets a limit parameter. */
-static const char *const ctl_rule_parameter_options[] = { "capacity",
-    "refill-rate", "limit", "window", "period", "burst", "calendar", NULL };
-
-/*
- * One limit's checked parameters, as text for query parameters.  An empty
- * string stands for NULL: each algorithm leaves the others' empty.
+ * One limit's checked parameters.  Its algorithm (algo.c) says which of
+ * them are set; the others stay 0 and their columns NULL.
  */
 struct ctl_rule_limit_spec {
     const char *name;
-    const struct ctl_rule_algorithm *algorithm;
-    char count[24], window[24], capacity[24], rate[40];
-    char period[24], burst[24], calendar[8];
+    const struct algo *algorithm;
+    struct rl_limit limit;
 };
 
 /* What "rule add" stores in rules, and its first limit. */
@@ -320,22 +289,6 @@ struct ctl_rule_spec {
     char priority[24];
     struct ctl_rule_limit_spec limit;
 };
-
-static int
-ctl_rule_name_in(const char *const *list, const char *name)
-{
-    for (; *list != NULL; list++)
-        if (strcmp(*list, name) == 0)
-            return 1;
-    return 0;
-}
-
-/* The value of a query parameter: s, or NULL (SQL NULL) when s is "". */
-static const char *
-ctl_rule_text_or_null(const char *s)
-{
-    return s[0] != '\0' ? s : NULL;
-}
 
 /* validate_on_off() into "true" or "false" (query parameters of boolean
  * columns). */
@@ -351,25 +304,64 @@ ctl_rule_on_off(const char *what, const char *s, const char **out,
     return 0;
 }
 
-/*
- * Writes the names that name_of gives for 1, 2, ... (until it says
- * "unknown") as "a, b, c or d" into buf: the algorithms or the calendars
- * of rules.c, for messages.
- */
+/* Writes the names of the algorithms as "a, b, c or d" into buf, for
+ * messages. */
 static void
-ctl_rule_names(const char *(*name_of)(int), char *buf, size_t len)
+ctl_rule_algorithm_names(char *buf, size_t len)
 {
     size_t used = 0;
-    int i, n = 0;
+    int i, n = algo_count();
 
-    while (strcmp(name_of(n + 1), "unknown") != 0)
-        n++;
     buf[0] = '\0';
-    for (i = 1; i <= n && used < len; i++) {
+    for (i = 0; i < n && used < len; i++) {
         snprintf(buf + used, len - used, "%s%s",
-            i == 1 ? "" : i == n ? " or " : ", ", name_of(i));
+            i == 0 ? "" : i == n - 1 ? " or " : ", ", algo_at(i)->name);
         used += strlen(buf + used);
     }
+}
+
+/* 1 when the option named opt sets a parameter of a. */
+static int
+ctl_rule_takes(const struct algo *a, const char *opt)
+{
+    int i;
+
+    for (i = 0; i < a->nparams; i++)
+        if (strcmp(a->param[i].option, opt) == 0)
+            return 1;
+    return 0;
+}
+
+/*
+ * Refuses a parameter option of another algorithm than alg: so a mistyped
+ * command never stores something other than what was meant.  The options
+ * are looked at in the order of the table.  Returns 0, or CTL_EXIT_USAGE
+ * after printing why.
+ */
+static int
+ctl_rule_foreign_options(const struct ctl_command *cmd,
+    const struct ctl_args *a, const struct algo *alg)
+{
+    const struct algo *other;
+    const char *opt;
+    char takes[160];
+    int i, j, k, seen;
+
+    for (i = 0; (other = algo_at(i)) != NULL; i++)
+        for (j = 0; j < other->nparams; j++) {
+            opt = other->param[j].option;
+            /* Each option once, where the table names it first. */
+            seen = 0;
+            for (k = 0; k < i && !seen; k++)
+                seen = ctl_rule_takes(algo_at(k), opt);
+            if (seen || ctl_args_value(cmd, a, opt) == NULL ||
+                ctl_rule_takes(alg, opt))
+                continue;
+            algo_takes(alg, takes, sizeof(takes));
+            return ctl_usage_error(cmd, "--%s: not an option of %s (it "
+                "takes %s)", opt, alg->name, takes);
+        }
+    return 0;
 }
 
 /*
@@ -383,13 +375,11 @@ ctl_rule_limit_spec(const struct ctl_command *cmd, const struct ctl_args *a,
     const char *default_name, struct ctl_rule_limit_spec *spec)
 {
     const char *algorithm = ctl_args_value(cmd, a, "algorithm");
-    const struct ctl_rule_algorithm *alg = NULL;
-    const char *opt, *v;
-    char err[256], names[128];
-    long long n, period_us = 0, count = 0, burst = 0;
-    double d;
-    size_t i;
-    int id;
+    const char *typed[ALGO_MAX_PARAMS];
+    const struct algo_param *p;
+    const struct algo *alg;
+    char err[256], names[128], takes[160];
+    int i, rc;
 
     memset(spec, 0, sizeof(*spec));
     spec->name = ctl_args_value(cmd, a, "name");
@@ -402,80 +392,37 @@ ctl_rule_limit_spec(const struct ctl_command *cmd, const struct ctl_args *a,
     if (validate_limit_name("--name", spec->name, err, sizeof(err)) == -1)
         return ctl_usage_error(cmd, "%s", err);
 
-    ctl_rule_names(rules_algorithm_name, names, sizeof(names));
+    ctl_rule_algorithm_names(names, sizeof(names));
     if (algorithm == NULL)
         return ctl_usage_error(cmd, "missing --algorithm (%s)", names);
-    id = rules_algorithm_parse(algorithm);
-    for (i = 0; i < CTL_RULE_NALGORITHMS; i++)
-        if (ctl_rule_algorithms[i].algorithm == id)
-            alg = &ctl_rule_algorithms[i];
-    if (alg == NULL)
+    if ((alg = algo_find(algorithm)) == NULL)
         return ctl_usage_error(cmd, "--algorithm: \"%s\" is not %s",
             algorithm, names);
     spec->algorithm = alg;
+    spec->limit.algorithm = alg->id;
 
-    for (i = 0; (opt = ctl_rule_parameter_options[i]) != NULL; i++)
-        if (ctl_args_value(cmd, a, opt) != NULL &&
-            !ctl_rule_name_in(alg->required, opt) &&
-            !ctl_rule_name_in(alg->optional, opt))
-            return ctl_usage_error(cmd, "--%s: not an option of %s (it "
-                "takes %s)", opt, rules_algorithm_name(alg->algorithm),
-                alg->takes);
-    for (i = 0; (opt = alg->required[i]) != NULL; i++)
-        if (ctl_args_value(cmd, a, opt) == NULL)
+    if ((rc = ctl_rule_foreign_options(cmd, a, alg)) != 0)
+        return rc;
+    for (i = 0; i < alg->nparams; i++) {
+        p = &alg->param[i];
+        if (!p->optional && ctl_args_value(cmd, a, p->option) == NULL) {
+            algo_takes(alg, takes, sizeof(takes));
             return ctl_usage_error(cmd, "%s needs %s (--%s is missing)",
-                rules_algorithm_name(alg->algorithm), alg->takes, opt);
-
-    /* Only the algorithm's own options are left; parse those given. */
-    if ((v = ctl_args_value(cmd, a, "capacity")) != NULL) {
-        if (validate_integer("--capacity", v, 1, VALIDATE_COUNT_MAX, &n, err,
-            sizeof(err)) == -1)
-            return ctl_usage_error(cmd, "%s", err);
-        snprintf(spec->capacity, sizeof(spec->capacity), "%lld", n);
-    }
-    if ((v = ctl_args_value(cmd, a, "refill-rate")) != NULL) {
-        if (validate_decimal("--refill-rate", v, VALIDATE_RATE_MIN,
-            VALIDATE_RATE_MAX, &d, err, sizeof(err)) == -1)
-            return ctl_usage_error(cmd, "%s", err);
-        snprintf(spec->rate, sizeof(spec->rate), "%.17g", d);
-    }
-    if ((v = ctl_args_value(cmd, a, "limit")) != NULL) {
-        if (validate_integer("--limit", v, 1, VALIDATE_COUNT_MAX, &count, err,
-            sizeof(err)) == -1)
-            return ctl_usage_error(cmd, "%s", err);
-        snprintf(spec->count, sizeof(spec->count), "%lld", count);
-    }
-    if ((v = ctl_args_value(cmd, a, "window")) != NULL) {
-        if (validate_integer("--window", v, 1, VALIDATE_WINDOW_MAX, &n, err,
-            sizeof(err)) == -1)
-            return ctl_usage_error(cmd, "%s", err);
-        snprintf(spec->window, sizeof(spec->window), "%lld", n);
-    }
-    if ((v = ctl_args_value(cmd, a, "period")) != NULL) {
-        if (validate_duration("--period", v, &period_us, err,
-            sizeof(err)) == -1)
-            return ctl_usage_error(cmd, "%s", err);
-        snprintf(spec->period, sizeof(spec->period), "%lld", period_us);
-    }
-    if ((v = ctl_args_value(cmd, a, "burst")) != NULL) {
-        if (validate_integer("--burst", v, 0, VALIDATE_BURST_MAX, &burst, err,
-            sizeof(err)) == -1)
-            return ctl_usage_error(cmd, "%s", err);
-        snprintf(spec->burst, sizeof(spec->burst), "%lld", burst);
-    } else if (ctl_rule_name_in(alg->optional, "burst")) {
-        snprintf(spec->burst, sizeof(spec->burst), "0");
-    }
-    if ((v = ctl_args_value(cmd, a, "calendar")) != NULL) {
-        if (rules_calendar_parse(v) < 0) {
-            ctl_rule_names(rules_calendar_name, names, sizeof(names));
-            return ctl_usage_error(cmd, "--calendar: \"%s\" is not %s", v,
-                names);
+                alg->name, takes, p->option);
         }
-        snprintf(spec->calendar, sizeof(spec->calendar), "%s", v);
     }
 
-    if (period_us > 0 && validate_gcra(ctl_args_value(cmd, a, "period"),
-        count, period_us, burst, err, sizeof(err)) == -1)
+    /* Only the algorithm's own options are left; parse those given (an
+     * optional one left out stays 0). */
+    for (i = 0; i < alg->nparams; i++) {
+        p = &alg->param[i];
+        typed[i] = ctl_args_value(cmd, a, p->option);
+        if (typed[i] != NULL && algo_param_parse(p, typed[i], &spec->limit,
+            err, sizeof(err)) == -1)
+            return ctl_usage_error(cmd, "%s", err);
+    }
+    if (alg->check != NULL && alg->check(&spec->limit, typed, err,
+        sizeof(err)) == -1)
         return ctl_usage_error(cmd, "%s", err);
     return 0;
 }
@@ -485,27 +432,26 @@ static void
 ctl_rule_limit_describe(const struct ctl_rule_limit_spec *s, char *buf,
     size_t len)
 {
-    char period[32];
+    const struct algo *alg = s->algorithm;
+    char text[ALGO_MAX_PARAMS][ALGO_TEXT_MAX];
+    int i, n;
 
-    if (s->capacity[0] != '\0') {
-        snprintf(buf, len, "%s: token_bucket capacity %s, refill %s/s",
-            s->name, s->capacity, s->rate);
-    } else if (s->window[0] != '\0') {
-        snprintf(buf, len, "%s: sliding_window %s per %s s", s->name,
-            s->count, s->window);
-    } else if (s->period[0] != '\0') {
-        validate_duration_format(strtoll(s->period, NULL, 10), period,
-            sizeof(period));
-        snprintf(buf, len, "%s: gcra %s per %s, burst %s", s->name,
-            s->count, period, s->burst);
-    } else {
-        snprintf(buf, len, "%s: fixed_window %s per calendar %s", s->name,
-            s->count, s->calendar);
+    for (i = 0; i < ALGO_MAX_PARAMS; i++) {
+        text[i][0] = '\0';
+        if (i < alg->nparams)
+            algo_param_text(&alg->param[i], &s->limit, ALGO_TEXT_HUMAN,
+                text[i], sizeof(text[i]));
     }
+    n = snprintf(buf, len, "%s: %s ", s->name, alg->name);
+    if (n < 0 || (size_t)n >= len)
+        return;
+    snprintf(buf + n, len - (size_t)n, alg->describe, text[0], text[1],
+        text[2]);
 }
 
 /*
- * Inserts a checked limit into the rule with id rule_id (decimal).  Returns
+ * Inserts a checked limit into the rule with id rule_id (decimal): the
+ * columns of its algorithm's parameters, the others left NULL.  Returns
  * the result, with one row holding the new limit's id, or none when there
  * is no such rule (the caller PQclear()s it); or NULL with the error in
  * ctl.
@@ -514,25 +460,38 @@ static PGresult *
 ctl_rule_insert_limit(struct ctl *ctl, const char *rule_id,
     const struct ctl_rule_limit_spec *s)
 {
-    const char *params[10];
+    static const char *const cast[] = { "", "bigint", "double precision",
+        "bigint", "text" };
+    const struct algo *alg = s->algorithm;
+    const char *params[3 + ALGO_MAX_PARAMS];
+    char text[ALGO_MAX_PARAMS][ALGO_TEXT_MAX];
+    char columns[256], values[256];
+    char sql[768];
+    size_t cu = 0, vu = 0;
+    int i;
 
     params[0] = rule_id;
     params[1] = s->name;
-    params[2] = rules_algorithm_name(s->algorithm->algorithm);
-    params[3] = ctl_rule_text_or_null(s->count);
-    params[4] = ctl_rule_text_or_null(s->window);
-    params[5] = ctl_rule_text_or_null(s->capacity);
-    params[6] = ctl_rule_text_or_null(s->rate);
-    params[7] = ctl_rule_text_or_null(s->period);
-    params[8] = ctl_rule_text_or_null(s->burst);
-    params[9] = ctl_rule_text_or_null(s->calendar);
-    return ctl_db_query(ctl,
-        "INSERT INTO limits (rule_id, name, algorithm, limit_count, "
-        "                    window_seconds, bucket_capacity, refill_rate, "
-        "                    period_us, burst, calendar) "
-        "SELECT r.id, $2, $3, $4::bigint, $5::bigint, $6::bigint, "
-        "       $7::double precision, $8::bigint, $9::bigint, $10 "
-        "FROM rules r WHERE r.id = $1::bigint RETURNING id", 10, params);
+    params[2] = alg->name;
+    columns[0] = values[0] = '\0';
+    for (i = 0; i < alg->nparams; i++) {
+        if (algo_param_text(&alg->param[i], &s->limit, ALGO_TEXT_SQL,
+            text[i], sizeof(text[i])) == -1) {
+            ctl_db_set_error(ctl, "limit parameter out of range");
+            return NULL;
+        }
+        params[3 + i] = text[i];
+        snprintf(columns + cu, sizeof(columns) - cu, ", %s",
+            alg->param[i].column);
+        cu += strlen(columns + cu);
+        snprintf(values + vu, sizeof(values) - vu, ", $%d::%s", 4 + i,
+            cast[alg->param[i].kind]);
+        vu += strlen(values + vu);
+    }
+    snprintf(sql, sizeof(sql), "INSERT INTO limits (rule_id, name, "
+        "algorithm%s) SELECT r.id, $2, $3%s FROM rules r "
+        "WHERE r.id = $1::bigint RETURNING id", columns, values);
+    return ctl_db_query(ctl, sql, 3 + alg->nparams, params);
 }
 
 /* Checks "rule add"'s arguments into spec.  Returns 0 or CTL_EXIT_USAGE
@@ -740,6 +699,69 @@ ctl_rule_set(struct ctl *ctl, const struct ctl_command *cmd,
     return CTL_EXIT_OK;
 }
 
+/*
+ * Appends to sql (size len, used so far *used) what "rule list" shows of
+ * parameter p: its column; a GCRA period in the largest unit that divides
+ * it, the way --period takes it (validate_duration_format does the same).
+ */
+static void
+ctl_rule_list_param(char *sql, size_t len, size_t *used,
+    const struct algo_param *p)
+{
+    if (p->kind == ALGO_KIND_DURATION)
+        snprintf(sql + *used, len - *used,
+            "CASE WHEN l.%s %% 86400000000 = 0 "
+            "       THEN (l.%s / 86400000000) || 'd' "
+            "     WHEN l.%s %% 3600000000 = 0 "
+            "       THEN (l.%s / 3600000000) || 'h' "
+            "     WHEN l.%s %% 60000000 = 0 "
+            "       THEN (l.%s / 60000000) || 'm' "
+            "     WHEN l.%s %% 1000000 = 0 "
+            "       THEN (l.%s / 1000000) || 's' "
+            "     WHEN l.%s %% 1000 = 0 "
+            "       THEN (l.%s / 1000) || 'ms' "
+            "     ELSE l.%s || 'us' END", p->column, p->column, p->column,
+            p->column, p->column, p->column, p->column, p->column,
+            p->column, p->column, p->column);
+    else
+        snprintf(sql + *used, len - *used, "l.%s", p->column);
+    *used += strlen(sql + *used);
+}
+
+/*
+ * Appends the SQL expression of "rule list"'s PARAMETERS for alg: its
+ * describe format with each "%s" replaced by the parameter's column, the
+ * text between them as string literals, joined with ||.
+ */
+static void
+ctl_rule_list_describe(char *sql, size_t len, size_t *used,
+    const struct algo *alg)
+{
+    const char *f = alg->describe, *next;
+    int i = 0, first = 1;
+    size_t n;
+
+    while (*f != '\0' && *used < len) {
+        next = strstr(f, "%s");
+        n = next != NULL ? (size_t)(next - f) : strlen(f);
+        if (n > 0) {
+            snprintf(sql + *used, len - *used, "%s'%.*s'",
+                first ? "" : " || ", (int)n, f);
+            *used += strlen(sql + *used);
+            first = 0;
+        }
+        if (next == NULL)
+            break;
+        if (i < alg->nparams) {
+            snprintf(sql + *used, len - *used, "%s", first ? "" : " || ");
+            *used += strlen(sql + *used);
+            ctl_rule_list_param(sql, len, used, &alg->param[i++]);
+            first = 0;
+        }
+        f = next + 2;
+    }
+}
+
 int
 ctl_rule_list(struct ctl *ctl, const struct ctl_command *cmd,
     const struct ctl_args *a)
@@ -747,38 +769,30 @@ ctl_rule_list(struct ctl *ctl, const struct ctl_command *cmd,
     static const char *const headers[] = { "ID", "ROUTE", "PRIORITY",
         "ENABLED", "ALWAYS", "SHADOW", "FAILURE", "PER", "LIMIT_ID", "LIMIT",
         "ALGORITHM", "PARAMETERS" };
+    const struct algo *alg;
+    char sql[4096];
+    size_t used;
+    int i;
 
-    /* A GCRA period is shown in the largest unit that divides it, the way
-     * --period takes it (validate_duration_format does the same). */
-    return ctl_db_print_tenant_query(ctl, cmd, a->pos[0],
-        "SELECT r.id, r.route_pattern, r.priority, "
+    snprintf(sql, sizeof(sql), "SELECT r.id, r.route_pattern, r.priority, "
         "  CASE WHEN r.enabled THEN 'yes' ELSE 'no' END, "
         "  CASE WHEN r.always THEN 'yes' ELSE 'no' END, "
         "  CASE WHEN r.shadow THEN 'yes' ELSE 'no' END, "
         "  r.failure_mode, r.per, l.id, l.name, l.algorithm, "
-        "  CASE l.algorithm "
-        "    WHEN 'token_bucket' THEN 'capacity ' || l.bucket_capacity "
-        "         || ', refill ' || l.refill_rate || '/s' "
-        "    WHEN 'sliding_window' THEN l.limit_count || ' per ' "
-        "         || l.window_seconds || ' s' "
-        "    WHEN 'gcra' THEN l.limit_count || ' per ' || "
-        "      CASE WHEN l.period_us % 86400000000 = 0 "
-        "             THEN (l.period_us / 86400000000) || 'd' "
-        "           WHEN l.period_us % 3600000000 = 0 "
-        "             THEN (l.period_us / 3600000000) || 'h' "
-        "           WHEN l.period_us % 60000000 = 0 "
-        "             THEN (l.period_us / 60000000) || 'm' "
-        "           WHEN l.period_us % 1000000 = 0 "
-        "             THEN (l.period_us / 1000000) || 's' "
-        "           WHEN l.period_us % 1000 = 0 "
-        "             THEN (l.period_us / 1000) || 'ms' "
-        "           ELSE l.period_us || 'us' END "
-        "      || ', burst ' || l.burst "
-        "    WHEN 'fixed_window' THEN l.limit_count || ' per calendar ' "
-        "         || l.calendar "
-        "  END "
+        "  CASE l.algorithm ");
+    used = strlen(sql);
+    for (i = 0; (alg = algo_at(i)) != NULL && used < sizeof(sql); i++) {
+        snprintf(sql + used, sizeof(sql) - used, "WHEN '%s' THEN ",
+            alg->name);
+        used += strlen(sql + used);
+        ctl_rule_list_describe(sql, sizeof(sql), &used, alg);
+        snprintf(sql + used, sizeof(sql) - used, " ");
+        used += strlen(sql + used);
+    }
+    snprintf(sql + used, sizeof(sql) - used, "END "
         "FROM rules r LEFT JOIN limits l ON l.rule_id = r.id "
-        "WHERE r.tenant_id = $1::uuid ORDER BY r.id, l.id", headers);
+        "WHERE r.tenant_id = $1::uuid ORDER BY r.id, l.id");
+    return ctl_db_print_tenant_query(ctl, cmd, a->pos[0], sql, headers);
 }
 
 int

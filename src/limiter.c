@@ -57,61 +57,21 @@ limiter_argf(struct limiter_call *call, size_t *used, const char *fmt, ...)
     return limiter_arg(call, used, tmp, (size_t)n);
 }
 
-/*
- * A refill rate as the script wants it: plain decimal digits, at most 15
- * characters, no exponent.  Six decimals (a millionth of a token per
- * second) is the precision kept; trailing zeros are dropped.
- */
-static int
-limiter_rate(struct limiter_call *call, size_t *used, double rate)
-{
-    char tmp[64];
-    size_t n;
-
-    if (!(rate > 0) || rate > VALIDATE_RATE_MAX)
-        return -1;
-    n = (size_t)snprintf(tmp, sizeof(tmp), "%.6f", rate);
-    while (n > 0 && tmp[n - 1] == '0')
-        n--;
-    if (n > 0 && tmp[n - 1] == '.')
-        n--;
-    if (n == 0 || (n == 1 && tmp[0] == '0'))
-        return -1;
-    return limiter_arg(call, used, tmp, n);
-}
-
-/* Appends the algorithm and its three parameters for limit l. */
+/* Appends the algorithm and its three parameters for limit l (algo.c
+ * writes them). */
 static int
 limiter_params(struct limiter_call *call, size_t *used,
     const struct rl_limit *l)
 {
-    switch (l->algorithm) {
-    case RL_ALGO_TOKEN_BUCKET:
-        return limiter_argf(call, used, "token_bucket") == -1 ||
-            limiter_argf(call, used, "%lld", l->bucket_capacity) == -1 ||
-            limiter_rate(call, used, l->refill_rate) == -1 ||
-            limiter_argf(call, used, "0") == -1 ? -1 : 0;
-    case RL_ALGO_SLIDING_WINDOW:
-        return limiter_argf(call, used, "sliding_window") == -1 ||
-            limiter_argf(call, used, "%lld", l->limit_count) == -1 ||
-            limiter_argf(call, used, "%lld", l->window_seconds) == -1 ||
-            limiter_argf(call, used, "0") == -1 ? -1 : 0;
-    case RL_ALGO_GCRA:
-        return limiter_argf(call, used, "gcra") == -1 ||
-            limiter_argf(call, used, "%lld", l->limit_count) == -1 ||
-            limiter_argf(call, used, "%lld", l->period_us) == -1 ||
-            limiter_argf(call, used, "%lld", l->burst) == -1 ? -1 : 0;
-    case RL_ALGO_FIXED_WINDOW:
-        if (l->calendar < RL_CAL_MINUTE || l->calendar > RL_CAL_MONTH)
-            return -1;
-        return limiter_argf(call, used, "fixed_window") == -1 ||
-            limiter_argf(call, used, "%lld", l->limit_count) == -1 ||
-            limiter_argf(call, used, "%s",
-                rules_calendar_name(l->calendar)) == -1 ||
-            limiter_argf(call, used, "0") == -1 ? -1 : 0;
-    default:
+    char args[ALGO_SCRIPT_ARGS][ALGO_TEXT_MAX];
+    int i;
+
+    if (algo_script_args(l, args) == -1)
         return -1;
-    }
+    for (i = 0; i < ALGO_SCRIPT_ARGS; i++)
+        if (limiter_arg(call, used, args[i], strlen(args[i])) == -1)
+            return -1;
+    return 0;
 }
 
 int

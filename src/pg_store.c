@@ -443,16 +443,15 @@ pg_store_rules(struct pg_store *ps, const char *tenant_id,
         l = &rule->limits[rule->nlimits];
         l->id = strtoll(PQgetvalue(res, i, 7), NULL, 10);
         limit_name(l->name, sizeof(l->name), PQgetvalue(res, i, 8));
-        l->algorithm = rules_algorithm_parse(PQgetvalue(res, i, 9));
+        l->algorithm = algo_parse(PQgetvalue(res, i, 9));
         l->limit_count = strtoll(PQgetvalue(res, i, 10), NULL, 10);
         l->window_seconds = strtoll(PQgetvalue(res, i, 11), NULL, 10);
         l->bucket_capacity = strtoll(PQgetvalue(res, i, 12), NULL, 10);
         l->refill_rate = strtod(PQgetvalue(res, i, 13), NULL);
         l->period_us = strtoll(PQgetvalue(res, i, 14), NULL, 10);
         l->burst = strtoll(PQgetvalue(res, i, 15), NULL, 10);
-        l->calendar = rules_calendar_parse(PQgetvalue(res, i, 16));
-        if (l->algorithm < 0 || (l->algorithm == RL_ALGO_FIXED_WINDOW &&
-            l->calendar < 0)) {
+        l->calendar = algo_calendar_parse(PQgetvalue(res, i, 16));
+        if (!algo_limit_valid(l)) {
             log_warn("limit %lld of rule %lld: unknown algorithm \"%s\" or "
                 "calendar; ignored", l->id, rule->id, PQgetvalue(res, i, 9));
             continue;

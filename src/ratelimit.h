@@ -284,7 +284,7 @@ int request_api_key(const char *x_api_key, const char *authorization,
     const char **key);
 
 /* ------------------------------------------------------------------ */
-/* rules.c: tenants' rules and limits */
+/* algo.c: the rate-limit algorithms, one table of what each one is */
 
 enum rl_algorithm {
     RL_ALGO_TOKEN_BUCKET = 1,
@@ -299,6 +299,115 @@ enum rl_calendar {
     RL_CAL_DAY,
     RL_CAL_MONTH,
 };
+
+struct rl_limit;
+struct json_object;
+
+enum algo_kind {
+    ALGO_KIND_COUNT = 1,        /* a whole number: long long */
+    ALGO_KIND_RATE,             /* a decimal per second: double */
+    ALGO_KIND_DURATION,         /* microseconds, typed as "1m": long long */
+    ALGO_KIND_CALENDAR,         /* enum rl_calendar: int */
+};
+
+#define ALGO_MAX_PARAMS 3
+#define ALGO_SCRIPT_ARGS 4      /* the name, then three parameters */
+#define ALGO_TEXT_MAX 64
+
+/* One parameter of an algorithm. */
+struct algo_param {
+    const char *option;         /* ratelimitctl's option, without "--" */
+    const char *metavar;        /* its value in messages (NULL: the
+                                   calendars, "minute|hour|...") */
+    const char *column;         /* the column of the limits table */
+    const char *json;           /* the field of a limit in /v1/config */
+    enum algo_kind kind;
+    double min, max;            /* bounds (validate.c's VALIDATE_*) */
+    int optional;               /* may be left out; then 0 */
+    size_t offset;              /* the field of struct rl_limit */
+};
+
+struct algo {
+    int id;                     /* enum rl_algorithm */
+    const char *name;
+    int nparams;
+    struct algo_param param[ALGO_MAX_PARAMS];  /* in the script's order */
+    const char *describe;       /* printf format of "rule list" and
+                                   ratelimitctl's answers: one %s per
+                                   parameter, in order */
+    /* RateLimit-Policy: the quota q and window w (seconds) announced for
+     * a limit whose state reports limit. */
+    void (*policy)(const struct rl_limit *l, long long limit, long long *q,
+        long long *w);
+    /* A check across the parameters (NULL: none); typed are the values as
+     * typed.  Returns 0 or -1 with err, as validate.c does. */
+    int (*check)(const struct rl_limit *l, const char *const *typed,
+        char *err, size_t errlen);
+};
+
+/* The algorithms: algo_at(0) to algo_at(algo_count() - 1); NULL past
+ * them. */
+int algo_count(void);
+const struct algo *algo_at(int i);
+
+/* The algorithm with id (enum rl_algorithm) or name; NULL when none. */
+const struct algo *algo_get(int id);
+const struct algo *algo_find(const char *name);
+
+/* The name of an algorithm, "unknown" for another id; the id of a name,
+ * or -1. */
+const char *algo_name(int id);
+int algo_parse(const char *name);
+
+/* The same for the calendars of fixed windows, and the longest length of
+ * one in seconds (0 for an unknown calendar). */
+const char *algo_calendar_name(int calendar);
+int algo_calendar_parse(const char *name);
+long long algo_calendar_seconds(int calendar);
+
+/* How algo_param_text() writes a value. */
+enum {
+    ALGO_TEXT_SCRIPT,           /* an argument of lua/check.lua */
+    ALGO_TEXT_SQL,              /* a query parameter of its column */
+    ALGO_TEXT_HUMAN,            /* for people: a period as "1m" */
+};
+
+/* Writes parameter p of l into buf.  Returns 0, or -1 when it does not
+ * fit or cannot be written (for the script: a refill rate not in (0,
+ * VALIDATE_RATE_MAX] or below a millionth; any unknown calendar). */
+int algo_param_text(const struct algo_param *p, const struct rl_limit *l,
+    int style, char *buf, size_t len);
+
+/* Reads text typed for option --<p->option> into l within p's bounds.
+ * Returns 0, or -1 with one line "--option: reason" in err. */
+int algo_param_parse(const struct algo_param *p, const char *text,
+    struct rl_limit *l, char *err, size_t errlen);
+
+/* Writes the options a takes, for messages: "--limit N and --period
+ * DURATION, optionally --burst B". */
+void algo_takes(const struct algo *a, char *buf, size_t len);
+
+/* The four script arguments of l: its algorithm's name and its
+ * parameters, "0" for those it does not have.  Returns 0, or -1 when the
+ * algorithm is unknown or a parameter cannot be written. */
+int algo_script_args(const struct rl_limit *l,
+    char args[ALGO_SCRIPT_ARGS][ALGO_TEXT_MAX]);
+
+/* RateLimit-Policy's quota and window of l (an unknown algorithm: limit
+ * per second). */
+void algo_policy(const struct rl_limit *l, long long limit, long long *q,
+    long long *w);
+
+/* Adds the parameters of l to the JSON object o, under their names. */
+void algo_json_add(struct json_object *o, const struct rl_limit *l);
+
+/* 1 when l can be decided: a known algorithm and a known calendar when it
+ * has one; else 0.  Bounds are the schema's to keep. */
+int algo_limit_valid(const struct rl_limit *l);
+
+/* ------------------------------------------------------------------ */
+/* rules.c: tenants' rules and limits */
+
 
 struct rl_limit {
     long long id;
@@ -338,9 +447,6 @@ struct rl_plan {
     const struct rl_limit *limit[RL_MAX_LIMITS];
     char name[RL_MAX_LIMITS][RL_NAME_MAX + 24];  /* unique policy names */
 };
-
-const char *rules_algorithm_name(int algorithm);
-int rules_algorithm_parse(const char *name);
 
 /* Returns the index of the rule that applies to route, or -1 when none
  * does.  Exact beats the longest prefix ("/a*"), which beats "*"; ties go
@@ -383,9 +489,6 @@ struct rl_overflow {
  */
 int rules_overflow(const struct rl_rule *before, int nbefore,
     const struct rl_rule *after, int nafter, struct rl_overflow *o);
-
-const char *rules_calendar_name(int calendar);
-int rules_calendar_parse(const char *name);
 
 /* ------------------------------------------------------------------ */
 /* cache.c: bounded string-keyed cache with per-entry expiry */

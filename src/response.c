@@ -137,42 +137,6 @@ response_retry_after_s(const struct rl_limit_state *st)
     return s < 1 ? 1 : s;
 }
 
-/* The window a limit announces in RateLimit-Policy (w, whole seconds) and
- * the quota within it (q). */
-static void
-response_policy(const struct rl_limit *l, long long limit, long long *q,
-    long long *w)
-{
-    static const long long calendar_s[] = { 0, 60, 3600, 86400, 2678400 };
-    double secs;
-
-    *q = limit;
-    switch (l->algorithm) {
-    case RL_ALGO_SLIDING_WINDOW:
-        *w = l->window_seconds;
-        return;
-    case RL_ALGO_FIXED_WINDOW:
-        /* A month announces its longest length, 31 days. */
-        *w = l->calendar >= RL_CAL_MINUTE && l->calendar <= RL_CAL_MONTH ?
-            calendar_s[l->calendar] : 1;
-        return;
-    case RL_ALGO_GCRA:
-        /* The sustained quota; sub-second periods are scaled to 1 s. */
-        if (l->period_us < 1000000) {
-            *q = l->limit_count * 1000000 / l->period_us;
-            *w = 1;
-        } else {
-            *q = l->limit_count;
-            *w = (l->period_us + 999999) / 1000000;
-        }
-        return;
-    default:
-        secs = (double)l->bucket_capacity / l->refill_rate;
-        *w = secs < 1 ? 1 : (long long)(secs + 0.999999);
-        return;
-    }
-}
-
 /* Seconds within which "remaining" applies (the t of RateLimit): the
  * wait on a denial; else until the full reset, but never more than the
  * window w the policy announces (a sliding window's full reset lies at the
@@ -203,7 +167,7 @@ response_state_json(const struct rl_limit *l, const struct rl_limit_state *st,
     json_object_object_add(o, "retry_after",
         json_object_new_int64(st->allowed ? 0 : response_retry_after_s(st)));
     json_object_object_add(o, "algorithm",
-        json_object_new_string(rules_algorithm_name(l->algorithm)));
+        json_object_new_string(algo_name(l->algorithm)));
     return o;
 }
 
@@ -270,7 +234,7 @@ response_decision(struct rl_response *r, const struct rl_plan *plan,
 
         /* Names are [A-Za-z0-9_.-] (checked when stored), so they need no
          * escaping inside an sf-string. */
-        response_policy(plan->limit[i], d->st[i].limit, &q, &w);
+        algo_policy(plan->limit[i], d->st[i].limit, &q, &w);
         buf_printf(&policy, "%s\"%s\";q=%lld;w=%lld", sep, plan->name[i], q,
             w);
         buf_printf(&state, "%s\"%s\";r=%lld;t=%lld", sep, plan->name[i],

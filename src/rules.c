@@ -14,55 +14,6 @@
 
 #include "ratelimit.h"
 
-static const char *const algorithm_names[] = {
-    NULL, "token_bucket", "sliding_window", "gcra", "fixed_window",
-};
-
-static const char *const calendar_names[] = {
-    NULL, "minute", "hour", "day", "month",
-};
-
-#define NALGORITHMS ((int)(sizeof(algorithm_names) / sizeof(algorithm_names[0])))
-#define NCALENDARS ((int)(sizeof(calendar_names) / sizeof(calendar_names[0])))
-
-const char *
-rules_algorithm_name(int algorithm)
-{
-    if (algorithm < 1 || algorithm >= NALGORITHMS)
-        return "unknown";
-    return algorithm_names[algorithm];
-}
-
-int
-rules_algorithm_parse(const char *name)
-{
-    int i;
-
-    for (i = 1; i < NALGORITHMS; i++)
-        if (strcmp(name, algorithm_names[i]) == 0)
-            return i;
-    return -1;
-}
-
-const char *
-rules_calendar_name(int calendar)
-{
-    if (calendar < 1 || calendar >= NCALENDARS)
-        return "unknown";
-    return calendar_names[calendar];
-}
-
-int
-rules_calendar_parse(const char *name)
-{
-    int i;
-
-    for (i = 1; i < NCALENDARS; i++)
-        if (strcmp(name, calendar_names[i]) == 0)
-            return i;
-    return -1;
-}
-
 /*
  * Specificity of pattern for route: -1 when it does not match; otherwise
  * a rank where larger is more specific.  "*" ranks 0, a prefix ranks

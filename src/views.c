@@ -117,34 +117,8 @@ views_limit_json(const struct rl_limit *l)
     json_object_object_add(o, "id", json_object_new_int64(l->id));
     json_object_object_add(o, "name", json_object_new_string(l->name));
     json_object_object_add(o, "algorithm",
-        json_object_new_string(rules_algorithm_name(l->algorithm)));
-    switch (l->algorithm) {
-    case RL_ALGO_TOKEN_BUCKET:
-        json_object_object_add(o, "capacity",
-            json_object_new_int64(l->bucket_capacity));
-        json_object_object_add(o, "refill_rate",
-            json_object_new_double(l->refill_rate));
-        break;
-    case RL_ALGO_SLIDING_WINDOW:
-        json_object_object_add(o, "limit",
-            json_object_new_int64(l->limit_count));
-        json_object_object_add(o, "window_seconds",
-            json_object_new_int64(l->window_seconds));
-        break;
-    case RL_ALGO_GCRA:
-        json_object_object_add(o, "limit",
-            json_object_new_int64(l->limit_count));
-        json_object_object_add(o, "period_us",
-            json_object_new_int64(l->period_us));
-        json_object_object_add(o, "burst", json_object_new_int64(l->burst));
-        break;
-    case RL_ALGO_FIXED_WINDOW:
-        json_object_object_add(o, "limit",
-            json_object_new_int64(l->limit_count));
-        json_object_object_add(o, "calendar",
-            json_object_new_string(rules_calendar_name(l->calendar)));
-        break;
-    }
+        json_object_new_string(algo_name(l->algorithm)));
+    algo_json_add(o, l);
     return o;
 }
 

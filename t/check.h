@@ -28,5 +28,6 @@ Suite *fcgi_suite(void);
 Suite *shm_suite(void);
 Suite *validate_suite(void);
 Suite *decide_suite(void);
+Suite *algo_suite(void);
 
 #endif /* RL_T_CHECK_H */

@@ -788,7 +788,7 @@ START_TEST(test_policy_gcra_fixed_window)
             cases[i].q, cases[i].w);
         o = body_json(&r);
         ck_assert_str_eq(member_str(o, "algorithm"),
-            rules_algorithm_name(cases[i].algorithm));
+            algo_name(cases[i].algorithm));
         json_object_put(o);
         response_free(&r);
     }

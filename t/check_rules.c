@@ -243,27 +243,27 @@ START_TEST(test_algorithm_names)
     size_t i;
 
     for (i = 0; i < sizeof(algos) / sizeof(algos[0]); i++) {
-        ck_assert_str_eq(rules_algorithm_name(algos[i].algorithm),
+        ck_assert_str_eq(algo_name(algos[i].algorithm),
             algos[i].name);
-        ck_assert_int_eq(rules_algorithm_parse(algos[i].name),
+        ck_assert_int_eq(algo_parse(algos[i].name),
             algos[i].algorithm);
-        ck_assert_int_eq(rules_algorithm_parse(
-            rules_algorithm_name(algos[i].algorithm)), algos[i].algorithm);
+        ck_assert_int_eq(algo_parse(
+            algo_name(algos[i].algorithm)), algos[i].algorithm);
     }
 }
 END_TEST
 
 START_TEST(test_algorithm_unknown)
 {
-    ck_assert_str_eq(rules_algorithm_name(0), "unknown");
-    ck_assert_str_eq(rules_algorithm_name(RL_ALGO_FIXED_WINDOW + 1),
+    ck_assert_str_eq(algo_name(0), "unknown");
+    ck_assert_str_eq(algo_name(RL_ALGO_FIXED_WINDOW + 1),
         "unknown");
-    ck_assert_str_eq(rules_algorithm_name(-1), "unknown");
-    ck_assert_int_eq(rules_algorithm_parse("unknown"), -1);
-    ck_assert_int_eq(rules_algorithm_parse(""), -1);
-    ck_assert_int_eq(rules_algorithm_parse("Token_Bucket"), -1);
-    ck_assert_int_eq(rules_algorithm_parse("token_bucket "), -1);
-    ck_assert_int_eq(rules_algorithm_parse("leaky_bucket"), -1);
+    ck_assert_str_eq(algo_name(-1), "unknown");
+    ck_assert_int_eq(algo_parse("unknown"), -1);
+    ck_assert_int_eq(algo_parse(""), -1);
+    ck_assert_int_eq(algo_parse("Token_Bucket"), -1);
+    ck_assert_int_eq(algo_parse("token_bucket "), -1);
+    ck_assert_int_eq(algo_parse("leaky_bucket"), -1);
 }
 END_TEST
 
@@ -279,15 +279,15 @@ START_TEST(test_calendar_names)
     size_t i;
 
     for (i = 0; i < sizeof(cal) / sizeof(cal[0]); i++) {
-        ck_assert_str_eq(rules_calendar_name(cal[i].calendar), cal[i].name);
-        ck_assert_int_eq(rules_calendar_parse(cal[i].name), cal[i].calendar);
+        ck_assert_str_eq(algo_calendar_name(cal[i].calendar), cal[i].name);
+        ck_assert_int_eq(algo_calendar_parse(cal[i].name), cal[i].calendar);
     }
-    ck_assert_str_eq(rules_calendar_name(0), "unknown");
-    ck_assert_str_eq(rules_calendar_name(RL_CAL_MONTH + 1), "unknown");
-    ck_assert_int_eq(rules_calendar_parse("week"), -1);
-    ck_assert_int_eq(rules_calendar_parse("Day"), -1);
-    ck_assert_int_eq(rules_calendar_parse(""), -1);
-    ck_assert_int_eq(rules_calendar_parse("unknown"), -1);
+    ck_assert_str_eq(algo_calendar_name(0), "unknown");
+    ck_assert_str_eq(algo_calendar_name(RL_CAL_MONTH + 1), "unknown");
+    ck_assert_int_eq(algo_calendar_parse("week"), -1);
+    ck_assert_int_eq(algo_calendar_parse("Day"), -1);
+    ck_assert_int_eq(algo_calendar_parse(""), -1);
+    ck_assert_int_eq(algo_calendar_parse("unknown"), -1);
 }
 END_TEST
 
