@@ -478,6 +478,7 @@ ctl_rule_insert_limit(struct ctl *ctl, const char *rule_id,
         if (algo_param_text(&alg->param[i], &s->limit, ALGO_TEXT_SQL,
             text[i], sizeof(text[i])) == -1) {
             ctl_db_set_error(ctl, "limit parameter out of range");
+            ctl->constraint[0] = '\0';
             return NULL;
         }
         params[3 + i] = text[i];
