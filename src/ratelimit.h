@@ -175,7 +175,7 @@ const char *addr_client(const char *peer, const char *xff,
     const struct addr_net *nets, int n, char *out, size_t outlen);
 
 /* ------------------------------------------------------------------ */
-/* util.c */
+/* buf.c: a growable byte buffer */
 
 /* A growable byte buffer; data is always NUL terminated. */
 struct rl_buf {
@@ -184,6 +184,10 @@ struct rl_buf {
     size_t cap;
 };
 
+/* buf_init makes an empty buffer (data NULL); buf_free releases the memory
+ * and leaves the buffer as buf_init does; buf_reset empties it and keeps
+ * the memory.  The appending functions return 0, or -1 when out of memory
+ * (the buffer is then unchanged). */
 void buf_init(struct rl_buf *b);
 void buf_free(struct rl_buf *b);
 void buf_reset(struct rl_buf *b);
@@ -191,6 +195,9 @@ int buf_append(struct rl_buf *b, const char *s, size_t n);
 int buf_puts(struct rl_buf *b, const char *s);
 int buf_printf(struct rl_buf *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* ------------------------------------------------------------------ */
+/* util.c */
 
 /* Lowercase hex SHA-256 of data into out[65]. */
 void util_sha256_hex(const void *data, size_t len, char out[65]);

@@ -23,6 +23,7 @@ Suite *cache_suite(void);
 Suite *limiter_suite(void);
 Suite *response_suite(void);
 Suite *util_suite(void);
+Suite *buf_suite(void);
 Suite *addr_suite(void);
 Suite *fcgi_suite(void);
 Suite *shm_suite(void);

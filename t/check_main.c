@@ -21,6 +21,7 @@ main(void)
     srunner_add_suite(sr, limiter_suite());
     srunner_add_suite(sr, response_suite());
     srunner_add_suite(sr, util_suite());
+    srunner_add_suite(sr, buf_suite());
     srunner_add_suite(sr, addr_suite());
     srunner_add_suite(sr, fcgi_suite());
     srunner_add_suite(sr, shm_suite());
