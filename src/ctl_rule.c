@@ -265,6 +265,30 @@ ctl_rule_guard_end(struct ctl *ctl, struct ctl_rule_guard *g)
     return rc;
 }
 
+/*
+ * Ends a guarded change whose statement returned res: none of its rows
+ * when the rule was removed by someone else since the first look.  On
+ * CTL_EXIT_OK the change is committed and res is the caller's to read and
+ * clear; otherwise res is cleared, the change rolled back and why printed.
+ */
+static int
+ctl_rule_guard_finish(struct ctl *ctl, struct ctl_rule_guard *g,
+    PGresult *res, long long rule_id)
+{
+    int rc;
+
+    if (PQntuples(res) == 0) {
+        PQclear(res);
+        ctl_rule_guard_abort(ctl, g);
+        return ctl_fail("no rule with id %lld", rule_id);
+    }
+    if ((rc = ctl_rule_guard_end(ctl, g)) != 0) {
+        PQclear(res);
+        return rc;
+    }
+    return CTL_EXIT_OK;
+}
+
 /* ------------------------------------------------------------------ */
 /* rule and limit */
 
@@ -683,16 +707,8 @@ ctl_rule_set(struct ctl *ctl, const struct ctl_command *cmd,
         ctl_rule_guard_abort(ctl, &g);
         return ctl_db_fail(ctl);
     }
-    if (PQntuples(res) == 0) {
-        /* Removed by someone else since the first look. */
-        PQclear(res);
-        ctl_rule_guard_abort(ctl, &g);
-        return ctl_fail("no rule with id %lld", id);
-    }
-    if ((rc = ctl_rule_guard_end(ctl, &g)) != 0) {
-        PQclear(res);
+    if ((rc = ctl_rule_guard_finish(ctl, &g, res, id)) != CTL_EXIT_OK)
         return rc;
-    }
     for (i = 0; i < 7; i++)
         values[i] = PQgetvalue(res, 0, i);
     ctl_db_print_fields(names, values, 7);
@@ -863,16 +879,8 @@ ctl_rule_limit_add(struct ctl *ctl, const struct ctl_command *cmd,
                 " limit remove LIMIT_ID')", ctl->err);
         return ctl_db_fail(ctl);
     }
-    if (PQntuples(res) == 0) {
-        /* Removed by someone else since the first look. */
-        PQclear(res);
-        ctl_rule_guard_abort(ctl, &g);
-        return ctl_fail("no rule with id %lld", rule_id);
-    }
-    if ((rc = ctl_rule_guard_end(ctl, &g)) != 0) {
-        PQclear(res);
+    if ((rc = ctl_rule_guard_finish(ctl, &g, res, rule_id)) != CTL_EXIT_OK)
         return rc;
-    }
     ctl_rule_limit_describe(&s, desc, sizeof(desc));
     values[0] = PQgetvalue(res, 0, 0);
     values[1] = rule;
