@@ -421,8 +421,8 @@ bad:
 static redisReply *
 redis_store_run(struct redis_store *rs, struct limiter_call *call, int *err)
 {
-    const char *sha = call->argv[1];
-    size_t shalen = call->argvlen[1];
+    const char *argv[LIMITER_MAX_ARGS];
+    size_t argvlen[LIMITER_MAX_ARGS];
     redisReply *r;
 
     r = redisCommandArgv(rs->ctx, call->argc, call->argv, call->argvlen);
@@ -432,16 +432,15 @@ redis_store_run(struct redis_store *rs, struct limiter_call *call, int *err)
         return r;
     freeReplyObject(r);
     log_info("redis: script cache was emptied; loading it again");
-    call->argv[0] = "EVAL";
-    call->argvlen[0] = 4;
-    call->argv[1] = embedded_check_lua;
-    call->argvlen[1] = strlen(embedded_check_lua);
-    r = redisCommandArgv(rs->ctx, call->argc, call->argv, call->argvlen);
+    /* The same call as EVAL of the text, on a copy of its arguments. */
+    memcpy(argv, call->argv, (size_t)call->argc * sizeof(argv[0]));
+    memcpy(argvlen, call->argvlen, (size_t)call->argc * sizeof(argvlen[0]));
+    argv[0] = "EVAL";
+    argvlen[0] = 4;
+    argv[1] = embedded_check_lua;
+    argvlen[1] = strlen(embedded_check_lua);
+    r = redisCommandArgv(rs->ctx, call->argc, argv, argvlen);
     *err = errno;
-    call->argv[0] = "EVALSHA";
-    call->argvlen[0] = 7;
-    call->argv[1] = sha;
-    call->argvlen[1] = shalen;
     return r;
 }
 
