@@ -55,9 +55,10 @@ $(BUILD)/ratelimitctl: $(CTL_OBJ) $(CORE_OBJ)
 	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LIBS)
 
 # One Check binary: t/check_main.c registers the suites of t/check_*.c.
-$(BUILD)/check_all: $(UNIT_SRC) t/check.h $(CORE_OBJ) $(HEADERS)
+$(BUILD)/check_all: $(UNIT_SRC) t/fixtures.c t/check.h t/fixtures.h \
+		$(CORE_OBJ) $(HEADERS)
 	$(CC) $(ALL_CFLAGS) -It $(shell pkg-config --cflags check) -o $@ \
-		$(UNIT_SRC) $(CORE_OBJ) $(LIBS) $(shell pkg-config --libs check)
+		$(UNIT_SRC) t/fixtures.c $(CORE_OBJ) $(LIBS) $(shell pkg-config --libs check)
 
 deps:
 	@sh scripts/install-deps.sh

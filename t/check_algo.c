@@ -12,16 +12,15 @@
 #include <json-c/json.h>
 
 #include "ratelimit.h"
+#include "fixtures.h"
 
+/* Limits without id or name, as values. */
 static struct rl_limit
 tb(long long capacity, double rate)
 {
     struct rl_limit l;
 
-    memset(&l, 0, sizeof(l));
-    l.algorithm = RL_ALGO_TOKEN_BUCKET;
-    l.bucket_capacity = capacity;
-    l.refill_rate = rate;
+    fixture_limit_tb(&l, 0, "", capacity, rate);
     return l;
 }
 
@@ -30,10 +29,7 @@ sw(long long count, long long window)
 {
     struct rl_limit l;
 
-    memset(&l, 0, sizeof(l));
-    l.algorithm = RL_ALGO_SLIDING_WINDOW;
-    l.limit_count = count;
-    l.window_seconds = window;
+    fixture_limit_sw(&l, 0, "", count, window);
     return l;
 }
 
@@ -42,11 +38,7 @@ gcra(long long count, long long period_us, long long burst)
 {
     struct rl_limit l;
 
-    memset(&l, 0, sizeof(l));
-    l.algorithm = RL_ALGO_GCRA;
-    l.limit_count = count;
-    l.period_us = period_us;
-    l.burst = burst;
+    fixture_limit_gcra(&l, 0, "", count, period_us, burst);
     return l;
 }
 
@@ -55,10 +47,7 @@ fw(long long count, int calendar)
 {
     struct rl_limit l;
 
-    memset(&l, 0, sizeof(l));
-    l.algorithm = RL_ALGO_FIXED_WINDOW;
-    l.limit_count = count;
-    l.calendar = calendar;
+    fixture_limit_fw(&l, 0, "", count, calendar);
     return l;
 }
 

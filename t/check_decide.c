@@ -14,6 +14,7 @@
 #include <check.h>
 
 #include "service.h"
+#include "fixtures.h"
 
 #define TENANT "11111111-2222-3333-4444-555555555555"
 
@@ -153,22 +154,12 @@ add_rule(long long id, const char *pattern, int nlimits, int fail_open,
     int shadow, int always)
 {
     struct rl_rule *r = &fk.rules[fk.nrules++];
-    int i;
 
-    memset(r, 0, sizeof(*r));
-    r->id = id;
-    strcpy(r->pattern, pattern);
+    fixture_rule_init(r, id, pattern, 0);
     r->fail_open = fail_open;
     r->shadow = shadow;
     r->always = always;
-    r->nlimits = nlimits;
-    for (i = 0; i < nlimits; i++) {
-        r->limits[i].id = id * 100 + i;
-        snprintf(r->limits[i].name, sizeof(r->limits[i].name), "l%d", i);
-        r->limits[i].algorithm = RL_ALGO_SLIDING_WINDOW;
-        r->limits[i].limit_count = 10;
-        r->limits[i].window_seconds = 60;
-    }
+    fixture_rule_limits(r, nlimits, NULL, id * 100);
 }
 
 static void
@@ -188,8 +179,7 @@ setup(void)
     add_rule(3, "/shadow/*", 1, 0, 1, 0);
     add_rule(4, "/nine/*", 8, 0, 0, 0);
     fk.rules[3].limits[7].id = 999;
-    size = shm_size(sizeof(struct scoreboard), counts);
-    shm_base = calloc(1, size);
+    shm_base = fixture_shm_region(sizeof(struct scoreboard), counts, &size);
     ck_assert_int_eq(shm_init(&shm, shm_base, size,
         sizeof(struct scoreboard), counts), 0);
     ck_assert_int_eq(decide_init(&dc, &cfg, &counters, &shm, &store), 0);

@@ -18,89 +18,10 @@
 #include <check.h>              /* t/check.h: the suites, then Check */
 
 #include "ratelimit.h"
+#include "fixtures.h"
 
 #define SHA "0123456789abcdef0123456789abcdef01234567"
 #define TENANT "7f0c2d3e-1a2b-4c5d-8e9f-0a1b2c3d4e5f"
-
-static void
-limit_tb(struct rl_limit *l, long long id, const char *name,
-    long long capacity, double rate)
-{
-    memset(l, 0, sizeof(*l));
-    l->id = id;
-    snprintf(l->name, sizeof(l->name), "%s", name);
-    l->algorithm = RL_ALGO_TOKEN_BUCKET;
-    l->bucket_capacity = capacity;
-    l->refill_rate = rate;
-}
-
-static void
-limit_sw(struct rl_limit *l, long long id, const char *name,
-    long long count, long long window)
-{
-    memset(l, 0, sizeof(*l));
-    l->id = id;
-    snprintf(l->name, sizeof(l->name), "%s", name);
-    l->algorithm = RL_ALGO_SLIDING_WINDOW;
-    l->limit_count = count;
-    l->window_seconds = window;
-}
-
-static void
-limit_gcra(struct rl_limit *l, long long id, const char *name,
-    long long count, long long period_us, long long burst)
-{
-    memset(l, 0, sizeof(*l));
-    l->id = id;
-    snprintf(l->name, sizeof(l->name), "%s", name);
-    l->algorithm = RL_ALGO_GCRA;
-    l->limit_count = count;
-    l->period_us = period_us;
-    l->burst = burst;
-}
-
-static void
-limit_fw(struct rl_limit *l, long long id, const char *name,
-    long long count, int calendar)
-{
-    memset(l, 0, sizeof(*l));
-    l->id = id;
-    snprintf(l->name, sizeof(l->name), "%s", name);
-    l->algorithm = RL_ALGO_FIXED_WINDOW;
-    l->limit_count = count;
-    l->calendar = calendar;
-}
-
-static void
-rule_init(struct rl_rule *rule, long long id)
-{
-    memset(rule, 0, sizeof(*rule));
-    rule->id = id;
-    strcpy(rule->pattern, "*");
-}
-
-/* Appends every limit of rule to plan. */
-static void
-plan_add(struct rl_plan *plan, const struct rl_rule *rule)
-{
-    int i;
-
-    for (i = 0; i < rule->nlimits; i++) {
-        ck_assert_int_lt(plan->n, RL_MAX_LIMITS);
-        plan->rule[plan->n] = rule;
-        plan->limit[plan->n] = &rule->limits[i];
-        snprintf(plan->name[plan->n], sizeof(plan->name[plan->n]), "%s",
-            rule->limits[i].name);
-        plan->n++;
-    }
-}
-
-static void
-plan_of(struct rl_plan *plan, const struct rl_rule *rule)
-{
-    memset(plan, 0, sizeof(*plan));
-    plan_add(plan, rule);
-}
 
 static void
 request_set(struct check_request *req, const char *route,
@@ -156,11 +77,11 @@ START_TEST(test_build_layout)
     struct check_request req;
     struct limiter_call call;
 
-    rule_init(&rule, 42);
+    fixture_rule_init(&rule, 42, "*", 0);
     rule.nlimits = 2;
-    limit_tb(&rule.limits[0], 7, "burst", 10, 2.0);
-    limit_sw(&rule.limits[1], 8, "minute", 100, 60);
-    plan_of(&plan, &rule);
+    fixture_limit_tb(&rule.limits[0], 7, "burst", 10, 2.0);
+    fixture_limit_sw(&rule.limits[1], 8, "minute", 100, 60);
+    fixture_plan_of(&plan, &rule);
     request_set(&req, "/api/orders", NULL, 3, 0);
     ck_assert_int_eq(limiter_build(SHA, TENANT, &plan, &req, &call), 0);
     assert_argv(&call, want, (int)(sizeof(want) / sizeof(want[0])));
@@ -178,10 +99,10 @@ START_TEST(test_build_peek_and_one_limit)
     struct check_request req;
     struct limiter_call call;
 
-    rule_init(&rule, 1);
+    fixture_rule_init(&rule, 1, "*", 0);
     rule.nlimits = 1;
-    limit_sw(&rule.limits[0], 9, "second", 5, 1);
-    plan_of(&plan, &rule);
+    fixture_limit_sw(&rule.limits[0], 9, "second", 5, 1);
+    fixture_plan_of(&plan, &rule);
     request_set(&req, "/", NULL, 1000000, 1);
     ck_assert_int_eq(limiter_build(SHA, "t1", &plan, &req, &call), 0);
     assert_argv(&call, want, (int)(sizeof(want) / sizeof(want[0])));
@@ -202,12 +123,13 @@ START_TEST(test_build_gcra_fixed_window)
     struct check_request req;
     struct limiter_call call;
 
-    rule_init(&rule, 3);
+    fixture_rule_init(&rule, 3, "*", 0);
     rule.nlimits = 3;
-    limit_gcra(&rule.limits[0], 1, "pace", 10, 1000000, 5);
-    limit_fw(&rule.limits[1], 2, "daily", 1000, RL_CAL_DAY);
-    limit_fw(&rule.limits[2], 3, "monthly", 1000000000000LL, RL_CAL_MONTH);
-    plan_of(&plan, &rule);
+    fixture_limit_gcra(&rule.limits[0], 1, "pace", 10, 1000000, 5);
+    fixture_limit_fw(&rule.limits[1], 2, "daily", 1000, RL_CAL_DAY);
+    fixture_limit_fw(&rule.limits[2], 3, "monthly", 1000000000000LL,
+        RL_CAL_MONTH);
+    fixture_plan_of(&plan, &rule);
     request_set(&req, "/", NULL, 1, 0);
     ck_assert_int_eq(limiter_build(SHA, "t", &plan, &req, &call), 0);
     assert_argv(&call, want, (int)(sizeof(want) / sizeof(want[0])));
@@ -234,19 +156,19 @@ START_TEST(test_build_calendars)
     struct limiter_call call;
     size_t i;
 
-    rule_init(&rule, 3);
+    fixture_rule_init(&rule, 3, "*", 0);
     rule.nlimits = 1;
     request_set(&req, "/", NULL, 1, 0);
     for (i = 0; i < sizeof(cal) / sizeof(cal[0]); i++) {
-        limit_fw(&rule.limits[0], 1, "w", 5, cal[i].calendar);
-        plan_of(&plan, &rule);
+        fixture_limit_fw(&rule.limits[0], 1, "w", 5, cal[i].calendar);
+        fixture_plan_of(&plan, &rule);
         ck_assert_int_eq(limiter_build(SHA, "t", &plan, &req, &call), 0);
         ck_assert_str_eq(call.argv[9], cal[i].name);
     }
     /* A fixed window without a known calendar cannot be sent. */
-    limit_fw(&rule.limits[0], 1, "w", 5, 0);
+    fixture_limit_fw(&rule.limits[0], 1, "w", 5, 0);
     ck_assert_int_eq(limiter_build(SHA, "t", &plan, &req, &call), -1);
-    limit_fw(&rule.limits[0], 1, "w", 5, RL_CAL_MONTH + 1);
+    fixture_limit_fw(&rule.limits[0], 1, "w", 5, RL_CAL_MONTH + 1);
     ck_assert_int_eq(limiter_build(SHA, "t", &plan, &req, &call), -1);
 }
 END_TEST
@@ -258,16 +180,16 @@ START_TEST(test_build_shadow_flag)
     struct check_request req;
     struct limiter_call call;
 
-    rule_init(&enforced, 1);
+    fixture_rule_init(&enforced, 1, "*", 0);
     enforced.nlimits = 1;
-    limit_tb(&enforced.limits[0], 1, "a", 10, 1);
-    rule_init(&shadow, 2);
+    fixture_limit_tb(&enforced.limits[0], 1, "a", 10, 1);
+    fixture_rule_init(&shadow, 2, "*", 0);
     shadow.shadow = 1;
     shadow.nlimits = 1;
-    limit_sw(&shadow.limits[0], 2, "b", 10, 1);
+    fixture_limit_sw(&shadow.limits[0], 2, "b", 10, 1);
     memset(&plan, 0, sizeof(plan));
-    plan_add(&plan, &enforced);
-    plan_add(&plan, &shadow);
+    fixture_plan_add(&plan, &enforced);
+    fixture_plan_add(&plan, &shadow);
     request_set(&req, "/", NULL, 1, 0);
     ck_assert_int_eq(limiter_build(SHA, "t", &plan, &req, &call), 0);
     ck_assert_int_eq(call.argc, 3 + 2 + 3 + 5 * 2);
@@ -288,11 +210,11 @@ START_TEST(test_build_per_route_and_subject)
     struct limiter_call call;
     char r[33], s[33], want[256];
 
-    rule_init(&rule, 5);
+    fixture_rule_init(&rule, 5, "*", 0);
     rule.nlimits = 2;
-    limit_tb(&rule.limits[0], 11, "a", 10, 1);
-    limit_tb(&rule.limits[1], 12, "b", 20, 1);
-    plan_of(&plan, &rule);
+    fixture_limit_tb(&rule.limits[0], 11, "a", 10, 1);
+    fixture_limit_tb(&rule.limits[1], 12, "b", 20, 1);
+    fixture_plan_of(&plan, &rule);
     hash32("/api/orders/17", r);
     hash32("user@example.com", s);
 
@@ -338,16 +260,16 @@ START_TEST(test_build_per_route_is_per_rule)
     char r[33], want[256];
 
     /* Only the limits of a per-route rule get the route in their key. */
-    rule_init(&global, 1);
+    fixture_rule_init(&global, 1, "*", 0);
     global.nlimits = 1;
-    limit_fw(&global.limits[0], 10, "daily", 1000, RL_CAL_DAY);
-    rule_init(&routed, 2);
+    fixture_limit_fw(&global.limits[0], 10, "daily", 1000, RL_CAL_DAY);
+    fixture_rule_init(&routed, 2, "*", 0);
     routed.per_route = 1;
     routed.nlimits = 1;
-    limit_tb(&routed.limits[0], 20, "burst", 10, 1);
+    fixture_limit_tb(&routed.limits[0], 20, "burst", 10, 1);
     memset(&plan, 0, sizeof(plan));
-    plan_add(&plan, &global);
-    plan_add(&plan, &routed);
+    fixture_plan_add(&plan, &global);
+    fixture_plan_add(&plan, &routed);
     request_set(&req, "/x", NULL, 1, 0);
     hash32("/x", r);
     ck_assert_int_eq(limiter_build(SHA, "t", &plan, &req, &call), 0);
@@ -364,10 +286,10 @@ START_TEST(test_build_has_subject_governs)
     struct check_request req;
     struct limiter_call call;
 
-    rule_init(&rule, 5);
+    fixture_rule_init(&rule, 5, "*", 0);
     rule.nlimits = 1;
-    limit_tb(&rule.limits[0], 11, "a", 10, 1);
-    plan_of(&plan, &rule);
+    fixture_limit_tb(&rule.limits[0], 11, "a", 10, 1);
+    fixture_plan_of(&plan, &rule);
     request_set(&req, "/a", "someone", 1, 0);
     req.has_subject = 0;
     ck_assert_int_eq(limiter_build(SHA, "t", &plan, &req, &call), 0);
@@ -384,11 +306,11 @@ START_TEST(test_build_keys_are_bounded)
     char first[256];
     size_t base = strlen("rl:{t}:5:11");
 
-    rule_init(&rule, 5);
+    fixture_rule_init(&rule, 5, "*", 0);
     rule.per_route = 1;
     rule.nlimits = 1;
-    limit_tb(&rule.limits[0], 11, "a", 10, 1);
-    plan_of(&plan, &rule);
+    fixture_limit_tb(&rule.limits[0], 11, "a", 10, 1);
+    fixture_plan_of(&plan, &rule);
     memset(&req, 0, sizeof(req));
     memset(req.route, 'r', RL_ROUTE_MAX);
     memset(req.subject, 's', RL_SUBJECT_MAX);
@@ -420,13 +342,13 @@ START_TEST(test_build_max_limits)
     char want[256], r[33], s[33];
     int i;
 
-    rule_init(&rule, 9223372036854775807LL);
+    fixture_rule_init(&rule, 9223372036854775807LL, "*", 0);
     rule.per_route = 1;
     rule.nlimits = RL_MAX_LIMITS;
     for (i = 0; i < RL_MAX_LIMITS; i++)
-        limit_tb(&rule.limits[i], 9223372036854775000LL + i, "l",
+        fixture_limit_tb(&rule.limits[i], 9223372036854775000LL + i, "l",
             1000000000000LL, 12345678.5);
-    plan_of(&plan, &rule);
+    fixture_plan_of(&plan, &rule);
     request_set(&req, "/r", "subject", 5, 0);
     hash32("/r", r);
     hash32("subject", s);
@@ -475,11 +397,11 @@ START_TEST(test_request_key_layout)
     struct check_request req;
     struct limiter_call call;
 
-    rule_init(&rule, 42);
+    fixture_rule_init(&rule, 42, "*", 0);
     rule.nlimits = 2;
-    limit_tb(&rule.limits[0], 7, "burst", 10, 2.0);
-    limit_sw(&rule.limits[1], 8, "minute", 100, 60);
-    plan_of(&plan, &rule);
+    fixture_limit_tb(&rule.limits[0], 7, "burst", 10, 2.0);
+    fixture_limit_sw(&rule.limits[1], 8, "minute", 100, 60);
+    fixture_plan_of(&plan, &rule);
     request_set(&req, "/api/orders", NULL, 3, 0);
     ck_assert_int_eq(limiter_build(SHA, TENANT, &plan, &req, &call), 0);
     ck_assert_int_eq(limiter_request_key(&call, "5f3a9c0e12ab44d1.1f"), 0);
@@ -506,11 +428,11 @@ START_TEST(test_resend)
     struct check_request req;
     struct limiter_call call;
 
-    rule_init(&rule, 42);
+    fixture_rule_init(&rule, 42, "*", 0);
     rule.nlimits = 2;
-    limit_tb(&rule.limits[0], 7, "burst", 10, 2.0);
-    limit_sw(&rule.limits[1], 8, "minute", 100, 60);
-    plan_of(&plan, &rule);
+    fixture_limit_tb(&rule.limits[0], 7, "burst", 10, 2.0);
+    fixture_limit_sw(&rule.limits[1], 8, "minute", 100, 60);
+    fixture_plan_of(&plan, &rule);
     request_set(&req, "/api/orders", NULL, 3, 0);
     ck_assert_int_eq(limiter_build(SHA, TENANT, &plan, &req, &call), 0);
     /* Without a request key there is nothing to replay from. */
@@ -533,10 +455,10 @@ START_TEST(test_resend_peek)
     struct check_request req;
     struct limiter_call call;
 
-    rule_init(&rule, 1);
+    fixture_rule_init(&rule, 1, "*", 0);
     rule.nlimits = 1;
-    limit_sw(&rule.limits[0], 9, "second", 5, 1);
-    plan_of(&plan, &rule);
+    fixture_limit_sw(&rule.limits[0], 9, "second", 5, 1);
+    fixture_plan_of(&plan, &rule);
     request_set(&req, "/", NULL, 1, 1);
     ck_assert_int_eq(limiter_build(SHA, "t1", &plan, &req, &call), 0);
     ck_assert_int_eq(limiter_request_key(&call, "p"), 0);
@@ -560,10 +482,10 @@ START_TEST(test_request_key_one_limit)
     struct check_request req;
     char s[33], key[64];
 
-    rule_init(&rule, 1);
+    fixture_rule_init(&rule, 1, "*", 0);
     rule.nlimits = 1;
-    limit_sw(&rule.limits[0], 9, "second", 5, 1);
-    plan_of(&plan, &rule);
+    fixture_limit_sw(&rule.limits[0], 9, "second", 5, 1);
+    fixture_plan_of(&plan, &rule);
     request_set(&req, "/", "subj", 1, 1);
     ck_assert_int_eq(limiter_build(SHA, "t1", &plan, &req, &call), 0);
     hash32("subj", s);
@@ -588,10 +510,10 @@ START_TEST(test_request_key_bad)
     struct check_request req;
     char long_id[LIMITER_ID_MAX + 2];
 
-    rule_init(&rule, 1);
+    fixture_rule_init(&rule, 1, "*", 0);
     rule.nlimits = 1;
-    limit_sw(&rule.limits[0], 9, "second", 5, 1);
-    plan_of(&plan, &rule);
+    fixture_limit_sw(&rule.limits[0], 9, "second", 5, 1);
+    fixture_plan_of(&plan, &rule);
     request_set(&req, "/", NULL, 1, 0);
     ck_assert_int_eq(limiter_build(SHA, "t1", &plan, &req, &call), 0);
     memcpy(&before, &call, sizeof(call));
@@ -663,10 +585,10 @@ START_TEST(test_build_refill_rate)
     const char *arg;
     double back;
 
-    rule_init(&rule, 1);
+    fixture_rule_init(&rule, 1, "*", 0);
     rule.nlimits = 1;
-    limit_tb(&rule.limits[0], 1, "a", 10, rates[_i].rate);
-    plan_of(&plan, &rule);
+    fixture_limit_tb(&rule.limits[0], 1, "a", 10, rates[_i].rate);
+    fixture_plan_of(&plan, &rule);
     request_set(&req, "/a", NULL, 1, 0);
     ck_assert_int_eq(limiter_build(SHA, "t", &plan, &req, &call), 0);
     ck_assert_int_eq(call.argc, 12);
@@ -695,12 +617,12 @@ START_TEST(test_build_bad_rate)
     struct limiter_call call;
     size_t i;
 
-    rule_init(&rule, 1);
+    fixture_rule_init(&rule, 1, "*", 0);
     rule.nlimits = 1;
-    plan_of(&plan, &rule);
+    fixture_plan_of(&plan, &rule);
     request_set(&req, "/a", NULL, 1, 0);
     for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        limit_tb(&rule.limits[0], 1, "a", 10, bad[i]);
+        fixture_limit_tb(&rule.limits[0], 1, "a", 10, bad[i]);
         ck_assert_msg(limiter_build(SHA, "t", &plan, &req, &call) == -1,
             "rate %g was accepted as \"%s\"", bad[i],
             call.argc > 9 ? call.argv[9] : "");
@@ -731,11 +653,11 @@ START_TEST(test_build_unknown_algorithm)
     struct check_request req;
     struct limiter_call call;
 
-    rule_init(&rule, 1);
+    fixture_rule_init(&rule, 1, "*", 0);
     rule.nlimits = 2;
-    limit_tb(&rule.limits[0], 1, "a", 10, 1);
-    limit_sw(&rule.limits[1], 2, "b", 10, 1);
-    plan_of(&plan, &rule);
+    fixture_limit_tb(&rule.limits[0], 1, "a", 10, 1);
+    fixture_limit_sw(&rule.limits[1], 2, "b", 10, 1);
+    fixture_plan_of(&plan, &rule);
     request_set(&req, "/a", NULL, 1, 0);
     ck_assert_int_eq(limiter_build(SHA, "t", &plan, &req, &call), 0);
     rule.limits[1].algorithm = 0;
@@ -881,16 +803,16 @@ START_TEST(test_apply_shadow)
     struct rl_plan plan;
     struct rl_decision d;
 
-    rule_init(&enforced, 1);
+    fixture_rule_init(&enforced, 1, "*", 0);
     enforced.nlimits = 1;
-    limit_tb(&enforced.limits[0], 1, "a", 10, 1);
-    rule_init(&shadow, 2);
+    fixture_limit_tb(&enforced.limits[0], 1, "a", 10, 1);
+    fixture_rule_init(&shadow, 2, "*", 0);
     shadow.shadow = 1;
     shadow.nlimits = 1;
-    limit_tb(&shadow.limits[0], 2, "b", 10, 1);
+    fixture_limit_tb(&shadow.limits[0], 2, "b", 10, 1);
     memset(&plan, 0, sizeof(plan));
-    plan_add(&plan, &enforced);
-    plan_add(&plan, &shadow);
+    fixture_plan_add(&plan, &enforced);
+    fixture_plan_add(&plan, &shadow);
 
     ck_assert_int_eq(limiter_decode(v, 12, 2, &d), 0);
     ck_assert_int_eq(limiter_apply_shadow(&plan, &d), 1);
@@ -909,16 +831,12 @@ START_TEST(test_apply_shadow)
 }
 END_TEST
 
+/* A state of a limit of 100 that resets in 1 s. */
 static void
 state(struct rl_limit_state *st, int allowed, long long remaining,
     long long retry_after_ms)
 {
-    memset(st, 0, sizeof(*st));
-    st->allowed = allowed;
-    st->limit = 100;
-    st->remaining = remaining;
-    st->reset_ms = 1000;
-    st->retry_after_ms = retry_after_ms;
+    fixture_state(st, allowed, 100, remaining, 1000, retry_after_ms);
 }
 
 /* limiter_primary over the states in every rotation: the index it picks

@@ -16,6 +16,7 @@
 #include <check.h>              /* t/check.h: the suites, then Check */
 
 #include "ratelimit.h"
+#include "fixtures.h"
 
 #define SF_MAX_ITEMS 8
 #define SF_MAX_PARAMS 4
@@ -244,64 +245,23 @@ member_str(struct json_object *o, const char *key)
     return json_object_get_string(member(o, key, json_type_string));
 }
 
-/* The plan of every limit of rule, under the limits' own names. */
-static void
-plan_of(struct rl_plan *plan, const struct rl_rule *rule)
-{
-    int i;
-
-    memset(plan, 0, sizeof(*plan));
-    for (i = 0; i < rule->nlimits; i++) {
-        plan->rule[i] = rule;
-        plan->limit[i] = &rule->limits[i];
-        snprintf(plan->name[i], sizeof(plan->name[i]), "%s",
-            rule->limits[i].name);
-    }
-    plan->n = rule->nlimits;
-}
-
 /* A rule with one token bucket "default" of capacity 10, 2 per second. */
 static void
 rule_one(struct rl_rule *rule)
 {
-    memset(rule, 0, sizeof(*rule));
-    rule->id = 1;
+    fixture_rule_init(rule, 1, "", 0);
     rule->nlimits = 1;
-    rule->limits[0].id = 1;
-    strcpy(rule->limits[0].name, "default");
-    rule->limits[0].algorithm = RL_ALGO_TOKEN_BUCKET;
-    rule->limits[0].bucket_capacity = 10;
-    rule->limits[0].refill_rate = 2.0;
+    fixture_limit_tb(&rule->limits[0], 1, "default", 10, 2.0);
 }
 
 /* "per_second": token bucket 5 at 5/s; "per_minute": 100 per 60 s. */
 static void
 rule_two(struct rl_rule *rule)
 {
-    memset(rule, 0, sizeof(*rule));
-    rule->id = 2;
+    fixture_rule_init(rule, 2, "", 0);
     rule->nlimits = 2;
-    rule->limits[0].id = 1;
-    strcpy(rule->limits[0].name, "per_second");
-    rule->limits[0].algorithm = RL_ALGO_TOKEN_BUCKET;
-    rule->limits[0].bucket_capacity = 5;
-    rule->limits[0].refill_rate = 5.0;
-    rule->limits[1].id = 2;
-    strcpy(rule->limits[1].name, "per_minute");
-    rule->limits[1].algorithm = RL_ALGO_SLIDING_WINDOW;
-    rule->limits[1].limit_count = 100;
-    rule->limits[1].window_seconds = 60;
-}
-
-static void
-state(struct rl_limit_state *st, int allowed, long long limit,
-    long long remaining, long long reset_ms, long long retry_after_ms)
-{
-    st->allowed = allowed;
-    st->limit = limit;
-    st->remaining = remaining;
-    st->reset_ms = reset_ms;
-    st->retry_after_ms = retry_after_ms;
+    fixture_limit_tb(&rule->limits[0], 1, "per_second", 5, 5.0);
+    fixture_limit_sw(&rule->limits[1], 2, "per_minute", 100, 60);
 }
 
 #define NOW_MS 1700000000999LL  /* now_s is 1700000000 */
@@ -318,12 +278,12 @@ START_TEST(test_allowed_single)
     char v[256];
 
     rule_one(&rule);
-    plan_of(&plan, &rule);
+    fixture_plan_of(&plan, &rule);
     memset(&d, 0, sizeof(d));
     d.allowed = 1;
     d.now_ms = NOW_MS;
     d.nlimits = 1;
-    state(&d.st[0], 1, 10, 9, 2001, 0);
+    fixture_state(&d.st[0], 1, 10, 9, 2001, 0);
     response_init(&r);
     response_decision(&r, &plan, &d);
 
@@ -373,12 +333,12 @@ START_TEST(test_zero_remaining_kept)
     char v[256];
 
     rule_one(&rule);
-    plan_of(&plan, &rule);
+    fixture_plan_of(&plan, &rule);
     memset(&d, 0, sizeof(d));
     d.allowed = 1;
     d.now_ms = NOW_MS;
     d.nlimits = 1;
-    state(&d.st[0], 1, 10, 0, 5000, 0);
+    fixture_state(&d.st[0], 1, 10, 0, 5000, 0);
     response_init(&r);
     response_decision(&r, &plan, &d);
     ck_assert_int_eq(r.status, 200);
@@ -406,12 +366,12 @@ START_TEST(test_denied)
     char v[256];
 
     rule_one(&rule);
-    plan_of(&plan, &rule);
+    fixture_plan_of(&plan, &rule);
     memset(&d, 0, sizeof(d));
     d.allowed = 0;
     d.now_ms = NOW_MS;
     d.nlimits = 1;
-    state(&d.st[0], 0, 10, 0, 5000, 1500);
+    fixture_state(&d.st[0], 0, 10, 0, 5000, 1500);
     response_init(&r);
     response_decision(&r, &plan, &d);
     ck_assert_int_eq(r.status, 429);
@@ -464,12 +424,12 @@ START_TEST(test_retry_after)
     char v[256], want[32];
 
     rule_one(&rule);
-    plan_of(&plan, &rule);
+    fixture_plan_of(&plan, &rule);
     memset(&d, 0, sizeof(d));
     d.allowed = 0;
     d.now_ms = NOW_MS;
     d.nlimits = 1;
-    state(&d.st[0], 0, 10, 0, retry_cases[_i].reset_ms,
+    fixture_state(&d.st[0], 0, 10, 0, retry_cases[_i].reset_ms,
         retry_cases[_i].retry_after_ms);
     ck_assert_int_eq(response_retry_after_s(&d.st[0]), retry_cases[_i].want);
     response_init(&r);
@@ -507,12 +467,12 @@ START_TEST(test_effective_window_capped)
     rule.limits[0].algorithm = RL_ALGO_SLIDING_WINDOW;
     rule.limits[0].limit_count = 8;
     rule.limits[0].window_seconds = 60;
-    plan_of(&plan, &rule);
+    fixture_plan_of(&plan, &rule);
     memset(&d, 0, sizeof(d));
     d.allowed = 1;
     d.now_ms = NOW_MS;
     d.nlimits = 1;
-    state(&d.st[0], 1, 8, 7, 105500, 0);
+    fixture_state(&d.st[0], 1, 8, 7, 105500, 0);
     response_init(&r);
     response_decision(&r, &plan, &d);
     ck_assert_int_eq(sf_headers(&r, policy, st), 1);
@@ -520,7 +480,7 @@ START_TEST(test_effective_window_capped)
     ck_assert_int_eq(sf_param(&st[0], "t"), 60);
     response_free(&r);
 
-    state(&d.st[0], 1, 8, 7, 30500, 0);
+    fixture_state(&d.st[0], 1, 8, 7, 30500, 0);
     response_init(&r);
     response_decision(&r, &plan, &d);
     ck_assert_int_eq(sf_headers(&r, policy, st), 1);
@@ -540,13 +500,13 @@ START_TEST(test_two_limits)
     char v[256];
 
     rule_two(&rule);
-    plan_of(&plan, &rule);
+    fixture_plan_of(&plan, &rule);
     memset(&d, 0, sizeof(d));
     d.allowed = 1;
     d.now_ms = NOW_MS;
     d.nlimits = 2;
-    state(&d.st[0], 1, 5, 4, 200, 0);
-    state(&d.st[1], 1, 100, 2, 60000, 0);
+    fixture_state(&d.st[0], 1, 5, 4, 200, 0);
+    fixture_state(&d.st[1], 1, 100, 2, 60000, 0);
     response_init(&r);
     response_decision(&r, &plan, &d);
     ck_assert_int_eq(r.status, 200);
@@ -601,13 +561,13 @@ START_TEST(test_two_limits_one_denies)
     char v[256];
 
     rule_two(&rule);
-    plan_of(&plan, &rule);
+    fixture_plan_of(&plan, &rule);
     memset(&d, 0, sizeof(d));
     d.allowed = 0;
     d.now_ms = NOW_MS;
     d.nlimits = 2;
-    state(&d.st[0], 0, 5, 0, 1000, 400);
-    state(&d.st[1], 1, 100, 0, 60000, 0);
+    fixture_state(&d.st[0], 0, 5, 0, 1000, 400);
+    fixture_state(&d.st[1], 1, 100, 0, 60000, 0);
     response_init(&r);
     response_decision(&r, &plan, &d);
     ck_assert_int_eq(r.status, 429);
@@ -657,14 +617,14 @@ START_TEST(test_policy_window)
 
     for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         rule_one(&rule);
-        plan_of(&plan, &rule);
+        fixture_plan_of(&plan, &rule);
         rule.limits[0].bucket_capacity = cases[i].capacity;
         rule.limits[0].refill_rate = cases[i].rate;
         memset(&d, 0, sizeof(d));
         d.allowed = 1;
         d.now_ms = NOW_MS;
         d.nlimits = 1;
-        state(&d.st[0], 1, cases[i].capacity, 0, 1000, 0);
+        fixture_state(&d.st[0], 1, cases[i].capacity, 0, 1000, 0);
         response_init(&r);
         response_decision(&r, &plan, &d);
         ck_assert_int_eq(sf_headers(&r, policy, st), 1);
@@ -707,8 +667,8 @@ START_TEST(test_shadow_denial)
     d.allowed = 1;
     d.now_ms = NOW_MS;
     d.nlimits = 2;
-    state(&d.st[0], 1, 10, 6, 2000, 0);
-    state(&d.st[1], 0, 10, 0, 5000, 1000);
+    fixture_state(&d.st[0], 1, 10, 6, 2000, 0);
+    fixture_state(&d.st[1], 0, 10, 0, 5000, 1000);
     ck_assert_int_eq(limiter_apply_shadow(&plan, &d), 1);
     response_init(&r);
     response_decision(&r, &plan, &d);
@@ -771,12 +731,12 @@ START_TEST(test_policy_gcra_fixed_window)
         rule.limits[0].period_us = cases[i].period_us;
         rule.limits[0].burst = cases[i].burst;
         rule.limits[0].calendar = cases[i].calendar;
-        plan_of(&plan, &rule);
+        fixture_plan_of(&plan, &rule);
         memset(&d, 0, sizeof(d));
         d.allowed = 1;
         d.now_ms = NOW_MS;
         d.nlimits = 1;
-        state(&d.st[0], 1, cases[i].algorithm == RL_ALGO_GCRA ?
+        fixture_state(&d.st[0], 1, cases[i].algorithm == RL_ALGO_GCRA ?
             cases[i].burst + 1 : cases[i].count, 0, 1000, 0);
         response_init(&r);
         response_decision(&r, &plan, &d);

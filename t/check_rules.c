@@ -12,16 +12,7 @@
 #include <check.h>              /* t/check.h: the suites, then Check */
 
 #include "ratelimit.h"
-
-static void
-rule_set(struct rl_rule *r, long long id, const char *pattern, int priority)
-{
-    memset(r, 0, sizeof(*r));
-    r->id = id;
-    ck_assert_uint_lt(strlen(pattern), sizeof(r->pattern));
-    strcpy(r->pattern, pattern);
-    r->priority = priority;
-}
+#include "fixtures.h"
 
 /* The id of the matching rule, or -1. */
 static long long
@@ -54,9 +45,9 @@ START_TEST(test_exact_prefix_star)
     struct rl_rule base[3], r[3];
     int i;
 
-    rule_set(&base[0], 1, "*", 0);
-    rule_set(&base[1], 2, "/api*", 0);
-    rule_set(&base[2], 3, "/api/x", 0);
+    fixture_rule_init(&base[0], 1, "*", 0);
+    fixture_rule_init(&base[1], 2, "/api*", 0);
+    fixture_rule_init(&base[2], 3, "/api/x", 0);
     for (i = 0; i < 3; i++)
         r[i] = base[orders[_i][i]];
     ck_assert_int_eq(match_id(r, 3, "/api/x"), 3);
@@ -72,9 +63,9 @@ START_TEST(test_longer_prefix_wins)
     struct rl_rule base[3], r[3];
     int i;
 
-    rule_set(&base[0], 1, "/a*", 0);
-    rule_set(&base[1], 2, "/api*", 0);
-    rule_set(&base[2], 3, "/api/v1/*", 0);
+    fixture_rule_init(&base[0], 1, "/a*", 0);
+    fixture_rule_init(&base[1], 2, "/api*", 0);
+    fixture_rule_init(&base[2], 3, "/api/v1/*", 0);
     for (i = 0; i < 3; i++)
         r[i] = base[orders[_i][i]];
     ck_assert_int_eq(match_id(r, 3, "/api/v1/users"), 3);
@@ -88,9 +79,9 @@ START_TEST(test_priority_does_not_beat_specificity)
 {
     struct rl_rule r[3], rev[3];
 
-    rule_set(&r[0], 1, "*", 100);
-    rule_set(&r[1], 2, "/a*", 50);
-    rule_set(&r[2], 3, "/a/b", 0);
+    fixture_rule_init(&r[0], 1, "*", 100);
+    fixture_rule_init(&r[1], 2, "/a*", 50);
+    fixture_rule_init(&r[2], 3, "/a/b", 0);
     reverse(r, 3, rev);
     ck_assert_int_eq(match_id(r, 3, "/a/b"), 3);
     ck_assert_int_eq(match_id(rev, 3, "/a/b"), 3);
@@ -103,22 +94,22 @@ START_TEST(test_tie_priority)
 {
     struct rl_rule r[2], rev[2];
 
-    rule_set(&r[0], 1, "/a*", 1);
-    rule_set(&r[1], 2, "/a*", 5);
+    fixture_rule_init(&r[0], 1, "/a*", 1);
+    fixture_rule_init(&r[1], 2, "/a*", 5);
     reverse(r, 2, rev);
     ck_assert_int_eq(match_id(r, 2, "/abc"), 2);
     ck_assert_int_eq(match_id(rev, 2, "/abc"), 2);
 
     /* Priority beats the lower id. */
-    rule_set(&r[0], 1, "/x", 1);
-    rule_set(&r[1], 9, "/x", 2);
+    fixture_rule_init(&r[0], 1, "/x", 1);
+    fixture_rule_init(&r[1], 9, "/x", 2);
     reverse(r, 2, rev);
     ck_assert_int_eq(match_id(r, 2, "/x"), 9);
     ck_assert_int_eq(match_id(rev, 2, "/x"), 9);
 
     /* Negative priorities order too. */
-    rule_set(&r[0], 1, "*", -3);
-    rule_set(&r[1], 2, "*", -1);
+    fixture_rule_init(&r[0], 1, "*", -3);
+    fixture_rule_init(&r[1], 2, "*", -1);
     reverse(r, 2, rev);
     ck_assert_int_eq(match_id(r, 2, "/x"), 2);
     ck_assert_int_eq(match_id(rev, 2, "/x"), 2);
@@ -130,16 +121,16 @@ START_TEST(test_tie_lower_id)
     struct rl_rule base[3], r[3];
     int i;
 
-    rule_set(&base[0], 7, "/a*", 4);
-    rule_set(&base[1], 3, "/a*", 4);
-    rule_set(&base[2], 5, "/a*", 4);
+    fixture_rule_init(&base[0], 7, "/a*", 4);
+    fixture_rule_init(&base[1], 3, "/a*", 4);
+    fixture_rule_init(&base[2], 5, "/a*", 4);
     for (i = 0; i < 3; i++)
         r[i] = base[orders[_i][i]];
     ck_assert_int_eq(match_id(r, 3, "/a"), 3);
 
-    rule_set(&base[0], 7, "*", 0);
-    rule_set(&base[1], 3000000000LL, "*", 0);
-    rule_set(&base[2], 5, "*", 0);
+    fixture_rule_init(&base[0], 7, "*", 0);
+    fixture_rule_init(&base[1], 3000000000LL, "*", 0);
+    fixture_rule_init(&base[2], 5, "*", 0);
     for (i = 0; i < 3; i++)
         r[i] = base[orders[_i][i]];
     ck_assert_int_eq(match_id(r, 3, "/a"), 5);
@@ -150,9 +141,9 @@ START_TEST(test_no_match)
 {
     struct rl_rule r[3];
 
-    rule_set(&r[0], 1, "/a", 0);
-    rule_set(&r[1], 2, "/b*", 0);
-    rule_set(&r[2], 3, "/c/d", 0);
+    fixture_rule_init(&r[0], 1, "/a", 0);
+    fixture_rule_init(&r[1], 2, "/b*", 0);
+    fixture_rule_init(&r[2], 3, "/c/d", 0);
     ck_assert_int_eq(rules_match(r, 3, "/c"), -1);
     ck_assert_int_eq(rules_match(r, 3, "/ab"), -1);
     ck_assert_int_eq(rules_match(r, 3, "/c/d/e"), -1);
@@ -165,7 +156,7 @@ START_TEST(test_star_alone)
 {
     struct rl_rule r[1];
 
-    rule_set(&r[0], 1, "*", 0);
+    fixture_rule_init(&r[0], 1, "*", 0);
     ck_assert_int_eq(rules_match(r, 1, "/anything/at/all"), 0);
     ck_assert_int_eq(rules_match(r, 1, "/"), 0);
     ck_assert_int_eq(rules_match(r, 1, "x"), 0);
@@ -177,7 +168,7 @@ START_TEST(test_prefix_pattern)
 {
     struct rl_rule r[1];
 
-    rule_set(&r[0], 1, "/a*", 0);
+    fixture_rule_init(&r[0], 1, "/a*", 0);
     ck_assert_int_eq(rules_match(r, 1, "/a"), 0);
     ck_assert_int_eq(rules_match(r, 1, "/abc"), 0);
     ck_assert_int_eq(rules_match(r, 1, "/a/b/c"), 0);
@@ -192,7 +183,7 @@ START_TEST(test_star_inside_is_literal)
     struct rl_rule r[1];
 
     /* Only a trailing '*' is a wildcard. */
-    rule_set(&r[0], 1, "/a*/b", 0);
+    fixture_rule_init(&r[0], 1, "/a*/b", 0);
     ck_assert_int_eq(rules_match(r, 1, "/a*/b"), 0);
     ck_assert_int_eq(rules_match(r, 1, "/ax/b"), -1);
 }
@@ -211,8 +202,8 @@ START_TEST(test_exact_beats_longest_prefix)
     memcpy(prefix, route, RL_ROUTE_MAX - 1);
     prefix[RL_ROUTE_MAX - 1] = '*';
     prefix[RL_ROUTE_MAX] = '\0';
-    rule_set(&r[0], 1, route, 0);
-    rule_set(&r[1], 2, prefix, 0);
+    fixture_rule_init(&r[0], 1, route, 0);
+    fixture_rule_init(&r[1], 2, prefix, 0);
     reverse(r, 2, rev);
     ck_assert_int_eq(match_id(r, 2, route), 1);
     ck_assert_int_eq(match_id(rev, 2, route), 1);
@@ -223,7 +214,7 @@ START_TEST(test_empty_rule_list)
 {
     struct rl_rule r[1];
 
-    rule_set(&r[0], 1, "*", 0);
+    fixture_rule_init(&r[0], 1, "*", 0);
     ck_assert_int_eq(rules_match(r, 0, "/a"), -1);
     ck_assert_int_eq(rules_match(NULL, 0, "/a"), -1);
 }
@@ -291,23 +282,6 @@ START_TEST(test_calendar_names)
 }
 END_TEST
 
-/* Gives rule n limits named names[0..n-1], with ids from id_base. */
-static void
-rule_limits(struct rl_rule *r, int n, const char *const *names,
-    long long id_base)
-{
-    int i;
-
-    r->nlimits = n;
-    for (i = 0; i < n; i++) {
-        r->limits[i].id = id_base + i;
-        strcpy(r->limits[i].name, names[i]);
-        r->limits[i].algorithm = RL_ALGO_SLIDING_WINDOW;
-        r->limits[i].limit_count = 10;
-        r->limits[i].window_seconds = 60;
-    }
-}
-
 START_TEST(test_plan_most_specific_only)
 {
     static const char *const one[] = { "default" };
@@ -315,10 +289,10 @@ START_TEST(test_plan_most_specific_only)
     struct rl_rule r[2];
     struct rl_plan plan;
 
-    rule_set(&r[0], 1, "*", 0);
-    rule_limits(&r[0], 1, one, 10);
-    rule_set(&r[1], 2, "/api*", 0);
-    rule_limits(&r[1], 2, two, 20);
+    fixture_rule_init(&r[0], 1, "*", 0);
+    fixture_rule_limits(&r[0], 1, one, 10);
+    fixture_rule_init(&r[1], 2, "/api*", 0);
+    fixture_rule_limits(&r[1], 2, two, 20);
     ck_assert_int_eq(rules_plan(r, 2, "/api/x", &plan), 2);
     ck_assert_int_eq(plan.n, 2);
     ck_assert_ptr_eq(plan.rule[0], &r[1]);
@@ -340,8 +314,8 @@ START_TEST(test_plan_no_match)
     struct rl_rule r[1];
     struct rl_plan plan;
 
-    rule_set(&r[0], 1, "/a", 0);
-    rule_limits(&r[0], 1, one, 10);
+    fixture_rule_init(&r[0], 1, "/a", 0);
+    fixture_rule_limits(&r[0], 1, one, 10);
     plan.n = 5;
     ck_assert_int_eq(rules_plan(r, 1, "/b", &plan), 0);
     ck_assert_int_eq(plan.n, 0);
@@ -360,18 +334,18 @@ START_TEST(test_plan_always_rules)
     struct rl_plan plan;
     int i, has_daily = 0, has_burst = 0;
 
-    rule_set(&r[0], 1, "/api*", 0);
-    rule_limits(&r[0], 1, a, 10);
-    rule_set(&r[1], 2, "*", 0);
+    fixture_rule_init(&r[0], 1, "/api*", 0);
+    fixture_rule_limits(&r[0], 1, a, 10);
+    fixture_rule_init(&r[1], 2, "*", 0);
     r[1].always = 1;
-    rule_limits(&r[1], 1, b, 20);
+    fixture_rule_limits(&r[1], 1, b, 20);
     /* An always rule whose pattern does not match adds nothing. */
-    rule_set(&r[2], 3, "/admin*", 0);
+    fixture_rule_init(&r[2], 3, "/admin*", 0);
     r[2].always = 1;
-    rule_limits(&r[2], 1, c, 30);
+    fixture_rule_limits(&r[2], 1, c, 30);
     /* A matching rule that is neither the best nor "always" adds nothing. */
-    rule_set(&r[3], 4, "/a*", 0);
-    rule_limits(&r[3], 1, d, 40);
+    fixture_rule_init(&r[3], 4, "/a*", 0);
+    fixture_rule_limits(&r[3], 1, d, 40);
 
     ck_assert_int_eq(rules_plan(r, 4, "/api/x", &plan), 2);
     for (i = 0; i < plan.n; i++) {
@@ -399,11 +373,11 @@ START_TEST(test_plan_unique_names)
     struct rl_plan plan;
     int i, j;
 
-    rule_set(&r[0], 7, "/api*", 0);
-    rule_limits(&r[0], 2, a, 10);
-    rule_set(&r[1], 9, "*", 0);
+    fixture_rule_init(&r[0], 7, "/api*", 0);
+    fixture_rule_limits(&r[0], 2, a, 10);
+    fixture_rule_init(&r[1], 9, "*", 0);
     r[1].always = 1;
-    rule_limits(&r[1], 1, b, 20);
+    fixture_rule_limits(&r[1], 1, b, 20);
     ck_assert_int_eq(rules_plan(r, 2, "/api", &plan), 3);
     for (i = 0; i < plan.n; i++)
         for (j = i + 1; j < plan.n; j++)
@@ -428,11 +402,11 @@ START_TEST(test_plan_unique_names_qualified_clash)
 
     /* Qualifying rule 7's "default" gives "r7-default", which rule 9 has
      * as a name of its own: that one is qualified too. */
-    rule_set(&r[0], 7, "/api*", 0);
-    rule_limits(&r[0], 1, a, 10);
-    rule_set(&r[1], 9, "*", 0);
+    fixture_rule_init(&r[0], 7, "/api*", 0);
+    fixture_rule_limits(&r[0], 1, a, 10);
+    fixture_rule_init(&r[1], 9, "*", 0);
     r[1].always = 1;
-    rule_limits(&r[1], 2, b, 20);
+    fixture_rule_limits(&r[1], 2, b, 20);
     ck_assert_int_eq(rules_plan(r, 2, "/api", &plan), 3);
     ck_assert_str_eq(plan.name[0], "r7-default");
     ck_assert_str_eq(plan.name[1], "r9-default");
@@ -444,18 +418,14 @@ START_TEST(test_plan_unique_names_qualified_clash)
 }
 END_TEST
 
-static const char *const limit_names[] = {
-    "l0", "l1", "l2", "l3", "l4", "l5", "l6", "l7",
-};
-
 /* A rule with n limits named l0 .. l<n-1>. */
 static void
 rule_with(struct rl_rule *r, long long id, const char *pattern, int always,
     int n)
 {
-    rule_set(r, id, pattern, 0);
+    fixture_rule_init(r, id, pattern, 0);
     r->always = always;
-    rule_limits(r, n, limit_names, id * 100);
+    fixture_rule_limits(r, n, NULL, id * 100);
 }
 
 START_TEST(test_plan_overflow)

@@ -16,6 +16,7 @@
 #include <check.h>
 
 #include "ratelimit.h"
+#include "fixtures.h"
 
 static void
 id_of(unsigned char id[32], unsigned n)
@@ -25,17 +26,6 @@ id_of(unsigned char id[32], unsigned n)
     memcpy(id + 8, &n, sizeof(n));
 }
 
-static void *
-region(const size_t counts[SHM_NTABLES], size_t *size)
-{
-    void *p;
-
-    *size = shm_size(128, counts);
-    p = calloc(1, *size);
-    ck_assert_ptr_nonnull(p);
-    return p;
-}
-
 START_TEST(test_put_get)
 {
     size_t counts[SHM_NTABLES] = { 8, 8, 4 }, size;
@@ -43,7 +33,7 @@ START_TEST(test_put_get)
     struct shm_meta meta;
     unsigned char id[32];
     char v[64];
-    void *base = region(counts, &size);
+    void *base = fixture_shm_region(128, counts, &size);
 
     ck_assert_int_eq(shm_init(&m, base, size, 128, counts), 0);
     ck_assert_int_eq(shm_attach(&again, base, size), 0);
@@ -79,7 +69,7 @@ START_TEST(test_generation)
 {
     size_t counts[SHM_NTABLES] = { 4, 4, 4 }, size;
     struct shm m;
-    void *base = region(counts, &size);
+    void *base = fixture_shm_region(128, counts, &size);
     uint64_t g;
 
     ck_assert_int_eq(shm_init(&m, base, size, 128, counts), 0);
@@ -100,7 +90,7 @@ START_TEST(test_eviction)
     unsigned char id[32];
     char v[8];
     unsigned i;
-    void *base = region(counts, &size);
+    void *base = fixture_shm_region(128, counts, &size);
 
     ck_assert_int_eq(shm_init(&m, base, size, 128, counts), 0);
     for (i = 0; i < SHM_WAYS; i++) {
@@ -138,7 +128,7 @@ START_TEST(test_dead_writer)
     unsigned char id[32];
     uint32_t *seq;
     char v[8];
-    void *base = region(counts, &size);
+    void *base = fixture_shm_region(128, counts, &size);
 
     ck_assert_int_eq(shm_init(&m, base, size, 128, counts), 0);
     id_of(id, 7);
@@ -207,34 +197,17 @@ END_TEST
 static void
 sample_rules(struct rl_rule *r)
 {
-    memset(r, 0, 2 * sizeof(*r));
-    r[0].id = 11;
-    strcpy(r[0].pattern, "/api/*");
-    r[0].priority = -3;
+    fixture_rule_init(&r[0], 11, "/api/*", -3);
     r[0].shadow = 1;
     r[0].per_route = 1;
     r[0].nlimits = 2;
-    r[0].limits[0].id = 101;
-    strcpy(r[0].limits[0].name, "burst");
-    r[0].limits[0].algorithm = RL_ALGO_GCRA;
-    r[0].limits[0].limit_count = 10;
-    r[0].limits[0].period_us = 1000000;
-    r[0].limits[0].burst = 5;
-    r[0].limits[1].id = 102;
-    strcpy(r[0].limits[1].name, "daily");
-    r[0].limits[1].algorithm = RL_ALGO_FIXED_WINDOW;
-    r[0].limits[1].limit_count = 10000;
-    r[0].limits[1].calendar = RL_CAL_DAY;
-    r[1].id = 12;
-    strcpy(r[1].pattern, "*");
+    fixture_limit_gcra(&r[0].limits[0], 101, "burst", 10, 1000000, 5);
+    fixture_limit_fw(&r[0].limits[1], 102, "daily", 10000, RL_CAL_DAY);
+    fixture_rule_init(&r[1], 12, "*", 0);
     r[1].fail_open = 1;
     r[1].always = 1;
     r[1].nlimits = 1;
-    r[1].limits[0].id = 103;
-    strcpy(r[1].limits[0].name, "tb");
-    r[1].limits[0].algorithm = RL_ALGO_TOKEN_BUCKET;
-    r[1].limits[0].bucket_capacity = 7;
-    r[1].limits[0].refill_rate = 0.25;
+    fixture_limit_tb(&r[1].limits[0], 103, "tb", 7, 0.25);
     r[1].limits[0].window_seconds = 9;
 }
 
