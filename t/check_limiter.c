@@ -37,6 +37,20 @@ request_set(struct check_request *req, const char *route,
     req->peek = peek;
 }
 
+/* Rule 42 with "burst" (id 7, a token bucket of 10 at 2 per second) and
+ * "minute" (id 8, 100 per 60 s), its plan, and a check of cost 3 on
+ * /api/orders. */
+static void
+rule_42(struct rl_rule *rule, struct rl_plan *plan, struct check_request *req)
+{
+    fixture_rule_init(rule, 42, "*", 0);
+    rule->nlimits = 2;
+    fixture_limit_tb(&rule->limits[0], 7, "burst", 10, 2.0);
+    fixture_limit_sw(&rule->limits[1], 8, "minute", 100, 60);
+    fixture_plan_of(plan, rule);
+    request_set(req, "/api/orders", NULL, 3, 0);
+}
+
 /* argv must equal want (argc strings) and argvlen must be their lengths. */
 static void
 assert_argv(const struct limiter_call *call, const char *const *want,
@@ -77,12 +91,7 @@ START_TEST(test_build_layout)
     struct check_request req;
     struct limiter_call call;
 
-    fixture_rule_init(&rule, 42, "*", 0);
-    rule.nlimits = 2;
-    fixture_limit_tb(&rule.limits[0], 7, "burst", 10, 2.0);
-    fixture_limit_sw(&rule.limits[1], 8, "minute", 100, 60);
-    fixture_plan_of(&plan, &rule);
-    request_set(&req, "/api/orders", NULL, 3, 0);
+    rule_42(&rule, &plan, &req);
     ck_assert_int_eq(limiter_build(SHA, TENANT, &plan, &req, &call), 0);
     assert_argv(&call, want, (int)(sizeof(want) / sizeof(want[0])));
 }
@@ -143,13 +152,7 @@ END_TEST
 
 START_TEST(test_build_calendars)
 {
-    static const struct {
-        int calendar;
-        const char *name;
-    } cal[] = {
-        { RL_CAL_MINUTE, "minute" }, { RL_CAL_HOUR, "hour" },
-        { RL_CAL_DAY, "day" }, { RL_CAL_MONTH, "month" },
-    };
+    const struct fixture_calendar *cal = fixture_calendars;
     struct rl_rule rule;
     struct rl_plan plan;
     struct check_request req;
@@ -159,7 +162,7 @@ START_TEST(test_build_calendars)
     fixture_rule_init(&rule, 3, "*", 0);
     rule.nlimits = 1;
     request_set(&req, "/", NULL, 1, 0);
-    for (i = 0; i < sizeof(cal) / sizeof(cal[0]); i++) {
+    for (i = 0; i < sizeof(fixture_calendars) / sizeof(cal[0]); i++) {
         fixture_limit_fw(&rule.limits[0], 1, "w", 5, cal[i].calendar);
         fixture_plan_of(&plan, &rule);
         ck_assert_int_eq(limiter_build(SHA, "t", &plan, &req, &call), 0);
@@ -397,12 +400,7 @@ START_TEST(test_request_key_layout)
     struct check_request req;
     struct limiter_call call;
 
-    fixture_rule_init(&rule, 42, "*", 0);
-    rule.nlimits = 2;
-    fixture_limit_tb(&rule.limits[0], 7, "burst", 10, 2.0);
-    fixture_limit_sw(&rule.limits[1], 8, "minute", 100, 60);
-    fixture_plan_of(&plan, &rule);
-    request_set(&req, "/api/orders", NULL, 3, 0);
+    rule_42(&rule, &plan, &req);
     ck_assert_int_eq(limiter_build(SHA, TENANT, &plan, &req, &call), 0);
     ck_assert_int_eq(limiter_request_key(&call, "5f3a9c0e12ab44d1.1f"), 0);
     assert_argv(&call, want, (int)(sizeof(want) / sizeof(want[0])));
@@ -428,12 +426,7 @@ START_TEST(test_resend)
     struct check_request req;
     struct limiter_call call;
 
-    fixture_rule_init(&rule, 42, "*", 0);
-    rule.nlimits = 2;
-    fixture_limit_tb(&rule.limits[0], 7, "burst", 10, 2.0);
-    fixture_limit_sw(&rule.limits[1], 8, "minute", 100, 60);
-    fixture_plan_of(&plan, &rule);
-    request_set(&req, "/api/orders", NULL, 3, 0);
+    rule_42(&rule, &plan, &req);
     ck_assert_int_eq(limiter_build(SHA, TENANT, &plan, &req, &call), 0);
     /* Without a request key there is nothing to replay from. */
     ck_assert_int_eq(limiter_resend(&call), -1);
@@ -848,8 +841,7 @@ assert_primary(const struct rl_limit_state *st, int n, int want)
     int shift, i;
 
     for (shift = 0; shift < n; shift++) {
-        memset(&d, 0, sizeof(d));
-        d.nlimits = n;
+        fixture_decision(&d, 0, 0, n);
         for (i = 0; i < n; i++)
             d.st[(i + shift) % n] = st[i];
         d.allowed = 1;

@@ -279,10 +279,7 @@ START_TEST(test_allowed_single)
 
     rule_one(&rule);
     fixture_plan_of(&plan, &rule);
-    memset(&d, 0, sizeof(d));
-    d.allowed = 1;
-    d.now_ms = NOW_MS;
-    d.nlimits = 1;
+    fixture_decision(&d, 1, NOW_MS, 1);
     fixture_state(&d.st[0], 1, 10, 9, 2001, 0);
     response_init(&r);
     response_decision(&r, &plan, &d);
@@ -334,10 +331,7 @@ START_TEST(test_zero_remaining_kept)
 
     rule_one(&rule);
     fixture_plan_of(&plan, &rule);
-    memset(&d, 0, sizeof(d));
-    d.allowed = 1;
-    d.now_ms = NOW_MS;
-    d.nlimits = 1;
+    fixture_decision(&d, 1, NOW_MS, 1);
     fixture_state(&d.st[0], 1, 10, 0, 5000, 0);
     response_init(&r);
     response_decision(&r, &plan, &d);
@@ -367,10 +361,7 @@ START_TEST(test_denied)
 
     rule_one(&rule);
     fixture_plan_of(&plan, &rule);
-    memset(&d, 0, sizeof(d));
-    d.allowed = 0;
-    d.now_ms = NOW_MS;
-    d.nlimits = 1;
+    fixture_decision(&d, 0, NOW_MS, 1);
     fixture_state(&d.st[0], 0, 10, 0, 5000, 1500);
     response_init(&r);
     response_decision(&r, &plan, &d);
@@ -425,10 +416,7 @@ START_TEST(test_retry_after)
 
     rule_one(&rule);
     fixture_plan_of(&plan, &rule);
-    memset(&d, 0, sizeof(d));
-    d.allowed = 0;
-    d.now_ms = NOW_MS;
-    d.nlimits = 1;
+    fixture_decision(&d, 0, NOW_MS, 1);
     fixture_state(&d.st[0], 0, 10, 0, retry_cases[_i].reset_ms,
         retry_cases[_i].retry_after_ms);
     ck_assert_int_eq(response_retry_after_s(&d.st[0]), retry_cases[_i].want);
@@ -468,10 +456,7 @@ START_TEST(test_effective_window_capped)
     rule.limits[0].limit_count = 8;
     rule.limits[0].window_seconds = 60;
     fixture_plan_of(&plan, &rule);
-    memset(&d, 0, sizeof(d));
-    d.allowed = 1;
-    d.now_ms = NOW_MS;
-    d.nlimits = 1;
+    fixture_decision(&d, 1, NOW_MS, 1);
     fixture_state(&d.st[0], 1, 8, 7, 105500, 0);
     response_init(&r);
     response_decision(&r, &plan, &d);
@@ -501,10 +486,7 @@ START_TEST(test_two_limits)
 
     rule_two(&rule);
     fixture_plan_of(&plan, &rule);
-    memset(&d, 0, sizeof(d));
-    d.allowed = 1;
-    d.now_ms = NOW_MS;
-    d.nlimits = 2;
+    fixture_decision(&d, 1, NOW_MS, 2);
     fixture_state(&d.st[0], 1, 5, 4, 200, 0);
     fixture_state(&d.st[1], 1, 100, 2, 60000, 0);
     response_init(&r);
@@ -562,10 +544,7 @@ START_TEST(test_two_limits_one_denies)
 
     rule_two(&rule);
     fixture_plan_of(&plan, &rule);
-    memset(&d, 0, sizeof(d));
-    d.allowed = 0;
-    d.now_ms = NOW_MS;
-    d.nlimits = 2;
+    fixture_decision(&d, 0, NOW_MS, 2);
     fixture_state(&d.st[0], 0, 5, 0, 1000, 400);
     fixture_state(&d.st[1], 1, 100, 0, 60000, 0);
     response_init(&r);
@@ -620,10 +599,7 @@ START_TEST(test_policy_window)
         fixture_plan_of(&plan, &rule);
         rule.limits[0].bucket_capacity = cases[i].capacity;
         rule.limits[0].refill_rate = cases[i].rate;
-        memset(&d, 0, sizeof(d));
-        d.allowed = 1;
-        d.now_ms = NOW_MS;
-        d.nlimits = 1;
+        fixture_decision(&d, 1, NOW_MS, 1);
         fixture_state(&d.st[0], 1, cases[i].capacity, 0, 1000, 0);
         response_init(&r);
         response_decision(&r, &plan, &d);
@@ -663,10 +639,7 @@ START_TEST(test_shadow_denial)
     plan.rule[1] = &shadow;
     plan.limit[1] = &shadow.limits[0];
     strcpy(plan.name[1], "trial");
-    memset(&d, 0, sizeof(d));
-    d.allowed = 1;
-    d.now_ms = NOW_MS;
-    d.nlimits = 2;
+    fixture_decision(&d, 1, NOW_MS, 2);
     fixture_state(&d.st[0], 1, 10, 6, 2000, 0);
     fixture_state(&d.st[1], 0, 10, 0, 5000, 1000);
     ck_assert_int_eq(limiter_apply_shadow(&plan, &d), 1);
@@ -732,10 +705,7 @@ START_TEST(test_policy_gcra_fixed_window)
         rule.limits[0].burst = cases[i].burst;
         rule.limits[0].calendar = cases[i].calendar;
         fixture_plan_of(&plan, &rule);
-        memset(&d, 0, sizeof(d));
-        d.allowed = 1;
-        d.now_ms = NOW_MS;
-        d.nlimits = 1;
+        fixture_decision(&d, 1, NOW_MS, 1);
         fixture_state(&d.st[0], 1, cases[i].algorithm == RL_ALGO_GCRA ?
             cases[i].burst + 1 : cases[i].count, 0, 1000, 0);
         response_init(&r);

@@ -260,16 +260,10 @@ END_TEST
 
 START_TEST(test_calendar_names)
 {
-    static const struct {
-        int calendar;
-        const char *name;
-    } cal[] = {
-        { RL_CAL_MINUTE, "minute" }, { RL_CAL_HOUR, "hour" },
-        { RL_CAL_DAY, "day" }, { RL_CAL_MONTH, "month" },
-    };
+    const struct fixture_calendar *cal = fixture_calendars;
     size_t i;
 
-    for (i = 0; i < sizeof(cal) / sizeof(cal[0]); i++) {
+    for (i = 0; i < sizeof(fixture_calendars) / sizeof(cal[0]); i++) {
         ck_assert_str_eq(algo_calendar_name(cal[i].calendar), cal[i].name);
         ck_assert_int_eq(algo_calendar_parse(cal[i].name), cal[i].calendar);
     }

@@ -9,6 +9,11 @@
 
 #include "fixtures.h"
 
+const struct fixture_calendar fixture_calendars[4] = {
+    { RL_CAL_MINUTE, "minute" }, { RL_CAL_HOUR, "hour" },
+    { RL_CAL_DAY, "day" }, { RL_CAL_MONTH, "month" },
+};
+
 static void
 fixture_limit_base(struct rl_limit *l, long long id, const char *name,
     int algorithm)
@@ -104,6 +109,16 @@ fixture_plan_of(struct rl_plan *plan, const struct rl_rule *rule)
 {
     memset(plan, 0, sizeof(*plan));
     fixture_plan_add(plan, rule);
+}
+
+void
+fixture_decision(struct rl_decision *d, int allowed, long long now_ms,
+    int nlimits)
+{
+    memset(d, 0, sizeof(*d));
+    d->allowed = allowed;
+    d->now_ms = now_ms;
+    d->nlimits = nlimits;
 }
 
 void

@@ -38,9 +38,21 @@ void fixture_rule_limits(struct rl_rule *r, int n, const char *const *names,
 void fixture_plan_add(struct rl_plan *plan, const struct rl_rule *rule);
 void fixture_plan_of(struct rl_plan *plan, const struct rl_rule *rule);
 
+/* A decision of nlimits states, all zero (fill them with fixture_state). */
+void fixture_decision(struct rl_decision *d, int allowed, long long now_ms,
+    int nlimits);
+
 /* One limit's state in a decision, shadow 0. */
 void fixture_state(struct rl_limit_state *st, int allowed, long long limit,
     long long remaining, long long reset_ms, long long retry_after_ms);
+
+/* The calendars of fixed windows with their names in the script's
+ * arguments and in ratelimitctl. */
+struct fixture_calendar {
+    int calendar;
+    const char *name;
+};
+extern const struct fixture_calendar fixture_calendars[4];
 
 /* A zeroed allocation the size of a shared segment with a header of
  * header bytes and tables of counts entries; its size in *size.  Free it
