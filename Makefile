@@ -20,8 +20,14 @@ CORE = config log util buf request algo rules cache limiter response addr fcgi s
 SERVICE = main master worker api service views redis_store pg_store listen scoreboard
 CTL = ctl ctl_args ctl_db ctl_migrate ctl_tenant ctl_rule
 
+# The Redis script, in this order: the algorithms, the clock and the driver
+# (see lua/check.lua). $(BUILD)/check.lua, the script embedded, reads only
+# Redis TIME (lua/clock.lua); $(BUILD)/check_test.lua, which the Lua tests
+# and scripts/accuracy load, has lua/clock_test.lua in its place, which
+# also takes a time given as a last "__now_us=" argument.
 LUA = lua/token_bucket.lua lua/sliding_window.lua lua/gcra.lua lua/fixed_window.lua \
-	lua/check.lua
+	lua/clock.lua lua/check.lua
+LUA_TEST = $(patsubst lua/clock.lua,lua/clock_test.lua,$(LUA))
 MIGRATIONS = $(sort $(wildcard schema/[0-9]*.sql))
 
 CORE_OBJ = $(CORE:%=$(BUILD)/%.o) $(BUILD)/embedded.o
@@ -39,8 +45,14 @@ all: $(BUILD)/ratelimit-fcgi $(BUILD)/ratelimitctl
 $(BUILD):
 	@mkdir -p $(BUILD)
 
-$(BUILD)/embedded.c: $(LUA) $(MIGRATIONS) scripts/embed.sh | $(BUILD)
-	sh scripts/embed.sh "$(LUA)" "$(MIGRATIONS)" > $@.tmp && mv $@.tmp $@
+$(BUILD)/check.lua: $(LUA) | $(BUILD)
+	cat $(LUA) > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/check_test.lua: $(LUA_TEST) | $(BUILD)
+	cat $(LUA_TEST) > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/embedded.c: $(BUILD)/check.lua $(MIGRATIONS) scripts/embed.sh | $(BUILD)
+	sh scripts/embed.sh $(BUILD)/check.lua "$(MIGRATIONS)" > $@.tmp && mv $@.tmp $@
 
 $(BUILD)/%.o: src/%.c $(HEADERS) | $(BUILD)
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
@@ -77,7 +89,7 @@ unit: $(BUILD)/check_all
 	$(BUILD)/check_all
 
 # The Redis scripts against a private redis-server (LUA_TEST_REDIS_PORT).
-lua-test:
+lua-test: $(BUILD)/check.lua $(BUILD)/check_test.lua
 	sh t/lua_test.sh
 
 # The integration tests against a private stack built from $(BUILD); TESTS,

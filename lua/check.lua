@@ -1,11 +1,12 @@
 -- The rate-limit check: decides all limits of one rule in one call.
 --
 -- This is the driver of the script made by concatenating token_bucket.lua,
--- sliding_window.lua, gcra.lua, fixed_window.lua and this file. It
--- validates the arguments, reads the Redis clock once, asks every limit
--- whether it allows the cost, and only if every enforced limit does (and
--- this is not a peek) charges the cost. A denial writes nothing at all; a
--- peek never writes.
+-- sliding_window.lua, gcra.lua, fixed_window.lua, clock.lua and this file
+-- (the Makefile's LUA; the tests' script has clock_test.lua in place of
+-- clock.lua). It validates the arguments, reads the clock once (Redis TIME,
+-- through clock_now_us()), asks every limit whether it allows the cost, and
+-- only if every enforced limit does (and this is not a peek) charges the
+-- cost. A denial writes nothing at all; a peek never writes.
 --
 -- KEYS[i] is the state key (a hash) of limit i. KEYS[n + 1], optional, is
 -- the request's own key (in the same {tenant} hash-tag slot), which makes a
@@ -64,12 +65,8 @@
 -- separated by spaces, as Redis would have sent them (truncated toward
 -- zero).
 --
--- Test hook: one more argument after the last limit, "__now_us=<digits>",
--- replaces Redis TIME with that time in microseconds (unix epoch), so that
--- tests can place calls exactly at window edges. It is accepted only as the
--- very last of exactly 3 + 5 * n + 1 arguments; production callers never
--- send it.
-
+-- The arguments are exactly these 3 + 5 * n. (The tests' script also takes
+-- one more, a time that replaces Redis TIME: see clock_test.lua.)
 --
 -- Redis runs the whole script on every call, so this driver is straight-line
 -- code that dispatches on the algorithm name with if/elseif. It makes no
@@ -128,24 +125,12 @@ end
 if resent and once == nil then
     return check_error('peek 2 (sent again) needs the request key')
 end
-local now_us
-if argc == 3 + 5 * n + 1 then
-    -- The test hook: at most 16 digits, and no later than 2^52
-    -- microseconds (in 2112), so that sums of times and durations stay
-    -- exact.
-    local digits = argv[argc]:match('^__now_us=(%d+)$')
-    if digits ~= nil and #digits <= 16 then
-        now_us = digits + 0
-        if now_us > 2 ^ 52 then
-            now_us = nil
-        end
+if argc ~= 3 + 5 * n then
+    -- The clock decides: clock.lua refuses every other count.
+    local message = clock_extra_arguments(argv, argc, 3 + 5 * n)
+    if message ~= nil then
+        return check_error(message)
     end
-    if now_us == nil then
-        return check_error('expected 5 arguments per limit (or a last ' ..
-            '__now_us=<microseconds> test argument)')
-    end
-elseif argc ~= 3 + 5 * n then
-    return check_error('expected 5 arguments per limit')
 end
 
 -- Validate every limit before anything is read or written. Limit i has
@@ -221,11 +206,7 @@ if resent then
     end
 end
 
-if now_us == nil then
-    -- Lua converts the two decimal strings of TIME itself.
-    local time = redis.call('TIME')
-    now_us = time[1] * 1e6 + time[2]
-end
+local now_us = clock_now_us()
 
 -- Evaluate every limit first, straight into the reply; write only once all
 -- enforced ones allow. pending[4 * i - 3 ..] keeps what the commit function

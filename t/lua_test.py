@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """Tests for the Redis check script, against a real redis-server.
 
-The script is lua/token_bucket.lua, lua/sliding_window.lua, lua/gcra.lua,
-lua/fixed_window.lua and lua/check.lua concatenated, as the build embeds
-it. This program starts a private, throw-away redis-server on 127.0.0.1,
-port $LUA_TEST_REDIS_PORT (16399 by default), loads the script with SCRIPT
-LOAD and runs it with EVALSHA over one connection (scripts/resp.py). Tests
-that need exact times pass the script's test hook, a last argument
-"__now_us=<microseconds>" that replaces Redis TIME.
+The script is the one the Makefile builds as build/check_test.lua (or the
+file $LUA_SCRIPT names): lua/*.lua concatenated in the order of the
+Makefile's LUA, as the service embeds them, but with lua/clock_test.lua in
+place of lua/clock.lua. This program starts a private, throw-away
+redis-server on 127.0.0.1, port $LUA_TEST_REDIS_PORT (16399 by default),
+loads the script with SCRIPT LOAD and runs it with EVALSHA over one
+connection (scripts/resp.py). Tests that need exact times pass that
+clock's test hook, a last argument "__now_us=<microseconds>" that replaces
+Redis TIME. One case loads the script embedded, build/check.lua (or
+$LUA_PRODUCTION_SCRIPT), and checks that it refuses the hook.
 
 A reply of the script is read into named fields (see check.lua): allowed,
 now_ms, and per limit allowed, limit, remaining, reset_ms, retry_after_ms.
@@ -19,7 +22,8 @@ The cases are listed once, in CASES at the end. Each prints "ok - NAME" or
 exit status is non-zero if any case failed (1), or if the server could not
 be started ("Bail out!", 1).
 
-Usage, from anywhere: python3 t/lua_test.py (t/lua_test.sh runs this).
+Usage, from anywhere: python3 t/lua_test.py (t/lua_test.sh builds the two
+scripts first, then runs this).
 """
 
 import os
@@ -36,17 +40,22 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import resp  # noqa: E402 (the project's RESP client, scripts/resp.py)
 
-LUA_FILES = ["token_bucket.lua", "sliding_window.lua", "gcra.lua",
-             "fixed_window.lua", "check.lua"]
+# The tests' script and the script embedded, as the Makefile builds them.
+LUA_SCRIPT = os.environ.get("LUA_SCRIPT") or \
+    os.path.join(ROOT, "build", "check_test.lua")
+LUA_PRODUCTION_SCRIPT = os.environ.get("LUA_PRODUCTION_SCRIPT") or \
+    os.path.join(ROOT, "build", "check.lua")
 
 # N is a time well inside a minute (2028-02-29 00:00:20 UTC) in
 # microseconds; NMS is the same time in milliseconds.
 N = 1835395220000000
 NMS = 1835395220000
 
-# Set by main(): the connection and the script's SHA1.
+# Set by main(): the connection, the SHA1 of the tests' script and that of
+# the script embedded.
 redis = None
 sha = None
+production_sha = None
 # Expectations evaluated, over all cases.
 checks = 0
 
@@ -140,8 +149,10 @@ FW2 = [fw(2, "minute")]
 
 # --- Calling the script ------------------------------------------------------
 
-def evalsha(keys, argv):
-    return ["EVALSHA", sha, str(len(keys))] + list(keys) + \
+def evalsha(keys, argv, script=None):
+    """The EVALSHA command of the tests' script, or of the script whose SHA1
+    is script."""
+    return ["EVALSHA", script or sha, str(len(keys))] + list(keys) + \
         [str(a) for a in argv]
 
 
@@ -1137,6 +1148,53 @@ def test_argument_errors():
               cmd("EXISTS", "e:a", "e:b", "e:c", "k1", "k9"), 0)
 
 
+def reply_text(got):
+    """An error reply as its text, any other reply as its repr."""
+    return str(got) if isinstance(got, resp.ReplyError) else repr(got)
+
+
+COUNT_ERROR = "ERR ratelimit: expected 5 arguments per limit"
+
+
+def test_production_clock():
+    # The script embedded reads only Redis TIME: a last "__now_us="
+    # argument, one the tests' script takes or one it refuses, is an
+    # argument too many.
+    for v in ["__now_us=1", "__now_us=%d" % N, "__now_us=00001",
+              "__now_us=4503599627370496"] + BAD_HOOK:
+        got = redis.pipeline([evalsha(["p:e"], ["1", "0", "1"] + TB + [v],
+                                      production_sha)])[0]
+        expect_eq("hook '%s'" % v, reply_text(got), COUNT_ERROR)
+    # Every other bad call gets the error the tests' script gives.
+    for what, _, keys, argv in ARGUMENT_ERRORS:
+        want, got = redis.pipeline([evalsha(keys, argv),
+                                    evalsha(keys, argv, production_sha)])
+        want = reply_text(want)
+        if "__now_us" in want:
+            want = COUNT_ERROR
+        expect_eq(what, reply_text(got), want)
+    expect_eq("keys written by bad calls",
+              cmd("EXISTS", "p:e", "e:a", "e:b", "e:c", "k1", "k9"), 0)
+    # A call without the hook gets the reply of the tests' script, on Redis
+    # TIME.
+    t0 = redis_now_ms()
+    want, got = redis.pipeline([
+        evalsha(["p:tb"], ["1", "1", "1"] + TB),
+        evalsha(["p:tb"], ["1", "1", "1"] + TB, production_sha)])
+    t1 = redis_now_ms()
+    want, got = Reply.parse(want), Reply.parse(got)
+    if not t0 <= got.now_ms <= t1:
+        raise Failed("peek: now_ms %d is not Redis time (%d..%d)" % (
+            got.now_ms, t0, t1))
+    want.now_ms = got.now_ms
+    expect_reply("peek", got, want)
+    r = Reply.parse(redis.pipeline([
+        evalsha(["p:tb"], ["1", "0", "1"] + TB, production_sha)])[0])
+    expect_reply("charging call", r, reply(allowed=1, now_ms=r.now_ms, limits=[
+        lim(allowed=1, limit=5, remaining=4, reset_ms=1000,
+            retry_after_ms=0)]))
+
+
 # The number syntax is exactly the documented one: decimal digits (and for
 # the rate one '.'), at most 15 characters. Everything else that Lua's
 # tonumber() would take (signs, spaces, hex, exponents, inf, nan, a fraction
@@ -1346,6 +1404,8 @@ CASES = [
     ("sent twice: with Redis TIME, the first reply comes back",
      test_replay_real_time),
     ("bad arguments give ERR ratelimit: errors", test_argument_errors),
+    ("the script embedded refuses __now_us= and otherwise answers alike",
+     test_production_clock),
     ("numbers: exactly digits (and one . in a rate), at most 15",
      test_number_syntax),
     ("a state edited by hand is read and rewritten as before",
@@ -1392,12 +1452,14 @@ def start_redis(port, workdir):
     return proc, conn
 
 
-def load_script(conn):
+def load_script(conn, path):
+    """Loads the script in the file path; returns its SHA1."""
     try:
-        script = "".join(open(os.path.join(ROOT, "lua", f)).read()
-                         for f in LUA_FILES)
+        with open(path) as f:
+            script = f.read()
     except OSError as e:
-        raise BailOut("cannot read lua/*.lua: %s" % e)
+        raise BailOut("cannot read the script: %s (t/lua_test.sh builds "
+                      "it with make first)" % e)
     try:
         digest = conn.command("SCRIPT", "LOAD", script).decode()
     except resp.ReplyError as e:
@@ -1430,7 +1492,7 @@ def on_term(signum, frame):
 
 
 def main():
-    global redis, sha
+    global redis, sha, production_sha
     port = int(os.environ.get("LUA_TEST_REDIS_PORT", "16399"))
     signal.signal(signal.SIGTERM, on_term)
     workdir = tempfile.mkdtemp(prefix="lua_test.")
@@ -1438,7 +1500,8 @@ def main():
     try:
         try:
             proc, redis = start_redis(port, workdir)
-            sha = load_script(redis)
+            sha = load_script(redis, LUA_SCRIPT)
+            production_sha = load_script(redis, LUA_PRODUCTION_SCRIPT)
         except BailOut as e:
             if len(e.args) > 1:
                 proc = e.args[1]
