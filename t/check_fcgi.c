@@ -60,6 +60,23 @@ pair(unsigned char *out, const char *name, const char *value, size_t vlen)
     return 2 + nlen + vlen;
 }
 
+/* A BEGIN_REQUEST of id and role, a PARAMS record with the one pair
+ * name=value (vlen bytes of value), and the empty PARAMS record that ends
+ * the stream. */
+static void
+one_param_request(struct wire *w, int id, int role, const char *name,
+    const char *value, size_t vlen)
+{
+    unsigned char p[64];
+    size_t n;
+
+    memset(w, 0, sizeof(*w));
+    begin(w, id, role, 0);
+    n = pair(p, name, value, vlen);
+    record(w, 4, id, p, n, 0);
+    record(w, 4, id, "", 0, 0);
+}
+
 static void
 normal_request(struct wire *w, int keep, const char *body)
 {
@@ -116,14 +133,8 @@ START_TEST(test_authorizer_needs_no_stdin)
 {
     struct wire w;
     struct fcgi_scan s;
-    unsigned char p[64];
-    size_t n;
 
-    memset(&w, 0, sizeof(w));
-    begin(&w, 7, 2, 0);
-    n = pair(p, "REQUEST_URI", "/x", 2);
-    record(&w, 4, 7, p, n, 0);
-    record(&w, 4, 7, "", 0, 0);
+    one_param_request(&w, 7, 2, "REQUEST_URI", "/x", 2);
     ck_assert_int_eq(fcgi_scan(w.b, w.n, 1, &s), FCGI_SCAN_DONE);
     ck_assert_int_eq(s.role, 2);
 }
@@ -175,14 +186,8 @@ START_TEST(test_nul_in_other_value)
 {
     struct wire w;
     struct fcgi_scan s;
-    unsigned char p[64];
-    size_t n;
 
-    memset(&w, 0, sizeof(w));
-    begin(&w, 1, 1, 0);
-    n = pair(p, "REQUEST_URI", "/a\0b", 4);
-    record(&w, 4, 1, p, n, 0);
-    record(&w, 4, 1, "", 0, 0);
+    one_param_request(&w, 1, 1, "REQUEST_URI", "/a\0b", 4);
     ck_assert_int_eq(fcgi_scan(w.b, w.n, 0, &s), FCGI_SCAN_DONE);
     ck_assert_int_eq(s.nul_in_key, 0);
     ck_assert_int_eq(s.nul_in_value, 1);
@@ -240,11 +245,7 @@ START_TEST(test_refusals)
     ck_assert_int_eq(fcgi_scan(w.b, w.n, 0, &s), FCGI_SCAN_BAD);
 
     /* An empty name. */
-    memset(&w, 0, sizeof(w));
-    begin(&w, 1, 1, 0);
-    n = pair(p, "", "x", 1);
-    record(&w, 4, 1, p, n, 0);
-    record(&w, 4, 1, "", 0, 0);
+    one_param_request(&w, 1, 1, "", "x", 1);
     ck_assert_int_eq(fcgi_scan(w.b, w.n, 0, &s), FCGI_SCAN_BAD);
 }
 END_TEST
