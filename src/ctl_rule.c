@@ -119,69 +119,59 @@ ctl_rule_guard_lock(struct ctl *ctl, struct ctl_rule_guard *g,
 }
 
 /*
- * Begins a guarded change of the tenant named name.  Returns 0, or
- * CTL_EXIT_FAIL after printing why (no such tenant, database error), with
- * nothing left open.
+ * Begins a guarded change of the tenant that sql (with one parameter)
+ * finds.  Returns 0, or CTL_EXIT_FAIL after printing why (missing when it
+ * finds nothing, or the database error), with nothing left open.
  */
 static int
-ctl_rule_guard_begin_tenant(struct ctl *ctl, struct ctl_rule_guard *g,
-    const char *name)
+ctl_rule_guard_begin_by(struct ctl *ctl, struct ctl_rule_guard *g,
+    const char *sql, const char *param, const char *missing)
 {
-    const char *params[1] = { name };
+    const char *params[1] = { param };
     char id[RL_UUID_LEN + 1];
     PGresult *res;
 
     memset(g, 0, sizeof(*g));
     if (ctl_db_begin(ctl) == -1)
         return ctl_db_fail(ctl);
-    res = ctl_db_query(ctl, "SELECT id FROM tenants WHERE name = $1", 1,
-        params);
-    if (res == NULL) {
+    if ((res = ctl_db_query(ctl, sql, 1, params)) == NULL) {
         ctl_db_rollback(ctl);
         return ctl_db_fail(ctl);
     }
     if (PQntuples(res) == 0) {
         PQclear(res);
         ctl_db_rollback(ctl);
-        return ctl_fail("no tenant named \"%s\" (see '" CTL_NAME
-            " tenant list')", name);
+        return ctl_fail("%s", missing);
     }
-    snprintf(id, sizeof(id), "%s", PQgetvalue(res, 0, 0));
+    util_copy(id, sizeof(id), PQgetvalue(res, 0, 0));
     PQclear(res);
     return ctl_rule_guard_lock(ctl, g, id);
 }
 
-/*
- * Begins a guarded change of the rule with id rule_id and its tenant.
- * Returns 0, or CTL_EXIT_FAIL after printing why (no such rule,
- * database error), with nothing left open.
- */
+/* Begins a guarded change of the tenant named name. */
+static int
+ctl_rule_guard_begin_tenant(struct ctl *ctl, struct ctl_rule_guard *g,
+    const char *name)
+{
+    char missing[RL_NAME_MAX * 2 + 64];
+
+    snprintf(missing, sizeof(missing), "no tenant named \"%s\" (see '"
+        CTL_NAME " tenant list')", name);
+    return ctl_rule_guard_begin_by(ctl, g,
+        "SELECT id FROM tenants WHERE name = $1", name, missing);
+}
+
+/* Begins a guarded change of the rule with id rule_id and its tenant. */
 static int
 ctl_rule_guard_begin_rule(struct ctl *ctl, struct ctl_rule_guard *g,
     long long rule_id)
 {
-    char id[RL_UUID_LEN + 1], rule[24];
-    const char *params[1] = { rule };
-    PGresult *res;
+    char rule[24], missing[64];
 
-    memset(g, 0, sizeof(*g));
     snprintf(rule, sizeof(rule), "%lld", rule_id);
-    if (ctl_db_begin(ctl) == -1)
-        return ctl_db_fail(ctl);
-    res = ctl_db_query(ctl, "SELECT tenant_id FROM rules "
-        "WHERE id = $1::bigint", 1, params);
-    if (res == NULL) {
-        ctl_db_rollback(ctl);
-        return ctl_db_fail(ctl);
-    }
-    if (PQntuples(res) == 0) {
-        PQclear(res);
-        ctl_db_rollback(ctl);
-        return ctl_fail("no rule with id %lld", rule_id);
-    }
-    snprintf(id, sizeof(id), "%s", PQgetvalue(res, 0, 0));
-    PQclear(res);
-    return ctl_rule_guard_lock(ctl, g, id);
+    snprintf(missing, sizeof(missing), "no rule with id %lld", rule_id);
+    return ctl_rule_guard_begin_by(ctl, g,
+        "SELECT tenant_id FROM rules WHERE id = $1::bigint", rule, missing);
 }
 
 /* Abandons a guarded change (after a failed statement, say). */
