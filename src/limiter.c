@@ -75,9 +75,8 @@ limiter_params(struct limiter_call *call, size_t *used,
 }
 
 int
-limiter_build(const char *sha, const char *tenant_id,
-    const struct rl_plan *plan, const struct check_request *req,
-    struct limiter_call *call)
+limiter_build(const char *tenant_id, const struct rl_plan *plan,
+    const struct check_request *req, struct limiter_call *call)
 {
     char route_hash[65], subject_hash[65];
     char route_part[LIMITER_HASH_HEX + 4], subject_part[LIMITER_HASH_HEX + 4];
@@ -101,9 +100,7 @@ limiter_build(const char *sha, const char *tenant_id,
         snprintf(subject_part, sizeof(subject_part), ":s%.*s",
             LIMITER_HASH_HEX, subject_hash);
     }
-    if (limiter_arg(call, &used, "EVALSHA", 7) == -1 ||
-        limiter_arg(call, &used, sha, strlen(sha)) == -1 ||
-        limiter_argf(call, &used, "%d", n) == -1)
+    if (limiter_argf(call, &used, "%d", n) == -1)
         return -1;
     for (i = 0; i < n; i++)
         if (limiter_argf(call, &used, "rl:{%s}:%lld:%lld%s%s", tenant_id,
@@ -136,17 +133,17 @@ limiter_request_key(struct limiter_call *call, const char *id)
     if (idlen == 0 || idlen > LIMITER_ID_MAX ||
         strspn(id, id_chars) != idlen)
         return -1;
-    /* limiter_build's calls have 6 + 6k arguments for k keys (k < 10);
-     * with the request key there are 1 + 6k. */
-    if (call->argc < 4 || call->argvlen[2] != 1)
+    /* limiter_build's calls have 4 + 6k arguments for k keys (k < 10);
+     * with the request key there are 6k - 1. */
+    if (call->argc < 2 || call->argvlen[0] != 1)
         return -1;
-    k = call->argv[2][0] - '0';
-    if (k < 1 || k > RL_MAX_LIMITS || call->argc != 6 + 6 * k)
+    k = call->argv[0][0] - '0';
+    if (k < 1 || k > RL_MAX_LIMITS || call->argc != 4 + 6 * k)
         return -1;
     /* The key shares the limits' hash tag, rl:{tenant}, and so their Redis
      * Cluster slot. */
-    tag = call->argv[3];
-    end = memchr(tag, '}', call->argvlen[3]);
+    tag = call->argv[1];
+    end = memchr(tag, '}', call->argvlen[1]);
     if (strncmp(tag, "rl:{", 4) != 0 || end == NULL ||
         (taglen = (size_t)(end - tag) + 1) > 4 + RL_UUID_LEN + 1)
         return -1;
@@ -158,7 +155,7 @@ limiter_request_key(struct limiter_call *call, const char *id)
         used + (size_t)n + 1 + 2 > sizeof(call->store))
         return -1;
     /* The key goes in after the limits' keys; the key count grows by one. */
-    at = 3 + k;
+    at = 1 + k;
     for (i = call->argc; i > at; i--) {
         call->argv[i] = call->argv[i - 1];
         call->argvlen[i] = call->argvlen[i - 1];
@@ -170,7 +167,7 @@ limiter_request_key(struct limiter_call *call, const char *id)
     used += (size_t)n + 1;
     call->store[used] = (char)('0' + k + 1);
     call->store[used + 1] = '\0';
-    call->argv[2] = call->store + used;
+    call->argv[0] = call->store + used;
     return 0;
 }
 
@@ -179,12 +176,12 @@ limiter_resend(struct limiter_call *call)
 {
     int k, at;
 
-    if (call->argc < 4 || call->argvlen[2] != 1)
+    if (call->argc < 2 || call->argvlen[0] != 1)
         return -1;
-    k = call->argv[2][0] - '0';
-    if (k < 2 || k > RL_MAX_LIMITS + 1 || call->argc != 1 + 6 * k)
+    k = call->argv[0][0] - '0';
+    if (k < 2 || k > RL_MAX_LIMITS + 1 || call->argc != 6 * k - 1)
         return -1;
-    at = 3 + k + 1;                     /* after the keys and the cost */
+    at = 1 + k + 1;                     /* after the keys and the cost */
     if (call->argvlen[at] != 1)
         return -1;
     if (call->argv[at][0] == '0') {

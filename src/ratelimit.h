@@ -623,12 +623,14 @@ int limiter_decode(const long long *v, size_t n, int nlimits,
 int limiter_apply_shadow(const struct rl_plan *plan, struct rl_decision *d);
 
 /*
- * The arguments of one EVALSHA: "EVALSHA sha n key... cost peek n
- * (algorithm p1 p2 p3 shadow)...", and, once limiter_request_key() has
- * added it, the request's own key after the limits' keys.  See
- * lua/check.lua for the contract.  Pointers in argv point into store.
+ * The script's keys and arguments for one check, as EVALSHA takes them
+ * after the script: "n key... cost peek n (algorithm p1 p2 p3 shadow)...",
+ * and, once limiter_request_key() has added it, the request's own key
+ * after the limits' keys.  The store puts the command and the script in
+ * front.  See lua/check.lua for the contract.  Pointers in argv point into
+ * store.
  */
-#define LIMITER_MAX_ARGS (3 + RL_MAX_LIMITS + 1 + 3 + 5 * RL_MAX_LIMITS)
+#define LIMITER_MAX_ARGS (1 + RL_MAX_LIMITS + 1 + 3 + 5 * RL_MAX_LIMITS)
 struct limiter_call {
     int argc;
     const char *argv[LIMITER_MAX_ARGS];
@@ -640,9 +642,8 @@ struct limiter_call {
  * rl:{tenant}:rule:limit, then :r<hash of route> when the limit's rule
  * counts per route and :s<hash of subject> when a subject is given.
  * Returns 0, or -1 when the plan is empty or a limit is unusable. */
-int limiter_build(const char *sha, const char *tenant_id,
-    const struct rl_plan *plan, const struct check_request *req,
-    struct limiter_call *call);
+int limiter_build(const char *tenant_id, const struct rl_plan *plan,
+    const struct check_request *req, struct limiter_call *call);
 
 /* Longest request id limiter_request_key() takes. */
 #define LIMITER_ID_MAX 40

@@ -125,7 +125,6 @@ redis_store_addr(struct redis_store *rs)
 void
 redis_store_init(struct redis_store *rs, const struct rl_config *cfg)
 {
-    static const char hex[] = "0123456789abcdef";
     unsigned char md[SHA_DIGEST_LENGTH], seed[8];
     size_t i;
 
@@ -134,11 +133,7 @@ redis_store_init(struct redis_store *rs, const struct rl_config *cfg)
     rs->probe_fd = -1;
     SHA1((const unsigned char *)embedded_check_lua,
         strlen(embedded_check_lua), md);
-    for (i = 0; i < SHA_DIGEST_LENGTH; i++) {
-        rs->sha[2 * i] = hex[md[i] >> 4];
-        rs->sha[2 * i + 1] = hex[md[i] & 15];
-    }
-    rs->sha[40] = '\0';
+    util_hex(md, sizeof(md), rs->sha);
     /* Request ids: 64 random bits per process, then a counter.  Should the
      * random source fail, the pid and the clock still tell processes
      * apart on one host. */
@@ -149,11 +144,7 @@ redis_store_init(struct redis_store *rs, const struct rl_config *cfg)
         for (i = 0; i < sizeof(seed); i++)
             seed[i] = (unsigned char)(v >> (8 * i));
     }
-    for (i = 0; i < sizeof(seed); i++) {
-        rs->id_prefix[2 * i] = hex[seed[i] >> 4];
-        rs->id_prefix[2 * i + 1] = hex[seed[i] & 15];
-    }
-    rs->id_prefix[16] = '\0';
+    util_hex(seed, sizeof(seed), rs->id_prefix);
     redis_store_addr(rs);
 }
 
@@ -416,30 +407,36 @@ bad:
     return STORE_BAD_REPLY;
 }
 
-/* Sends call once: EVALSHA, and on NOSCRIPT one EVAL of the text.  Returns
- * the reply, or NULL with *err set to errno after the failed call. */
+/* Sends call once: EVALSHA of the script with the call's keys and
+ * arguments, and on NOSCRIPT one EVAL of its text.  Returns the reply, or
+ * NULL with *err set to errno after the failed call. */
 static redisReply *
-redis_store_run(struct redis_store *rs, struct limiter_call *call, int *err)
+redis_store_run(struct redis_store *rs, const struct limiter_call *call,
+    int *err)
 {
-    const char *argv[LIMITER_MAX_ARGS];
-    size_t argvlen[LIMITER_MAX_ARGS];
+    const char *argv[LIMITER_MAX_ARGS + 2];
+    size_t argvlen[LIMITER_MAX_ARGS + 2];
     redisReply *r;
 
-    r = redisCommandArgv(rs->ctx, call->argc, call->argv, call->argvlen);
+    argv[0] = "EVALSHA";
+    argvlen[0] = 7;
+    argv[1] = rs->sha;
+    argvlen[1] = 40;
+    memcpy(argv + 2, call->argv, (size_t)call->argc * sizeof(argv[0]));
+    memcpy(argvlen + 2, call->argvlen,
+        (size_t)call->argc * sizeof(argvlen[0]));
+    r = redisCommandArgv(rs->ctx, call->argc + 2, argv, argvlen);
     *err = errno;
     if (r == NULL || r->type != REDIS_REPLY_ERROR ||
         strncmp(r->str, "NOSCRIPT", 8) != 0)
         return r;
     freeReplyObject(r);
     log_info("redis: script cache was emptied; loading it again");
-    /* The same call as EVAL of the text, on a copy of its arguments. */
-    memcpy(argv, call->argv, (size_t)call->argc * sizeof(argv[0]));
-    memcpy(argvlen, call->argvlen, (size_t)call->argc * sizeof(argvlen[0]));
     argv[0] = "EVAL";
     argvlen[0] = 4;
     argv[1] = embedded_check_lua;
     argvlen[1] = strlen(embedded_check_lua);
-    r = redisCommandArgv(rs->ctx, call->argc, argv, argvlen);
+    r = redisCommandArgv(rs->ctx, call->argc + 2, argv, argvlen);
     *err = errno;
     return r;
 }

@@ -44,7 +44,7 @@ service_script(void *ctx, const char *tenant_id, const struct rl_plan *plan,
     struct service *svc = ctx;
     struct limiter_call call;
 
-    if (limiter_build(svc->redis.sha, tenant_id, plan, req, &call) == -1) {
+    if (limiter_build(tenant_id, plan, req, &call) == -1) {
         log_error("rule %lld: cannot build the script call",
             plan->rule[0]->id);
         return DECIDE_STORE_UNUSABLE;
