@@ -93,16 +93,16 @@ static const struct ctl_option ctl_key_create_options[] = {
     { NULL, 0 },
 };
 
+/* The parameter options of the algorithms (algo.c's table names the ones
+ * each takes; ctl_rule.c refuses the others). */
+#define CTL_ALGORITHM_OPTIONS \
+    { "capacity", 1 }, { "refill-rate", 1 }, { "limit", 1 }, \
+    { "window", 1 }, { "period", 1 }, { "burst", 1 }, { "calendar", 1 }
+
 static const struct ctl_option ctl_rule_add_options[] = {
     { "route", 1 },
     { "algorithm", 1 },
-    { "capacity", 1 },
-    { "refill-rate", 1 },
-    { "limit", 1 },
-    { "window", 1 },
-    { "period", 1 },
-    { "burst", 1 },
-    { "calendar", 1 },
+    CTL_ALGORITHM_OPTIONS,
     { "priority", 1 },
     { "name", 1 },
     { "shadow", 0 },
@@ -125,13 +125,7 @@ static const struct ctl_option ctl_rule_set_options[] = {
 static const struct ctl_option ctl_limit_add_options[] = {
     { "name", 1 },
     { "algorithm", 1 },
-    { "capacity", 1 },
-    { "refill-rate", 1 },
-    { "limit", 1 },
-    { "window", 1 },
-    { "period", 1 },
-    { "burst", 1 },
-    { "calendar", 1 },
+    CTL_ALGORITHM_OPTIONS,
     { NULL, 0 },
 };
 
