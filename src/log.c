@@ -40,6 +40,17 @@ log_init(const char *ident, const char *target, int level)
 }
 
 void
+log_reopen(void)
+{
+    /* stderr belongs to whoever started us (the web server's error log):
+     * nothing to reopen there.  The syslog socket is opened afresh. */
+    if (log_syslog) {
+        closelog();
+        openlog(log_ident, LOG_PID | LOG_NDELAY, LOG_DAEMON);
+    }
+}
+
+void
 log_set_level(int level)
 {
     log_level = level;

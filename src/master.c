@@ -10,8 +10,13 @@
  *                    the other slots keep serving)
  *   SIGTERM, SIGINT, graceful stop: every worker finishes the request in
  *   SIGQUIT          hand; after a grace period the rest are killed
- *   SIGHUP           re-read the configuration; on success, replace the
+ *   SIGHUP, SIGUSR2  re-read the configuration; on success, replace the
  *                    workers one by one as they finish (gracefully)
+ *   SIGUSR1          reopen the logs (logrotate's signal; the log is
+ *                    stderr or syslog, so only syslog is reopened)
+ *   others           the catchable signals whose default would end the
+ *                    master silently (SIGALRM, SIGIO, ...) are logged and
+ *                    ignored
  *
  * Several times a second it also kills a worker that has been answering
  * one request longer than request_timeout, or reading one longer than
@@ -59,6 +64,13 @@ struct master_slot {
 };
 
 static char **master_argv;
+
+/* Catchable signals whose default action would end (or stop) the master
+ * without a word: taken, logged and ignored.  Ends with 0. */
+static const int master_ignored[] = {
+    SIGALRM, SIGVTALRM, SIGPROF, SIGIO, SIGPWR, SIGXCPU, SIGXFSZ, SIGSTKFLT,
+    SIGTTIN, SIGTTOU, SIGTSTP, 0
+};
 
 void
 master_set_argv(char **argv)
@@ -364,6 +376,10 @@ master_run(struct rl_config *cfg, int listen_fd)
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGQUIT);
     sigaddset(&set, SIGHUP);
+    for (i = 0; master_ignored[i] != 0; i++)
+        sigaddset(&set, master_ignored[i]);
+    sigaddset(&set, SIGUSR1);
+    sigaddset(&set, SIGUSR2);
     sigprocmask(SIG_BLOCK, &set, &oldmask);
     signal(SIGPIPE, SIG_IGN);
 
@@ -413,8 +429,14 @@ master_run(struct rl_config *cfg, int listen_fd)
                 deadline = util_now_ms() + MASTER_GRACE_MS;
                 master_signal_all(&m, SIGTERM);
             }
-        } else if (sig == SIGHUP && !stopping)
+        } else if ((sig == SIGHUP || sig == SIGUSR2) && !stopping)
             master_reload(&m);
+        else if (sig == SIGUSR1) {
+            log_reopen();
+            log_info("master: SIGUSR1, logs reopened");
+        } else if (sig > 0 && sig != SIGCHLD && sig != SIGHUP &&
+            sig != SIGUSR2)
+            log_warn("master: signal %d (%s) ignored", sig, strsignal(sig));
     }
     log_info("master %ld: stopped", (long)getpid());
     log_flush();

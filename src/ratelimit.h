@@ -104,6 +104,9 @@ void config_help(FILE *fp);
 /* log.c */
 
 void log_init(const char *ident, const char *target, int level);
+
+/* Reopens where log lines go (SIGUSR1, after logrotate). */
+void log_reopen(void);
 void log_set_level(int level);
 
 /* Writes one line, unless the same call site (file:line) already wrote one

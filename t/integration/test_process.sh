@@ -114,6 +114,32 @@ app_conf "$D/app.conf" "listen=unix:$SOCK" workers=2 max_requests=0 \
 kill -HUP "$MASTER"
 check "SIGHUP back to 2 workers" wait_workers "$MASTER" 2
 
+# ---------------------------------------------------------------- other signals
+
+# renewed PID BEFORE: PID has 2 workers again, not the list BEFORE.
+# shellcheck disable=SC2317 # called through retry
+renewed() {
+    [ "$(workers_of "$1" | tr '\n' ' ')" != "$2" ] && has_workers "$1" 2
+}
+
+# logrotate's SIGUSR1 and signals whose default would end the master.
+for sig in USR1 ALRM IO; do
+    kill -"$sig" "$MASTER"
+done
+sleep 0.5
+check "SIGUSR1, SIGALRM, SIGIO: the master is still there" alive "$MASTER"
+check "SIGUSR1: the log says the logs were reopened" \
+    contains "$(cat "$D/app.log")" "SIGUSR1, logs reopened"
+check "SIGALRM: logged and ignored" \
+    contains "$(cat "$D/app.log")" "(Alarm clock) ignored"
+before=$(workers_of "$MASTER" | tr '\n' ' ')
+kill -USR2 "$MASTER"
+check "SIGUSR2 re-reads the configuration and replaces the workers" \
+    retry 50 renewed "$MASTER" "$before"
+check "SIGUSR2: the master stays the same process" alive "$MASTER"
+fetch "$L/health/live"
+check "after SIGUSR2: requests are served ($STATUS)" eq "$STATUS" 200
+
 # ---------------------------------------------------------------- timeouts
 
 # A client that stops sending in the middle of its body: the worker drops
