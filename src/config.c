@@ -145,6 +145,30 @@ errf(char *err, size_t errlen, const char *fmt, ...)
     va_end(ap);
 }
 
+/* Adds one more error line to err (after a newline when there is one
+ * already), as far as it fits, and counts it in *nerr. */
+static void
+config_error(char *err, size_t errlen, int *nerr, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void
+config_error(char *err, size_t errlen, int *nerr, const char *fmt, ...)
+{
+    size_t used = strlen(err);
+    va_list ap;
+
+    if (*nerr > 0 && used + 1 < errlen) {
+        err[used++] = '\n';
+        err[used] = '\0';
+    }
+    (*nerr)++;
+    if (used + 1 >= errlen)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(err + used, errlen - used, fmt, ap);
+    va_end(ap);
+}
+
 /* Levenshtein distance, small and bounded: used only for the hint. */
 static size_t
 edit_distance(const char *a, const char *b)
@@ -319,7 +343,10 @@ config_check_address(const char *key, const char *v, int allow_empty,
         return 0;
     }
     if (util_split_hostport(v, host, sizeof(host), &port) == -1) {
-        if (v[0] == '[' || (strchr(v, ':') != strrchr(v, ':')))
+        if (strstr(v, "://") != NULL)
+            errf(err, errlen, "%s: \"%s\": write the address without a "
+                "scheme, as \"127.0.0.1:9000\" or \"unix:/path\"", key, v);
+        else if (v[0] == '[' || (strchr(v, ':') != strrchr(v, ':')))
             errf(err, errlen, "%s: \"%s\": an IPv6 address is written "
                 "\"[::1]:port\"", key, v);
         else
@@ -417,28 +444,35 @@ config_load(struct rl_config *cfg, const char *path, char *err, size_t errlen)
     char line[2048], msg[512];
     char *p, *eq, *key, *value;
     unsigned seen[NKEYS];
-    int lineno = 0, rc = -1;
+    int lineno = 0, nerr = 0, c;
     size_t i, len;
 
     memset(seen, 0, sizeof(seen));
+    if (errlen > 0)
+        err[0] = '\0';
     if ((fp = fopen(path, "r")) == NULL) {
         errf(err, errlen, "%s: %s", path, strerror(errno));
         return -1;
     }
+    /* Every error of the file is reported, one line each, not only the
+     * first; the file is refused when there is any. */
     while (fgets(line, sizeof(line), fp) != NULL) {
         lineno++;
         len = strlen(line);
         if (len == sizeof(line) - 1 && line[len - 1] != '\n' && !feof(fp)) {
-            errf(err, errlen, "%s:%d: line is longer than %zu bytes", path,
-                lineno, sizeof(line) - 2);
-            goto out;
+            config_error(err, errlen, &nerr, "%s:%d: line is longer than "
+                "%zu bytes", path, lineno, sizeof(line) - 2);
+            while ((c = getc(fp)) != EOF && c != '\n')
+                ;
+            continue;
         }
         p = trim(line);
         if (*p == '\0' || *p == '#')
             continue;
         if ((eq = strchr(p, '=')) == NULL) {
-            errf(err, errlen, "%s:%d: expected \"key = value\"", path, lineno);
-            goto out;
+            config_error(err, errlen, &nerr, "%s:%d: expected \"key = "
+                "value\"", path, lineno);
+            continue;
         }
         *eq = '\0';
         key = trim(p);
@@ -446,39 +480,33 @@ config_load(struct rl_config *cfg, const char *path, char *err, size_t errlen)
         len = strlen(value);
         if (len > 0 && value[0] == '"') {
             if (len < 2 || value[len - 1] != '"') {
-                errf(err, errlen, "%s:%d: unbalanced quotes", path, lineno);
-                goto out;
+                config_error(err, errlen, &nerr, "%s:%d: unbalanced quotes",
+                    path, lineno);
+                continue;
             }
             value[len - 1] = '\0';
             value++;
         }
         if (config_set(cfg, key, value, msg, sizeof(msg)) == -1) {
-            errf(err, errlen, "%s:%d: %s", path, lineno, msg);
-            goto out;
+            config_error(err, errlen, &nerr, "%s:%d: %s", path, lineno, msg);
+            continue;
         }
         for (i = 0; i < NKEYS; i++)
             if (strcmp(config_keys[i].name, key) == 0) {
-                if (seen[i]) {
-                    errf(err, errlen, "%s:%d: \"%s\" is already set on line "
-                        "%u", path, lineno, key, seen[i]);
-                    goto out;
-                }
-                seen[i] = (unsigned)lineno;
+                if (seen[i])
+                    config_error(err, errlen, &nerr, "%s:%d: \"%s\" is "
+                        "already set on line %u", path, lineno, key, seen[i]);
+                else
+                    seen[i] = (unsigned)lineno;
             }
     }
-    if (ferror(fp)) {
-        errf(err, errlen, "%s: %s", path, strerror(errno));
-        goto out;
-    }
-    len = strlen(path);
-    if (len >= sizeof(cfg->path))
-        len = sizeof(cfg->path) - 1;
-    memcpy(cfg->path, path, len);
-    cfg->path[len] = '\0';
-    rc = 0;
-out:
+    if (ferror(fp))
+        config_error(err, errlen, &nerr, "%s: %s", path, strerror(errno));
     fclose(fp);
-    return rc;
+    if (nerr > 0)
+        return -1;
+    util_copy(cfg->path, sizeof(cfg->path), path);
+    return 0;
 }
 
 static void

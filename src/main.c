@@ -44,7 +44,7 @@ main(int argc, char **argv)
     static struct rl_config cfg;
     const char *path = DEFAULT_CONFIG;
     const char *inherited;
-    char err[600];
+    char err[4096], *line;
     int ch, test = 0, fd, rc;
 
     while ((ch = getopt_long(argc, argv, "c:tThv", longopts, NULL)) != -1) {
@@ -77,7 +77,10 @@ main(int argc, char **argv)
 
     config_defaults(&cfg);
     if (config_load(&cfg, path, err, sizeof(err)) == -1) {
-        fprintf(stderr, "ratelimit-fcgi: %s\n", err);
+        /* One line per error of the file. */
+        for (line = strtok(err, "\n"); line != NULL;
+            line = strtok(NULL, "\n"))
+            fprintf(stderr, "ratelimit-fcgi: %s\n", line);
         if (test)
             fprintf(stderr, "ratelimit-fcgi: configuration file %s test "
                 "failed\n", path);

@@ -284,7 +284,7 @@ static void
 master_reload(struct master *m)
 {
     struct rl_config fresh;
-    char err[512];
+    char err[2048];
 
     if (m->cfg->path[0] == '\0') {
         log_warn("SIGHUP: no configuration file to re-read");

@@ -321,6 +321,32 @@ START_TEST(test_load_duplicate_key)
 }
 END_TEST
 
+/* Every error of a file is reported, one line each, not only the first. */
+START_TEST(test_load_every_error)
+{
+    struct rl_config cfg;
+    char path[sizeof(TEMPLATE)], err[2048], want[600];
+
+    ck_assert_int_eq(load_text(&cfg, "wrokers = 4\nworkers = x\n"
+        "listen = tcp://127.0.0.1:9000\nworkers = 2\n", path, err,
+        sizeof(err)), -1);
+    snprintf(want, sizeof(want), "%s:1: unknown key \"wrokers\"", path);
+    ck_assert_msg(strncmp(err, want, strlen(want)) == 0, "got \"%s\"", err);
+    snprintf(want, sizeof(want), "\n%s:2: workers: \"x\" is not a whole "
+        "number", path);
+    ck_assert_msg(strstr(err, want) != NULL, "got \"%s\"", err);
+    snprintf(want, sizeof(want), "\n%s:3: listen: \"tcp://127.0.0.1:9000\": "
+        "write the address without a scheme", path);
+    ck_assert_msg(strstr(err, want) != NULL, "got \"%s\"", err);
+    /* Line 4 is fine: three lines, no more. */
+    ck_assert_ptr_null(strstr(err, ":4:"));
+    /* A small buffer is filled as far as it goes, never past it. */
+    ck_assert_int_eq(load_text(&cfg, "a = 1\nb = 2\nc = 3\n", path, err, 40),
+        -1);
+    ck_assert_int_lt((int)strlen(err), 40);
+}
+END_TEST
+
 START_TEST(test_load_missing_file)
 {
     struct rl_config cfg;
@@ -554,6 +580,7 @@ config_suite(void)
     tcase_add_loop_test(tc, test_load_bad_value, 0,
         (int)(sizeof(bad_values) / sizeof(bad_values[0])));
     tcase_add_test(tc, test_load_duplicate_key);
+    tcase_add_test(tc, test_load_every_error);
     tcase_add_test(tc, test_load_missing_file);
     tcase_add_test(tc, test_load_directory);
     tcase_add_test(tc, test_shipped_config_is_defaults);
