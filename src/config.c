@@ -109,6 +109,10 @@ static const struct config_key config_keys[] = {
       1, 3600, "1", NULL, "Retry-After seconds sent with a 503" },
     { "log_level", CT_LEVEL, OFF(log_level), 0, 0, 0, "info", NULL,
       "error, warn, info or debug" },
+    { "ready_requires_postgresql", CT_ENUM, OFF(ready_requires_postgresql),
+      SZ(ready_requires_postgresql), 0, 0, "off", "off|on",
+      "on: /health/ready answers 503 while PostgreSQL is unreachable; off: "
+      "200 with status \"degraded\", since known keys are still served" },
     { "log", CT_ENUM, OFF(log_target), SZ(log_target), 0, 0, "stderr",
       "stderr|syslog", "where log lines go: stderr (the web server's error "
       "log) or syslog (facility daemon)" },

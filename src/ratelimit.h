@@ -71,6 +71,7 @@ struct rl_config {
     char log_target[16];        /* "stderr" or "syslog" */
     char authorizer_path[256];  /* Responder path answering as authorizer */
     char authorizer_route[16];  /* "path" or "method_path" */
+    char ready_requires_postgresql[4]; /* "off" or "on" */
     char anonymous_tenant[129]; /* tenant of requests without a key */
     char trusted_proxies[1024]; /* as written; parsed into trusted[] */
     int ntrusted;

@@ -27,19 +27,28 @@ void
 views_ready(struct service *svc, struct rl_response *resp)
 {
     struct json_object *o;
-    const char *reason = NULL;
+    const char *reason = NULL, *status = "ready";
+    int pg_down;
 
     /* The reasons are short texts without host, port or server message:
-     * anyone who reaches the listener may ask.  The log has the detail. */
-    if (pg_store_ready(&svc->pg) != STORE_OK)
-        reason = svc->pg.error[0] ? svc->pg.error : "postgresql unreachable";
-    else if (redis_store_ready(&svc->redis) != STORE_OK)
+     * anyone who reaches the listener may ask.  The log has the detail.
+     * Checks are served while Redis answers: without PostgreSQL the keys
+     * and rules the pool knows keep working, so that is "degraded", not
+     * unavailable, unless ready_requires_postgresql says otherwise. */
+    pg_down = pg_store_ready(&svc->pg) != STORE_OK;
+    if (redis_store_ready(&svc->redis) != STORE_OK) {
         reason = svc->redis.error[0] ? svc->redis.error : "redis unreachable";
+        status = "unavailable";
+    } else if (pg_down) {
+        reason = svc->pg.error[0] ? svc->pg.error : "postgresql unreachable";
+        status = strcmp(svc->cfg->ready_requires_postgresql, "on") == 0 ?
+            "unavailable" : "degraded";
+    }
     o = json_object_new_object();
-    json_object_object_add(o, "status",
-        json_object_new_string(reason ? "unavailable" : "ready"));
-    if (reason != NULL) {
+    json_object_object_add(o, "status", json_object_new_string(status));
+    if (reason != NULL)
         json_object_object_add(o, "reason", json_object_new_string(reason));
+    if (strcmp(status, "unavailable") == 0) {
         resp->status = 503;
         response_header(resp, "Retry-After", "%ld",
             svc->cfg->retry_after_unavailable);

@@ -381,8 +381,10 @@ while [ "$n" -lt 8 ]; do
     esac
     n=$((n + 1))
 done
-check "PostgreSQL down: /health/ready answers 200 or 503 ($ready)" \
-    matches "$ready" '^( (200|503)){8}$'
+check "PostgreSQL down: /health/ready answers 200, degraded: known keys are served ($ready)" \
+    matches "$ready" '^( 200){8}$'
+check "PostgreSQL down: /health/ready says degraded" \
+    eq "$(json_field status)" degraded
 check "PostgreSQL down: /health/ready has a reason, without host, port or libpq text ($(printf '%.300s' "$leaks"))" \
     eq "$leaks" ""
 pg_start
@@ -391,7 +393,7 @@ fault_row "worker killed while PostgreSQL is down" "$total" "$bad" -
 
 # ---------------------------------------------------------------- 4. max_requests
 
-private_app mr "$P_MR" workers=2 max_requests=20 ||
+private_app mr "$P_MR" workers=2 max_requests=20 ready_requires_postgresql=on ||
     fail "max_requests: the private application starts behind lighttpd"
 MR_URL=http://127.0.0.1:$P_MR
 MR_MASTER=$APP_PID
@@ -407,6 +409,11 @@ check "max_requests = 20, PostgreSQL down: 200 checks all 200 ($mr_ok; $(count_s
 after=$(workers_of "$MR_MASTER" | tr '\n' ' ')
 check "max_requests = 20, PostgreSQL down: no worker was recycled ($before -> $after)" \
     eq "$after" "$before"
+fetch "$MR_URL/health/ready"
+check "ready_requires_postgresql = on, PostgreSQL down: /health/ready is 503 ($STATUS)" \
+    eq "$STATUS" 503
+check "ready_requires_postgresql = on: status unavailable" \
+    eq "$(json_field status)" unavailable
 pg_start
 sleep 1.5
 at "$MR_URL" par_checks 100 2 "$DEMO_KEY" "$CB"
