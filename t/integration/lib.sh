@@ -203,6 +203,18 @@ has_workers() {
     [ "$(count_lines "$(workers_of "$1")")" = "$2" ]
 }
 
+# replaced VICTIM N [MASTER]: the pool (the stack's, or MASTER's) has N
+# workers again, VICTIM not among them.
+replaced() {
+    if [ -n "${3:-}" ]; then
+        rp_now=$(workers_of "$3")
+    else
+        rp_now=$(fcgi_worker_pids)
+    fi
+    [ "$(count_lines "$rp_now")" = "$2" ] &&
+        ! printf '%s\n' "$rp_now" | grep -qx -- "$1"
+}
+
 # wait_workers PID N: up to 5 s for PID to have N children.
 wait_workers() {
     retry 50 has_workers "$1" "$2"

@@ -171,22 +171,6 @@ wait_changed() {
     done
 }
 
-# wait_changed4 MASTER VICTIM: up to 5 s for MASTER to have 4 workers
-# again, VICTIM not among them.
-wait_changed4() {
-    w4_n=0
-    while :; do
-        w4_now=$(workers_of "$1")
-        if [ "$(count_lines "$w4_now")" = 4 ] &&
-            ! printf '%s\n' "$w4_now" | grep -qx -- "$2"; then
-            return 0
-        fi
-        w4_n=$((w4_n + 1))
-        [ "$w4_n" -gt 50 ] && return 1
-        sleep 0.1
-    done
-}
-
 # private_app NAME PORT KEY=VALUE...: an application of its own (the
 # stack's configuration with KEY=VALUEs) on the Unix socket $D/NAME.sock,
 # with a lighttpd in front on 127.0.0.1:PORT.  Sets APP_PID and LT_PID.
@@ -341,20 +325,8 @@ victim=$(fcgi_worker_pids | head -n 1)
 if [ -n "$victim" ]; then
     kill -KILL "$victim"
 fi
-n=0
-respawned=no
-while [ "$n" -lt 50 ]; do
-    now_workers=$(fcgi_worker_pids)
-    if [ "$(count_lines "$now_workers")" = "$WORKERS" ] &&
-        ! printf '%s\n' "$now_workers" | grep -qx -- "$victim"; then
-        respawned=yes
-        break
-    fi
-    n=$((n + 1))
-    sleep 0.1
-done
 check "worker killed during the outage: respawned within 5 s" \
-    eq "$respawned" yes
+    retry 50 replaced "$victim" "$WORKERS"
 # 40 checks per key, 8 at a time: every worker, the new one too, serves
 # some of them.
 bad=0
@@ -500,7 +472,7 @@ check "the same 1,000 bad keys again: at most 5 lookups, the pool shares its neg
 victim=$(workers_of "$NEG_MASTER" | head -n 1)
 [ -n "$victim" ] && kill -KILL "$victim"
 check "negative cache: the killed worker is replaced" \
-    wait_changed4 "$NEG_MASTER" "$victim"
+    retry 50 replaced "$victim" 4 "$NEG_MASTER"
 sleep 1.5
 bad_round 3
 s3=$ROUND
