@@ -241,7 +241,9 @@ decide_rules(struct decider *dc, const char *tenant_id)
     long len;
     int stale = 0, shared;
 
-    decide_sync(dc);
+    /* No decide_sync here: every caller has just identified the tenant
+     * through decide_key or decide_tenant, which took the notifications
+     * in; one more look at the socket per check would be a wasted read. */
     gen = shm_generation(dc->shm);
     tr = cache_get(dc->rules, tenant_id, now, &stale);
     if (tr != NULL && !stale && tr->generation == gen)
