@@ -74,8 +74,31 @@ static const struct config_key config_keys[] = {
     { "pg_query_timeout_ms", CT_LONG, OFF(pg_query_timeout_ms), 0, 10,
       60000, "1000", NULL, "longest a request waits for PostgreSQL, connect "
       "included (milliseconds); then it is treated as unreachable" },
+    { "redis_type", CT_ENUM, OFF(redis_type), SZ(redis_type), 0, 0,
+      "single", "single|cluster|sentinel", "single: one Redis server; "
+      "cluster: a Redis Cluster (redis lists seed nodes); sentinel: the "
+      "master that Redis Sentinel names (redis lists the sentinels)" },
     { "redis", CT_STRING, OFF(redis), SZ(redis), 1, 0, "127.0.0.1:6379",
-      NULL, "Redis address: \"host:port\" or \"unix:/path\"" },
+      NULL, "Redis address: \"host:port\" or \"unix:/path\"; with "
+      "redis_type cluster or sentinel a comma-separated list (at most 16) "
+      "of seed nodes or sentinels" },
+    { "redis_sentinel_master", CT_STRING, OFF(redis_sentinel_master),
+      SZ(redis_sentinel_master), 0, 0, "", NULL, "the master name the "
+      "sentinels monitor (redis_type = sentinel only)" },
+    { "redis_username", CT_STRING, OFF(redis_username),
+      SZ(redis_username), 0, 0, "", NULL, "Redis ACL user (Redis 6 and "
+      "later; needs redis_password); empty = the default user" },
+    { "redis_password", CT_STRING, OFF(redis_password),
+      SZ(redis_password), 0, 0, "", NULL, "password sent with AUTH on every "
+      "Redis connection; empty = none" },
+    { "redis_sentinel_username", CT_STRING, OFF(redis_sentinel_username),
+      SZ(redis_sentinel_username), 0, 0, "", NULL, "ACL user for the "
+      "sentinels (needs redis_sentinel_password)" },
+    { "redis_sentinel_password", CT_STRING, OFF(redis_sentinel_password),
+      SZ(redis_sentinel_password), 0, 0, "", NULL, "password sent with AUTH "
+      "to the sentinels; empty = none" },
+    { "redis_db", CT_LONG, OFF(redis_db), 0, 0, 65535, "0", NULL,
+      "Redis database number (SELECT); a Redis Cluster has only 0" },
     { "redis_connect_timeout_ms", CT_LONG, OFF(redis_connect_timeout_ms), 0,
       1, 10000, "50", NULL, "Redis connect timeout (milliseconds)" },
     { "redis_command_timeout_ms", CT_LONG, OFF(redis_command_timeout_ms), 0,
@@ -361,6 +384,28 @@ config_check_address(const char *key, const char *v, int allow_empty,
     return 0;
 }
 
+/* The "redis" key: one address or a comma-separated list of them (blanks
+ * around the commas are allowed), each as config_check_address wants. */
+static int
+config_check_redis_list(const char *v, char *err, size_t errlen)
+{
+    char addrs[RL_REDIS_MAX_ADDRS][RL_REDIS_ADDR_MAX];
+    int i, n;
+
+    n = util_split_list(v, addrs, RL_REDIS_MAX_ADDRS);
+    if (n == -1) {
+        errf(err, errlen, "redis: more than %d addresses, or one longer "
+            "than %d bytes", RL_REDIS_MAX_ADDRS, RL_REDIS_ADDR_MAX - 1);
+        return -1;
+    }
+    if (n == 0)
+        return config_check_address("redis", "", 0, err, errlen);
+    for (i = 0; i < n; i++)
+        if (config_check_address("redis", addrs[i], 0, err, errlen) == -1)
+            return -1;
+    return 0;
+}
+
 /* Applies one key to cfg and runs its cross checks. */
 static int
 config_set_one(struct rl_config *cfg, const struct config_key *k,
@@ -371,7 +416,7 @@ config_set_one(struct rl_config *cfg, const struct config_key *k,
     if (strcmp(key, "listen") == 0)
         return config_check_address(key, value, 1, err, errlen);
     if (strcmp(key, "redis") == 0)
-        return config_check_address(key, value, 0, err, errlen);
+        return config_check_redis_list(value, err, errlen);
     if (strcmp(key, "trusted_proxies") == 0) {
         char msg[128];
         int n = addr_parse_list(value, cfg->trusted,
@@ -426,6 +471,84 @@ config_set(struct rl_config *cfg, const char *key, const char *value,
         return -1;
     *cfg = tmp;
     return 0;
+}
+
+/* The line that set key name (0: it has its default). */
+static unsigned
+config_line(const unsigned *seen, const char *name)
+{
+    size_t i;
+
+    for (i = 0; i < NKEYS; i++)
+        if (strcmp(config_keys[i].name, name) == 0)
+            return seen[i];
+    return 0;
+}
+
+/*
+ * The combinations of the redis_* keys that cannot work, each reported at
+ * the line of the key that is out of place.
+ */
+static void
+config_check_redis(const struct rl_config *cfg, const unsigned *seen,
+    const char *path, char *err, size_t errlen, int *nerr)
+{
+    char addrs[RL_REDIS_MAX_ADDRS][RL_REDIS_ADDR_MAX];
+    const char *type = cfg->redis_type;
+    unsigned tline = config_line(seen, "redis_type");
+    char how[64];
+    int i, n;
+
+    if (tline)
+        snprintf(how, sizeof(how), "redis_type = %s on line %u", type,
+            tline);
+    else
+        snprintf(how, sizeof(how), "redis_type is %s by default", type);
+    n = util_split_list(cfg->redis, addrs, RL_REDIS_MAX_ADDRS);
+    if (strcmp(type, "single") == 0 && n > 1)
+        config_error(err, errlen, nerr, "%s:%u: redis lists %d addresses, "
+            "but %s: a list is for redis_type = cluster (seed nodes) or "
+            "sentinel (the sentinels)", path, config_line(seen, "redis"), n,
+            how);
+    if (strcmp(type, "cluster") == 0) {
+        for (i = 0; i < n; i++)
+            if (strncmp(addrs[i], "unix:", 5) == 0) {
+                config_error(err, errlen, nerr, "%s:%u: redis: \"%s\": "
+                    "the nodes of a Redis Cluster name each other by TCP "
+                    "address; list seed nodes as host:port", path,
+                    config_line(seen, "redis"), addrs[i]);
+                break;
+            }
+        if (cfg->redis_db != 0)
+            config_error(err, errlen, nerr, "%s:%u: redis_db = %ld, but %s: "
+                "a Redis Cluster has only database 0", path,
+                config_line(seen, "redis_db"), cfg->redis_db, how);
+    }
+    if (strcmp(type, "sentinel") == 0) {
+        if (cfg->redis_sentinel_master[0] == '\0')
+            config_error(err, errlen, nerr, "%s:%u: redis_type = sentinel "
+                "needs redis_sentinel_master (the name the sentinels "
+                "monitor)", path, tline);
+    } else {
+        static const char *const only[] = { "redis_sentinel_master",
+            "redis_sentinel_username", "redis_sentinel_password" };
+        const char *const val[] = { cfg->redis_sentinel_master,
+            cfg->redis_sentinel_username, cfg->redis_sentinel_password };
+
+        for (i = 0; i < 3; i++)
+            if (val[i][0] != '\0')
+                config_error(err, errlen, nerr, "%s:%u: %s applies only to "
+                    "redis_type = sentinel, but %s", path,
+                    config_line(seen, only[i]), only[i], how);
+    }
+    if (cfg->redis_username[0] != '\0' && cfg->redis_password[0] == '\0')
+        config_error(err, errlen, nerr, "%s:%u: redis_username needs "
+            "redis_password", path, config_line(seen, "redis_username"));
+    if (cfg->redis_sentinel_username[0] != '\0' &&
+        cfg->redis_sentinel_password[0] == '\0')
+        config_error(err, errlen, nerr, "%s:%u: redis_sentinel_username "
+            "needs redis_sentinel_password", path,
+            config_line(seen, "redis_sentinel_username"));
 }
 
 static char *
@@ -507,6 +630,8 @@ config_load(struct rl_config *cfg, const char *path, char *err, size_t errlen)
     if (ferror(fp))
         config_error(err, errlen, &nerr, "%s: %s", path, strerror(errno));
     fclose(fp);
+    if (nerr == 0)
+        config_check_redis(cfg, seen, path, err, errlen, &nerr);
     if (nerr > 0)
         return -1;
     util_copy(cfg->path, sizeof(cfg->path), path);
@@ -531,7 +656,11 @@ config_value(const struct rl_config *cfg, const struct config_key *k,
         break;
     case CT_ENUM:
     case CT_STRING:
-        snprintf(out, outlen, "\"%s\"", field);
+        /* Secrets are not shown, only whether there is one. */
+        if (strstr(k->name, "password") != NULL && field[0] != '\0')
+            snprintf(out, outlen, "\"(set)\"");
+        else
+            snprintf(out, outlen, "\"%s\"", field);
         break;
     }
 }

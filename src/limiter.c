@@ -192,6 +192,31 @@ limiter_resend(struct limiter_call *call)
 }
 
 int
+limiter_unkey(struct limiter_call *call)
+{
+    static const char *const digits[] = { "0", "1", "2", "3", "4", "5",
+        "6", "7", "8", "9" };
+    int i, k, at;
+
+    if (call->argc < 2 || call->argvlen[0] != 1)
+        return -1;
+    k = call->argv[0][0] - '0';
+    if (k < 2 || k > RL_MAX_LIMITS + 1 || call->argc != 6 * k - 1)
+        return -1;
+    at = 1 + k + 1;                     /* the peek argument */
+    if (call->argvlen[at] != 1 ||
+        (call->argv[at][0] != '0' && call->argv[at][0] != '1'))
+        return -1;
+    for (i = k; i < call->argc - 1; i++) {
+        call->argv[i] = call->argv[i + 1];
+        call->argvlen[i] = call->argvlen[i + 1];
+    }
+    call->argc--;
+    call->argv[0] = digits[k - 1];
+    return 0;
+}
+
+int
 limiter_decode(const long long *v, size_t n, int nlimits,
     struct rl_decision *d)
 {

@@ -54,7 +54,15 @@ struct rl_config {
     char pg_conninfo[1024];
     long pg_connect_timeout_ms;
     long pg_query_timeout_ms;   /* a whole lookup, connect included */
-    char redis[256];            /* "host:port" or "unix:/path" */
+    char redis_type[16];        /* "single", "cluster" or "sentinel" */
+    char redis[1024];           /* "host:port" or "unix:/path"; a list for
+                                   cluster (seeds) and sentinel */
+    char redis_sentinel_master[128];
+    char redis_username[128];
+    char redis_password[256];
+    char redis_sentinel_username[128];
+    char redis_sentinel_password[256];
+    long redis_db;
     long redis_connect_timeout_ms;
     long redis_command_timeout_ms;
     long redis_backoff_ms;
@@ -218,6 +226,17 @@ size_t util_copy(char *dst, size_t size, const char *src);
  * does not fit in hostlen. */
 int util_split_hostport(const char *addr, char *host, size_t hostlen,
     int *port);
+
+/* The "redis" key's list: at most RL_REDIS_MAX_ADDRS addresses, each
+ * shorter than RL_REDIS_ADDR_MAX. */
+#define RL_REDIS_MAX_ADDRS 16
+#define RL_REDIS_ADDR_MAX 128
+
+/* Splits a comma-separated list into out[max], blanks around the items
+ * removed, empty items skipped.  Returns the number of items, or -1 when
+ * there are more than max or one does not fit in RL_REDIS_ADDR_MAX. */
+int util_split_list(const char *list, char (*out)[RL_REDIS_ADDR_MAX],
+    int max);
 
 /* Monotonic milliseconds and wall-clock seconds. */
 int64_t util_now_ms(void);
@@ -528,7 +547,7 @@ size_t cache_count(const struct cache *c);
 /* ------------------------------------------------------------------ */
 /* shm.c: the segment all workers of a pool share */
 
-#define SHM_VERSION 1
+#define SHM_VERSION 2
 #define SHM_WAYS 8                  /* entries per set: a set of a full
                                        table gives up its oldest */
 #define SHM_KEY_VALUE_MAX 320       /* a struct key_info (service.h) */
@@ -666,10 +685,32 @@ int limiter_request_key(struct limiter_call *call, const char *id);
  * call has no request key. */
 int limiter_resend(struct limiter_call *call);
 
+/* Takes the request key out of a call again (for a node that cannot take
+ * a key the call creates, as the target of a Redis Cluster ASK with the
+ * limits' keys already there): the call then has no replay.  Returns 0,
+ * or -1 when it has no request key or was marked as sent again. */
+int limiter_unkey(struct limiter_call *call);
+
 /* Index of the most restrictive limit (the one the X-RateLimit-* headers
  * describe): enforced limits before shadow ones, a denying one first, else
  * the one with the least remaining. */
 int limiter_primary(const struct rl_decision *d);
+
+/* ------------------------------------------------------------------ */
+/* cluster.c: Redis Cluster's hash slots and redirections */
+
+#define CLUSTER_SLOTS 16384
+
+/* The hash slot of a key (CRC16 of its {hash tag}, or of all of it). */
+unsigned cluster_keyslot(const char *key, size_t len);
+
+enum { CLUSTER_MOVED = 1, CLUSTER_ASK = 2 };
+
+/* Reads an error reply "MOVED <slot> <host:port>" or "ASK <slot>
+ * <host:port>".  Returns CLUSTER_MOVED or CLUSTER_ASK with *slot and addr
+ * (the address as sent; it may be ":port", the node asked) filled in, 0
+ * when msg is no redirection, -1 when it is one of another shape. */
+int cluster_redirect(const char *msg, int *slot, char *addr, size_t addrlen);
 
 /* ------------------------------------------------------------------ */
 /* response.c: what goes back to the web server */

@@ -1,21 +1,37 @@
 /*
- * redis_store.c -- the worker's connection to Redis and the one script.
+ * redis_store.c -- the worker's connections to Redis and the one script.
  *
- * Each worker owns one blocking hiredis context, opened after fork.  Both
+ * redis_type says where the script runs.  single: one server.  sentinel:
+ * the master that Redis Sentinel names; the worker asks one sentinel at a
+ * time (SENTINEL get-master-addr-by-name), checks the answer with ROLE on
+ * connect, and asks again when the master fails, answers READONLY or
+ * LOADING, or turns out to be a replica.  cluster: each worker reads the
+ * slot map (CLUSTER SLOTS) from a node it knows, sends a check to the
+ * primary owning the slot of the check's keys (they all carry the tenant's
+ * hash tag), and keeps one connection per primary it has needed, opened
+ * when first needed.  MOVED updates the slot and goes to the named node
+ * (and the map is read again before the next check); ASK goes there once,
+ * after ASKING; TRYAGAIN (a slot half moved) is retried a few milliseconds
+ * later within the command timeout; a failure or CLUSTERDOWN has the map
+ * read again.  Topology lookups are at most one per REDIS_LOOKUP_MS per
+ * worker, so a failover costs 503s, not a storm of lookups.
+ *
+ * Each connection is a blocking hiredis context, opened after fork.  Both
  * the connect and every command are bounded by the configured timeouts
  * (hiredis 0.14 applies the connect timeout only to connect(), so the
  * command timeout is set again after every connect).  After any failure
  * the context is dropped -- hiredis contexts are dead after an I/O error.
+ * A new connection sends AUTH (redis_password), SELECT (redis_db), ROLE
+ * (sentinel) and SCRIPT LOAD in one round trip.
  *
- * Connects that fail start a back-off: no blocking connect for
- * redis_backoff_ms, and a check answers "unavailable" at once, so an
+ * Connects that fail start a back-off for that node: no blocking connect
+ * for redis_backoff_ms, and a check answers "unavailable" at once, so an
  * outage costs a client one fast 503, not a hanging socket.  Meanwhile,
- * when Redis did not listen (refused, unreachable, closed on us), every
- * request looks at a non-blocking connect to the last address Redis had:
- * once that one is accepted, Redis is back, and the worker connects at
- * once instead of answering 503s for the rest of the back-off.  A Redis
- * that answers but fails (an error to SCRIPT LOAD, a timeout) is not
- * probed: it is retried when the back-off ends.
+ * when the node did not listen (refused, unreachable, closed on us), every
+ * request looks at a non-blocking connect to it: once that one is
+ * accepted, the worker connects at once instead of answering 503s for the
+ * rest of the back-off.  A node that answers but fails (an error to SCRIPT
+ * LOAD, a timeout) is not probed: it is retried when the back-off ends.
  *
  * A check's script call charges; when its connection dies before the reply
  * came (the server closed it: a restart, a failover, CLIENT KILL, the idle
@@ -25,15 +41,15 @@
  * call that charged for three seconds.  So the call is sent once more on a
  * new connection, marked as sent again (limiter_resend), and the script
  * replays the stored reply if there is one: a check is never charged
- * twice.  Only the resend looks for a stored reply, so a first send costs
- * the script no extra read.  A timeout is not retried: the budget of a
- * check is one command timeout, and a Redis too slow to answer is not
- * helped by more load.
+ * twice.  A timeout is not retried: the budget of a check is one command
+ * timeout, and a Redis too slow to answer is not helped by more load.  The
+ * target of an ASK gets the call without its request key (limiter_unkey):
+ * an importing node answers TRYAGAIN to a call whose keys it does not all
+ * have, and the request key is new by nature.
  *
- * The script is loaded with SCRIPT LOAD on every connect and run with
- * EVALSHA.  Redis forgets scripts on restart, failover and SCRIPT FLUSH; a
- * NOSCRIPT reply is answered by one EVAL of the full text (which also puts
- * it back in the script cache) and the check goes on.
+ * The script is run with EVALSHA.  Redis forgets scripts on restart,
+ * failover and SCRIPT FLUSH; a NOSCRIPT reply is answered by one EVAL of
+ * the full text (which also puts it back in the script cache).
  *
  * rs->error is a short reason without addresses, since /health/ready shows
  * it; the details (hiredis' text, Redis' error replies) go to the log,
@@ -64,73 +80,118 @@
  * closes them under it: the first, and one new one. */
 #define REDIS_MAX_TRIES 2
 
-/* What redis_store_connect() found, besides STORE_OK and
+/* Redirections (MOVED, ASK) one check follows. */
+#define REDIS_MAX_REDIRECTS 5
+
+/* A TRYAGAIN is retried after this long, while the command timeout
+ * lasts. */
+#define REDIS_TRYAGAIN_MS 5
+
+/* At most one topology lookup (slot map, sentinel) per this long. */
+#define REDIS_LOOKUP_MS 100
+
+/* What redis_node_connect() found, besides STORE_OK and
  * STORE_UNAVAILABLE: Redis accepted the connection and closed it before
- * SCRIPT LOAD was answered.  A new connection may work. */
+ * the set-up was answered.  A new connection may work. */
 #define REDIS_CLOSED (-10)
 
-/*
- * The address to probe before any connect has worked: a Unix socket path
- * or a numeric address is known from the configuration; a host name is
- * learnt from the first connection (the probe never waits on DNS).
- */
+/* The address of addr for the probe, when it is a Unix socket path or a
+ * numeric address (the probe never waits on DNS; a host name's address is
+ * learnt from the first connection). */
 static void
-redis_store_addr(struct redis_store *rs)
+redis_node_sockaddr(struct redis_node *n)
 {
-    const char *addr = rs->cfg->redis, *colon;
+    const char *addr = n->addr;
     struct sockaddr_storage ss;
     struct sockaddr_un *un = (struct sockaddr_un *)&ss;
     struct sockaddr_in *in4 = (struct sockaddr_in *)&ss;
     struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
     char host[64];
-    size_t n;
+    size_t len;
     int port;
 
     memset(&ss, 0, sizeof(ss));
+    n->peer_len = 0;
     if (strncmp(addr, "unix:", 5) == 0) {
-        if ((n = strlen(addr + 5)) >= sizeof(un->sun_path))
+        if ((len = strlen(addr + 5)) >= sizeof(un->sun_path))
             return;
         un->sun_family = AF_UNIX;
-        memcpy(un->sun_path, addr + 5, n + 1);
-        memcpy(rs->peer, &ss, sizeof(*un));
-        rs->peer_len = sizeof(*un);
+        memcpy(un->sun_path, addr + 5, len + 1);
+        memcpy(n->peer, &ss, sizeof(*un));
+        n->peer_len = sizeof(*un);
         return;
     }
-    if ((colon = strrchr(addr, ':')) == NULL ||
-        (port = atoi(colon + 1)) <= 0 || port > 65535)
+    if (util_split_hostport(addr, host, sizeof(host), &port) == -1)
         return;
-    n = (size_t)(colon - addr);
-    if (addr[0] == '[' && n >= 2) {
-        addr++;
-        n -= 2;
-    }
-    if (n >= sizeof(host))
-        return;
-    memcpy(host, addr, n);
-    host[n] = '\0';
     if (inet_pton(AF_INET, host, &in4->sin_addr) == 1) {
         in4->sin_family = AF_INET;
         in4->sin_port = htons((uint16_t)port);
-        n = sizeof(*in4);
+        len = sizeof(*in4);
     } else if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
         in6->sin6_family = AF_INET6;
         in6->sin6_port = htons((uint16_t)port);
-        n = sizeof(*in6);
+        len = sizeof(*in6);
     } else
         return;
-    memcpy(rs->peer, &ss, n);
-    rs->peer_len = (unsigned)n;
+    memcpy(n->peer, &ss, len);
+    n->peer_len = (unsigned)len;
+}
+
+static void
+redis_node_probe_stop(struct redis_node *n)
+{
+    if (n->probe_fd >= 0)
+        close(n->probe_fd);
+    n->probe_fd = -1;
+}
+
+static void
+redis_node_close(struct redis_node *n)
+{
+    if (n->ctx != NULL)
+        redisFree(n->ctx);
+    n->ctx = NULL;
+    redis_node_probe_stop(n);
+}
+
+/* Makes n a node at addr, with no connection and no back-off. */
+static void
+redis_node_set(struct redis_node *n, const char *addr)
+{
+    redis_node_close(n);
+    memset(n, 0, sizeof(*n));
+    n->probe_fd = -1;
+    util_copy(n->addr, sizeof(n->addr), addr);
+    redis_node_sockaddr(n);
 }
 
 void
-redis_store_init(struct redis_store *rs, const struct rl_config *cfg)
+redis_store_init(struct redis_store *rs, const struct rl_config *cfg,
+    struct rl_counters *counters)
 {
     unsigned char md[SHA_DIGEST_LENGTH], seed[8];
     size_t i;
 
     memset(rs, 0, sizeof(*rs));
     rs->cfg = cfg;
-    rs->probe_fd = -1;
+    rs->counters = counters;
+    if (strcmp(cfg->redis_type, "cluster") == 0)
+        rs->type = REDIS_CLUSTER;
+    else if (strcmp(cfg->redis_type, "sentinel") == 0)
+        rs->type = REDIS_SENTINEL;
+    else
+        rs->type = REDIS_SINGLE;
+    for (i = 0; i < REDIS_MAX_NODES; i++)
+        rs->node[i].probe_fd = -1;
+    rs->naddrs = util_split_list(cfg->redis, rs->addrs, RL_REDIS_MAX_ADDRS);
+    if (rs->naddrs < 0)         /* config.c refuses such a list */
+        rs->naddrs = 0;
+    /* single: the server; cluster: the seeds, as the first nodes. */
+    if (rs->type == REDIS_SINGLE && rs->naddrs > 0)
+        redis_node_set(&rs->node[0], rs->addrs[0]);
+    if (rs->type == REDIS_CLUSTER)
+        for (i = 0; i < (size_t)rs->naddrs; i++)
+            redis_node_set(&rs->node[i], rs->addrs[i]);
     SHA1((const unsigned char *)embedded_check_lua,
         strlen(embedded_check_lua), md);
     util_hex(md, sizeof(md), rs->sha);
@@ -145,24 +206,18 @@ redis_store_init(struct redis_store *rs, const struct rl_config *cfg)
             seed[i] = (unsigned char)(v >> (8 * i));
     }
     util_hex(seed, sizeof(seed), rs->id_prefix);
-    redis_store_addr(rs);
-}
-
-static void
-redis_store_probe_stop(struct redis_store *rs)
-{
-    if (rs->probe_fd >= 0)
-        close(rs->probe_fd);
-    rs->probe_fd = -1;
 }
 
 void
 redis_store_close(struct redis_store *rs)
 {
-    if (rs->ctx != NULL)
-        redisFree(rs->ctx);
-    rs->ctx = NULL;
-    redis_store_probe_stop(rs);
+    int i;
+
+    for (i = 0; i < REDIS_MAX_NODES; i++)
+        redis_node_close(&rs->node[i]);
+    if (rs->sentinel != NULL)
+        redisFree(rs->sentinel);
+    rs->sentinel = NULL;
 }
 
 static struct timeval
@@ -181,96 +236,137 @@ ms_to_tv(long ms)
  * errno right after the failed call.
  */
 static int
-redis_store_closed(const redisContext *c, int err)
+redis_closed(const redisContext *c, int err)
 {
     return c->err == REDIS_ERR_EOF || (c->err == REDIS_ERR_IO &&
         (err == ECONNRESET || err == EPIPE));
 }
 
 static int
-redis_store_timed_out(const redisContext *c, int err)
+redis_timed_out(const redisContext *c, int err)
 {
     return c->err == REDIS_ERR_IO && (err == EAGAIN || err == EWOULDBLOCK);
 }
 
+/* Opens a blocking connection to addr, both timeouts set.  NULL when out
+ * of memory; otherwise check c->err. */
+static redisContext *
+redis_open(const struct rl_config *cfg, const char *addr)
+{
+    char host[256];
+    redisContext *c;
+    int port;
+
+    if (strncmp(addr, "unix:", 5) == 0)
+        c = redisConnectUnixWithTimeout(addr + 5,
+            ms_to_tv(cfg->redis_connect_timeout_ms));
+    else {
+        if (util_split_hostport(addr, host, sizeof(host), &port) == -1) {
+            util_copy(host, sizeof(host), addr);
+            port = 0;
+        }
+        c = redisConnectWithTimeout(host, port,
+            ms_to_tv(cfg->redis_connect_timeout_ms));
+    }
+    if (c != NULL && !c->err &&
+        redisSetTimeout(c, ms_to_tv(cfg->redis_command_timeout_ms)) !=
+        REDIS_OK && !c->err) {
+        c->err = REDIS_ERR_IO;
+        snprintf(c->errstr, sizeof(c->errstr), "cannot set the timeout");
+    }
+    return c;
+}
+
+/* After a failure in the sentinel or cluster modes: the topology is to be
+ * looked up again before the next check. */
+static void
+redis_topology_stale(struct redis_store *rs)
+{
+    if (rs->type == REDIS_SENTINEL)
+        rs->master_known = 0;
+    else if (rs->type == REDIS_CLUSTER)
+        rs->map_stale = 1;
+}
+
 /*
- * Records a failure of what (a command, or "connect") and drops the
- * connection.  With backoff, no blocking connect is made for
- * redis_backoff_ms, and with probing (Redis did not listen) a
- * non-blocking probe may end that early; a failed command starts no
- * back-off, since the next request's fresh connect tells at once whether
- * Redis is down or was only slow this once.  err is errno right after
- * the failed call.  Returns STORE_UNAVAILABLE, for "return
- * redis_store_fail(...)".
+ * Records a failure of what (a command, or "connect") on n and drops the
+ * connection.  With backoff, no blocking connect to n is made for
+ * redis_backoff_ms, and with probing (it did not listen) a non-blocking
+ * probe may end that early; a failed command starts no back-off, since the
+ * next request's fresh connect tells at once whether the node is down or
+ * was only slow this once.  err is errno right after the failed call.
+ * Returns STORE_UNAVAILABLE, for "return redis_node_fail(...)".
  */
 static int
-redis_store_fail(struct redis_store *rs, const char *what, int err,
-    int backoff, int probing)
+redis_node_fail(struct redis_store *rs, struct redis_node *n,
+    const char *what, int err, int backoff, int probing)
 {
-    const redisContext *c = rs->ctx;
+    const redisContext *c = n->ctx;
     const char *detail = "failed";
 
     if (c != NULL && c->err) {
         detail = c->errstr;
         snprintf(rs->error, sizeof(rs->error), "%s",
-            redis_store_timed_out(c, err) ? "redis timed out" :
+            redis_timed_out(c, err) ? "redis timed out" :
             "redis unreachable");
     } else
         snprintf(rs->error, sizeof(rs->error), "redis unreachable");
     if (!backoff)
-        log_warn("redis %s (%s): %s", what, rs->cfg->redis, detail);
-    else if (rs->retry_at_ms == 0)
+        log_warn("redis %s (%s): %s", what, n->addr, detail);
+    else if (n->retry_at_ms == 0)
         log_warn("redis %s (%s): %s; answering 503 for up to %ld ms before "
-            "connecting again%s", what, rs->cfg->redis, detail,
-            rs->cfg->redis_backoff_ms, probing && rs->peer_len > 0 ?
+            "connecting again%s", what, n->addr, detail,
+            rs->cfg->redis_backoff_ms, probing && n->peer_len > 0 ?
             ", or until it accepts connections again" : "");
-    redis_store_close(rs);
+    redis_node_close(n);
     if (backoff) {
-        rs->retry_at_ms = util_now_ms() + rs->cfg->redis_backoff_ms;
-        rs->probing = probing && rs->peer_len > 0;
+        n->retry_at_ms = util_now_ms() + rs->cfg->redis_backoff_ms;
+        n->probing = probing && n->peer_len > 0;
     }
+    redis_topology_stale(rs);
     return STORE_UNAVAILABLE;
 }
 
 /* Remembers the address of the server c is connected to, for the probe. */
 static void
-redis_store_peer(struct redis_store *rs, const redisContext *c)
+redis_node_peer(struct redis_node *n, const redisContext *c)
 {
     struct sockaddr_storage ss;
     socklen_t len = sizeof(ss);
 
     if (getpeername(c->fd, (struct sockaddr *)&ss, &len) == 0 &&
-        len <= sizeof(rs->peer)) {
-        memcpy(rs->peer, &ss, len);
-        rs->peer_len = len;
+        len <= sizeof(n->peer)) {
+        memcpy(n->peer, &ss, len);
+        n->peer_len = len;
     }
 }
 
 /*
- * During a back-off after Redis did not listen: whether it accepts
- * connections again, without waiting.  A non-blocking connect to the last
- * address is started and then looked at (poll with no timeout) on this
- * and later requests; one that has been pending for longer than the
- * connect timeout is started anew.  Returns 1 when a connect was accepted.
+ * During a back-off after n did not listen: whether it accepts connections
+ * again, without waiting.  A non-blocking connect to its address is
+ * started and then looked at (poll with no timeout) on this and later
+ * requests; one that has been pending for longer than the connect timeout
+ * is started anew.  Returns 1 when a connect was accepted.
  */
 static int
-redis_store_probe(struct redis_store *rs, int64_t now_ms)
+redis_node_probe(const struct redis_store *rs, struct redis_node *n,
+    int64_t now_ms)
 {
     struct sockaddr_storage ss;
     struct pollfd pfd;
     socklen_t len;
     int fd, soerr;
 
-    if (rs->probe_fd >= 0 &&
-        now_ms - rs->probe_start_ms > rs->cfg->redis_connect_timeout_ms)
-        redis_store_probe_stop(rs);
-    if (rs->probe_fd < 0) {
-        memcpy(&ss, rs->peer, rs->peer_len);
+    if (n->probe_fd >= 0 &&
+        now_ms - n->probe_start_ms > rs->cfg->redis_connect_timeout_ms)
+        redis_node_probe_stop(n);
+    if (n->probe_fd < 0) {
+        memcpy(&ss, n->peer, n->peer_len);
         fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
             0);
         if (fd == -1)
             return 0;
-        if (connect(fd, (struct sockaddr *)&ss, rs->peer_len) == 0) {
+        if (connect(fd, (struct sockaddr *)&ss, n->peer_len) == 0) {
             close(fd);
             return 1;
         }
@@ -278,105 +374,502 @@ redis_store_probe(struct redis_store *rs, int64_t now_ms)
             close(fd);
             return 0;
         }
-        rs->probe_fd = fd;
-        rs->probe_start_ms = now_ms;
+        n->probe_fd = fd;
+        n->probe_start_ms = now_ms;
     }
-    pfd.fd = rs->probe_fd;
+    pfd.fd = n->probe_fd;
     pfd.events = POLLOUT;
     pfd.revents = 0;
     if (poll(&pfd, 1, 0) != 1)
         return 0;
     soerr = 0;
     len = sizeof(soerr);
-    if (getsockopt(rs->probe_fd, SOL_SOCKET, SO_ERROR, &soerr, &len) == -1)
+    if (getsockopt(n->probe_fd, SOL_SOCKET, SO_ERROR, &soerr, &len) == -1)
         soerr = errno;
-    redis_store_probe_stop(rs);
+    redis_node_probe_stop(n);
     return soerr == 0;
 }
 
+/* A node that answered but cannot be used (wrong password, not a master,
+ * the script refused): no connect to it for redis_backoff_ms, no probe. */
+static int
+redis_node_refuse(struct redis_store *rs, struct redis_node *n,
+    const char *reason)
+{
+    snprintf(rs->error, sizeof(rs->error), "%s", reason);
+    redis_node_close(n);
+    n->retry_at_ms = util_now_ms() + rs->cfg->redis_backoff_ms;
+    n->probing = 0;
+    redis_topology_stale(rs);
+    return STORE_UNAVAILABLE;
+}
+
+/* Sends AUTH with the given user (may be empty) and password, when there
+ * is a password, as the next pipelined command of c.  Returns 1 when it
+ * was appended. */
+static int
+redis_append_auth(redisContext *c, const char *user, const char *password)
+{
+    if (password[0] == '\0')
+        return 0;
+    if (user[0] != '\0')
+        redisAppendCommand(c, "AUTH %s %s", user, password);
+    else
+        redisAppendCommand(c, "AUTH %s", password);
+    return 1;
+}
+
 /*
- * Connects (unless connected) and loads the script.  Returns STORE_OK,
- * STORE_UNAVAILABLE (with the back-off started or running), or
- * REDIS_CLOSED when Redis closed the new connection before SCRIPT LOAD was
- * answered (no back-off: it accepted us, so it is up).
+ * Connects to n (unless connected) and sets the connection up in one round
+ * trip: AUTH, SELECT, ROLE (sentinel mode: it must be a master) and SCRIPT
+ * LOAD.  Returns STORE_OK, STORE_UNAVAILABLE (with the back-off started or
+ * running), or REDIS_CLOSED when the server closed the new connection
+ * before answering (no back-off: it accepted us, so it is up).
  */
 static int
-redis_store_connect(struct redis_store *rs)
+redis_node_connect(struct redis_store *rs, struct redis_node *n)
 {
-    const char *addr = rs->cfg->redis;
-    char host[256];
-    const char *colon;
+    const struct rl_config *cfg = rs->cfg;
+    const char *step[4];
     redisContext *c;
     redisReply *r;
     int64_t now_ms;
-    size_t n;
-    int err;
+    int i, nsteps = 0, err, bad = 0;
+    char why[200];
 
-    if (rs->ctx != NULL)
+    if (n->ctx != NULL)
         return STORE_OK;
-    if (rs->retry_at_ms != 0 && (now_ms = util_now_ms()) < rs->retry_at_ms &&
-        !(rs->probing && redis_store_probe(rs, now_ms)))
+    if (n->retry_at_ms != 0 && (now_ms = util_now_ms()) < n->retry_at_ms &&
+        !(n->probing && redis_node_probe(rs, n, now_ms))) {
+        if (rs->error[0] == '\0')
+            snprintf(rs->error, sizeof(rs->error), "redis unreachable");
         return STORE_UNAVAILABLE;
-    redis_store_probe_stop(rs);
-    if (strncmp(addr, "unix:", 5) == 0)
-        c = redisConnectUnixWithTimeout(addr + 5,
-            ms_to_tv(rs->cfg->redis_connect_timeout_ms));
-    else {
-        colon = strrchr(addr, ':');
-        n = (size_t)(colon - addr);
-        if (addr[0] == '[' && n >= 2) {     /* [::1]:6379 */
-            addr++;
-            n -= 2;
-        }
-        if (n >= sizeof(host))
-            n = sizeof(host) - 1;
-        memcpy(host, addr, n);
-        host[n] = '\0';
-        c = redisConnectWithTimeout(host, atoi(colon + 1),
-            ms_to_tv(rs->cfg->redis_connect_timeout_ms));
     }
-    if (c == NULL) {
+    redis_node_probe_stop(n);
+    if ((c = redis_open(cfg, n->addr)) == NULL) {
         log_error("redis connect: out of memory");
-        snprintf(rs->error, sizeof(rs->error), "redis unreachable");
-        rs->retry_at_ms = util_now_ms() + rs->cfg->redis_backoff_ms;
-        rs->probing = 0;
-        return STORE_UNAVAILABLE;
+        return redis_node_refuse(rs, n, "redis unreachable");
     }
-    rs->ctx = c;
+    n->ctx = c;
     if (c->err)
-        return redis_store_fail(rs, "connect", errno, 1, 1);
-    if (redisSetTimeout(c, ms_to_tv(rs->cfg->redis_command_timeout_ms)) !=
-        REDIS_OK)
-        return redis_store_fail(rs, "set timeout", errno, 1, 0);
-    r = redisCommand(c, "SCRIPT LOAD %s", embedded_check_lua);
-    if (r == NULL) {
-        err = errno;
-        if (redis_store_closed(c, err)) {
-            redis_store_fail(rs, "SCRIPT LOAD", err, 0, 0);
-            return REDIS_CLOSED;
+        return redis_node_fail(rs, n, "connect", errno, 1, 1);
+    if (redis_append_auth(c, cfg->redis_username, cfg->redis_password))
+        step[nsteps++] = "AUTH";
+    if (cfg->redis_db != 0 && rs->type != REDIS_CLUSTER) {
+        redisAppendCommand(c, "SELECT %ld", cfg->redis_db);
+        step[nsteps++] = "SELECT";
+    }
+    if (rs->type == REDIS_SENTINEL) {
+        redisAppendCommand(c, "ROLE");
+        step[nsteps++] = "ROLE";
+    }
+    redisAppendCommand(c, "SCRIPT LOAD %s", embedded_check_lua);
+    step[nsteps++] = "SCRIPT LOAD";
+    /* Every reply is read, so that the connection stays in step even when
+     * one of them is refused; the first refusal is the reason. */
+    why[0] = '\0';
+    for (i = 0; i < nsteps; i++) {
+        if (redisGetReply(c, (void **)&r) != REDIS_OK) {
+            err = errno;
+            if (redis_closed(c, err)) {
+                redis_node_fail(rs, n, step[i], err, 0, 0);
+                return REDIS_CLOSED;
+            }
+            return redis_node_fail(rs, n, step[i], err, 1, 0);
         }
-        return redis_store_fail(rs, "SCRIPT LOAD", err, 1, 0);
-    }
-    if (r->type != REDIS_REPLY_STRING || strcmp(r->str, rs->sha) != 0) {
-        log_error("redis SCRIPT LOAD (%s): %s; answering 503 for %ld ms "
-            "before connecting again", rs->cfg->redis,
-            r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply",
-            rs->cfg->redis_backoff_ms);
-        snprintf(rs->error, sizeof(rs->error), "redis script not loaded");
+        if (bad == 0) {
+            if (r->type == REDIS_REPLY_ERROR) {
+                snprintf(why, sizeof(why), "%s", r->str);
+                bad = i + 1;
+            } else if (strcmp(step[i], "ROLE") == 0 &&
+                (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+                r->element[0]->type != REDIS_REPLY_STRING ||
+                strcmp(r->element[0]->str, "master") != 0)) {
+                snprintf(why, sizeof(why), "ROLE is not master");
+                bad = i + 1;
+            } else if (strcmp(step[i], "SCRIPT LOAD") == 0 &&
+                (r->type != REDIS_REPLY_STRING ||
+                strcmp(r->str, rs->sha) != 0)) {
+                snprintf(why, sizeof(why), "unexpected reply");
+                bad = i + 1;
+            }
+        }
         freeReplyObject(r);
-        redis_store_close(rs);
-        rs->retry_at_ms = util_now_ms() + rs->cfg->redis_backoff_ms;
-        rs->probing = 0;
-        return STORE_UNAVAILABLE;
     }
-    freeReplyObject(r);
-    if (rs->retry_at_ms != 0)
-        log_info("redis: connected to %s again", rs->cfg->redis);
-    redis_store_peer(rs, c);
-    rs->retry_at_ms = 0;
-    rs->probing = 0;
+    if (bad != 0) {
+        const char *what = step[bad - 1];
+
+        log_error("redis %s (%s): %s; answering 503 for %ld ms before "
+            "connecting again", what, n->addr, why, cfg->redis_backoff_ms);
+        if (strcmp(what, "AUTH") == 0)
+            return redis_node_refuse(rs, n, "redis authentication failed");
+        if (strcmp(what, "SELECT") == 0)
+            return redis_node_refuse(rs, n, "redis_db refused");
+        if (strcmp(what, "ROLE") == 0) {
+            char reason[160];
+
+            snprintf(reason, sizeof(reason), "redis master %s is a replica",
+                cfg->redis_sentinel_master);
+            return redis_node_refuse(rs, n, reason);
+        }
+        if (strncmp(why, "LOADING", 7) == 0)
+            return redis_node_refuse(rs, n, "redis loading");
+        return redis_node_refuse(rs, n, "redis script not loaded");
+    }
+    if (n->retry_at_ms != 0)
+        log_info("redis: connected to %s again", n->addr);
+    redis_node_peer(n, c);
+    n->retry_at_ms = 0;
+    n->probing = 0;
     rs->error[0] = '\0';
     return STORE_OK;
+}
+
+/* ------------------------------------------------------------ sentinel */
+
+/* Opens a connection to the sentinel at addrs[i], authenticated when
+ * redis_sentinel_password is set.  Returns 0 or -1 (logged). */
+static int
+redis_sentinel_open(struct redis_store *rs, int i)
+{
+    const struct rl_config *cfg = rs->cfg;
+    redisContext *c;
+    redisReply *r;
+
+    if (rs->sentinel != NULL && rs->sentinel_at == i)
+        return 0;
+    if (rs->sentinel != NULL)
+        redisFree(rs->sentinel);
+    rs->sentinel = NULL;
+    if ((c = redis_open(cfg, rs->addrs[i])) == NULL)
+        return -1;
+    if (c->err) {
+        log_warn("redis sentinel %s: %s", rs->addrs[i], c->errstr);
+        redisFree(c);
+        return -1;
+    }
+    if (redis_append_auth(c, cfg->redis_sentinel_username,
+        cfg->redis_sentinel_password)) {
+        if (redisGetReply(c, (void **)&r) != REDIS_OK) {
+            log_warn("redis sentinel %s AUTH: %s", rs->addrs[i], c->errstr);
+            redisFree(c);
+            return -1;
+        }
+        if (r->type == REDIS_REPLY_ERROR) {
+            log_error("redis sentinel %s AUTH: %s", rs->addrs[i], r->str);
+            freeReplyObject(r);
+            redisFree(c);
+            return -1;
+        }
+        freeReplyObject(r);
+    }
+    rs->sentinel = c;
+    rs->sentinel_at = i;
+    return 0;
+}
+
+/*
+ * Asks the sentinels, one at a time starting with the last that answered,
+ * for the address of the master named redis_sentinel_master, and makes
+ * node[0] that address (a new address: a new connection, no back-off).
+ * Returns STORE_OK or STORE_UNAVAILABLE with the reason.
+ */
+static int
+redis_sentinel_lookup(struct redis_store *rs)
+{
+    const char *name = rs->cfg->redis_sentinel_master;
+    struct redis_node *n = &rs->node[0];
+    char addr[RL_REDIS_ADDR_MAX];
+    int64_t now_ms = util_now_ms();
+    int k, i, unknown = 0, got = 0;
+    redisReply *r;
+
+    if (now_ms < rs->lookup_at_ms) {
+        if (rs->error[0] == '\0')
+            snprintf(rs->error, sizeof(rs->error), "no master for %s", name);
+        return STORE_UNAVAILABLE;
+    }
+    rs->lookup_at_ms = now_ms + REDIS_LOOKUP_MS;
+    __atomic_add_fetch(&rs->counters->redis_lookups, 1, __ATOMIC_RELAXED);
+    for (k = 0; k < rs->naddrs && !got; k++) {
+        i = (rs->sentinel_at + k) % rs->naddrs;
+        if (redis_sentinel_open(rs, i) == -1)
+            continue;
+        r = redisCommand(rs->sentinel, "SENTINEL get-master-addr-by-name %s",
+            name);
+        if (r == NULL) {
+            log_warn("redis sentinel %s: %s", rs->addrs[i],
+                ((redisContext *)rs->sentinel)->errstr);
+            redisFree(rs->sentinel);
+            rs->sentinel = NULL;
+            continue;
+        }
+        if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+            r->element[0]->type == REDIS_REPLY_STRING &&
+            r->element[1]->type == REDIS_REPLY_STRING) {
+            snprintf(addr, sizeof(addr),
+                strchr(r->element[0]->str, ':') != NULL ? "[%s]:%s" :
+                "%s:%s", r->element[0]->str, r->element[1]->str);
+            got = 1;
+        } else if (r->type == REDIS_REPLY_NIL) {
+            unknown = 1;
+            log_error("redis sentinel %s does not know a master named %s",
+                rs->addrs[i], name);
+        } else
+            log_error("redis sentinel %s: %s", rs->addrs[i],
+                r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+        freeReplyObject(r);
+    }
+    if (!got) {
+        if (unknown)
+            snprintf(rs->error, sizeof(rs->error), "no master for %s", name);
+        else
+            snprintf(rs->error, sizeof(rs->error), "redis sentinels "
+                "unreachable");
+        return STORE_UNAVAILABLE;
+    }
+    if (strcmp(addr, n->addr) != 0) {
+        if (n->addr[0] != '\0')
+            log_info("redis: the sentinels name %s as master %s (was %s)",
+                addr, name, n->addr);
+        redis_node_set(n, addr);
+    }
+    rs->master_known = 1;
+    return STORE_OK;
+}
+
+/* ------------------------------------------------------------- cluster */
+
+/* The node at addr, added when it is new (a free entry, else one that no
+ * slot points to).  NULL when the table is full of nodes in use. */
+static struct redis_node *
+redis_cluster_node(struct redis_store *rs, const char *addr,
+    const unsigned char *map)
+{
+    unsigned char used[REDIS_MAX_NODES];
+    int i, free_at = -1;
+
+    for (i = 0; i < REDIS_MAX_NODES; i++) {
+        if (strcmp(rs->node[i].addr, addr) == 0)
+            return &rs->node[i];
+        if (rs->node[i].addr[0] == '\0' && free_at < 0)
+            free_at = i;
+    }
+    if (free_at < 0) {
+        memset(used, 0, sizeof(used));
+        for (i = 0; i < CLUSTER_SLOTS; i++) {
+            if (map[i] != 0)
+                used[map[i] - 1] = 1;
+            if (rs->slots[i] != 0)
+                used[rs->slots[i] - 1] = 1;
+        }
+        for (i = 0; i < REDIS_MAX_NODES && free_at < 0; i++)
+            if (!used[i])
+                free_at = i;
+        if (free_at < 0)
+            return NULL;
+    }
+    redis_node_set(&rs->node[free_at], addr);
+    return &rs->node[free_at];
+}
+
+/* "host:port" of a node as CLUSTER SLOTS or a redirection names it; an
+ * empty host means the node that was asked (host of asked). */
+static void
+redis_cluster_addr(char *out, size_t outlen, const char *host, long port,
+    const char *asked)
+{
+    char ahost[256];
+    int aport;
+
+    if (host[0] == '\0' || strcmp(host, "?") == 0) {
+        if (util_split_hostport(asked, ahost, sizeof(ahost), &aport) == -1)
+            util_copy(ahost, sizeof(ahost), "127.0.0.1");
+        host = ahost;
+    }
+    snprintf(out, outlen, strchr(host, ':') != NULL ? "[%s]:%ld" : "%s:%ld",
+        host, port);
+}
+
+/* Reads a CLUSTER SLOTS reply from node `from` into the slot map.  Returns
+ * 0, or -1 when the reply has another shape. */
+static int
+redis_cluster_parse(struct redis_store *rs, const redisReply *r,
+    const struct redis_node *from)
+{
+    unsigned char map[CLUSTER_SLOTS];
+    char addr[RL_REDIS_ADDR_MAX], asked[RL_REDIS_ADDR_MAX];
+    const redisReply *e, *m;
+    struct redis_node *n;
+    long long lo, hi, s;
+    size_t i;
+    int covered = 0, k;
+
+    if (r->type != REDIS_REPLY_ARRAY)
+        return -1;
+    /* from may be reused for another node below, when the table is full */
+    util_copy(asked, sizeof(asked), from->addr);
+    memset(map, 0, sizeof(map));
+    for (i = 0; i < r->elements; i++) {
+        e = r->element[i];
+        if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
+            e->element[0]->type != REDIS_REPLY_INTEGER ||
+            e->element[1]->type != REDIS_REPLY_INTEGER)
+            return -1;
+        m = e->element[2];
+        if (m->type != REDIS_REPLY_ARRAY || m->elements < 2 ||
+            m->element[0]->type != REDIS_REPLY_STRING ||
+            m->element[1]->type != REDIS_REPLY_INTEGER)
+            return -1;
+        lo = e->element[0]->integer;
+        hi = e->element[1]->integer;
+        if (lo < 0 || hi >= CLUSTER_SLOTS || lo > hi)
+            return -1;
+        redis_cluster_addr(addr, sizeof(addr), m->element[0]->str,
+            (long)m->element[1]->integer, asked);
+        if ((n = redis_cluster_node(rs, addr, map)) == NULL) {
+            log_error("redis cluster: more than %d nodes", REDIS_MAX_NODES);
+            return -1;
+        }
+        k = (int)(n - rs->node) + 1;
+        for (s = lo; s <= hi; s++) {
+            if (map[s] == 0)
+                covered++;
+            map[s] = (unsigned char)k;
+        }
+    }
+    memcpy(rs->slots, map, sizeof(map));
+    rs->covered = covered;
+    return 0;
+}
+
+/* Closes the connections to nodes that no slot points to any more
+ * (replicas now, or gone): one connection per primary. */
+static void
+redis_cluster_prune(struct redis_store *rs)
+{
+    unsigned char used[REDIS_MAX_NODES];
+    int i;
+
+    memset(used, 0, sizeof(used));
+    for (i = 0; i < CLUSTER_SLOTS; i++)
+        if (rs->slots[i] != 0)
+            used[rs->slots[i] - 1] = 1;
+    for (i = 0; i < REDIS_MAX_NODES; i++)
+        if (!used[i] && rs->node[i].ctx != NULL) {
+            redis_node_close(&rs->node[i]);
+            rs->node[i].needed = 0;
+        }
+}
+
+/* Asks node n for the slot map.  Returns 0, or -1 (logged). */
+static int
+redis_cluster_ask(struct redis_store *rs, struct redis_node *n)
+{
+    redisReply *r;
+    int rc;
+
+    if (redis_node_connect(rs, n) != STORE_OK)
+        return -1;
+    if ((r = redisCommand(n->ctx, "CLUSTER SLOTS")) == NULL) {
+        redis_node_fail(rs, n, "CLUSTER SLOTS", errno, 0, 0);
+        return -1;
+    }
+    if (r->type == REDIS_REPLY_ERROR) {
+        log_error("redis CLUSTER SLOTS (%s): %s%s", n->addr, r->str,
+            strstr(r->str, "cluster support disabled") != NULL ?
+            " (redis_type = cluster, but it is not a cluster node)" : "");
+        snprintf(rs->error, sizeof(rs->error), "redis is not a cluster");
+        freeReplyObject(r);
+        return -1;
+    }
+    rc = redis_cluster_parse(rs, r, n);
+    freeReplyObject(r);
+    if (rc == -1)
+        log_error("redis CLUSTER SLOTS (%s): a reply of unexpected shape",
+            n->addr);
+    return rc;
+}
+
+/*
+ * Reads the slot map anew, at most once per REDIS_LOOKUP_MS: from a node
+ * already connected if there is one, else from the known nodes and the
+ * seeds in turn.  Returns 0 when the map was read.
+ */
+static int
+redis_cluster_lookup(struct redis_store *rs)
+{
+    int64_t now_ms = util_now_ms();
+    struct redis_node *n;
+    int i, pass;
+
+    if (now_ms < rs->lookup_at_ms)
+        return -1;
+    rs->lookup_at_ms = now_ms + REDIS_LOOKUP_MS;
+    __atomic_add_fetch(&rs->counters->redis_lookups, 1, __ATOMIC_RELAXED);
+    for (pass = 0; pass < 3; pass++)
+        for (i = 0; i < REDIS_MAX_NODES + RL_REDIS_MAX_ADDRS; i++) {
+            if (i < REDIS_MAX_NODES) {
+                n = &rs->node[i];
+                /* connected ones first, then the others */
+                if (n->addr[0] == '\0' || pass == 2 ||
+                    (pass == 0) != (n->ctx != NULL))
+                    continue;
+            } else {
+                /* last, a seed the table has lost */
+                if (pass != 2 || i - REDIS_MAX_NODES >= rs->naddrs)
+                    continue;
+                n = redis_cluster_node(rs, rs->addrs[i - REDIS_MAX_NODES],
+                    rs->slots);
+                if (n == NULL || n->ctx != NULL)
+                    continue;
+            }
+            if (redis_cluster_ask(rs, n) == 0) {
+                rs->map_loaded = 1;
+                rs->map_stale = 0;
+                redis_cluster_prune(rs);
+                if (rs->covered < CLUSTER_SLOTS)
+                    log_warn("redis cluster: %d of %d slots have no primary",
+                        CLUSTER_SLOTS - rs->covered, CLUSTER_SLOTS);
+                return 0;
+            }
+        }
+    return -1;
+}
+
+/* ------------------------------------------------------------ checks */
+
+/* The node a check of slot goes to; NULL with rs->error set. */
+static struct redis_node *
+redis_route(struct redis_store *rs, unsigned slot)
+{
+    struct redis_node *n;
+
+    switch (rs->type) {
+    case REDIS_SENTINEL:
+        if (!rs->master_known && redis_sentinel_lookup(rs) != STORE_OK)
+            return NULL;
+        return &rs->node[0];
+    case REDIS_CLUSTER:
+        if (!rs->map_loaded || rs->map_stale)
+            redis_cluster_lookup(rs);
+        if (!rs->map_loaded) {
+            if (rs->error[0] == '\0')
+                snprintf(rs->error, sizeof(rs->error), "redis cluster "
+                    "unreachable");
+            return NULL;
+        }
+        if (rs->slots[slot] == 0) {
+            snprintf(rs->error, sizeof(rs->error), "cluster slots "
+                "uncovered");
+            return NULL;
+        }
+        n = &rs->node[rs->slots[slot] - 1];
+        n->needed = 1;
+        return n;
+    default:
+        return &rs->node[0];
+    }
 }
 
 static int
@@ -407,12 +900,36 @@ bad:
     return STORE_BAD_REPLY;
 }
 
-/* Sends call once: EVALSHA of the script with the call's keys and
+/* Sends argv on c, after ASKING when asking.  Returns the reply (of the
+ * command, not of ASKING), or NULL with *err set to errno. */
+static redisReply *
+redis_send(redisContext *c, int argc, const char **argv,
+    const size_t *argvlen, int asking, int *err)
+{
+    redisReply *r;
+
+    if (asking) {
+        redisAppendCommand(c, "ASKING");
+        redisAppendCommandArgv(c, argc, argv, argvlen);
+        if (redisGetReply(c, (void **)&r) != REDIS_OK) {
+            *err = errno;
+            return NULL;
+        }
+        freeReplyObject(r);
+        if (redisGetReply(c, (void **)&r) != REDIS_OK)
+            r = NULL;
+    } else
+        r = redisCommandArgv(c, argc, argv, argvlen);
+    *err = errno;
+    return r;
+}
+
+/* Sends call once to n: EVALSHA of the script with the call's keys and
  * arguments, and on NOSCRIPT one EVAL of its text.  Returns the reply, or
  * NULL with *err set to errno after the failed call. */
 static redisReply *
-redis_store_run(struct redis_store *rs, const struct limiter_call *call,
-    int *err)
+redis_run(struct redis_store *rs, struct redis_node *n,
+    const struct limiter_call *call, int asking, int *err)
 {
     const char *argv[LIMITER_MAX_ARGS + 2];
     size_t argvlen[LIMITER_MAX_ARGS + 2];
@@ -425,20 +942,75 @@ redis_store_run(struct redis_store *rs, const struct limiter_call *call,
     memcpy(argv + 2, call->argv, (size_t)call->argc * sizeof(argv[0]));
     memcpy(argvlen + 2, call->argvlen,
         (size_t)call->argc * sizeof(argvlen[0]));
-    r = redisCommandArgv(rs->ctx, call->argc + 2, argv, argvlen);
-    *err = errno;
+    r = redis_send(n->ctx, call->argc + 2, argv, argvlen, asking, err);
     if (r == NULL || r->type != REDIS_REPLY_ERROR ||
         strncmp(r->str, "NOSCRIPT", 8) != 0)
         return r;
     freeReplyObject(r);
-    log_info("redis: script cache was emptied; loading it again");
+    log_info("redis (%s): script cache was emptied; loading it again",
+        n->addr);
     argv[0] = "EVAL";
     argvlen[0] = 4;
     argv[1] = embedded_check_lua;
     argvlen[1] = strlen(embedded_check_lua);
-    r = redisCommandArgv(rs->ctx, call->argc + 2, argv, argvlen);
-    *err = errno;
-    return r;
+    return redis_send(n->ctx, call->argc + 2, argv, argvlen, asking, err);
+}
+
+/* Whether an error reply says the node cannot serve writes now, however
+ * healthy the connection: a replica (READONLY), a server loading its data
+ * (LOADING), a replica whose master is gone (MASTERDOWN), a cluster that
+ * is down (CLUSTERDOWN). */
+static int
+redis_not_serving(const char *msg)
+{
+    return strncmp(msg, "READONLY", 8) == 0 ||
+        strncmp(msg, "LOADING", 7) == 0 ||
+        strncmp(msg, "MASTERDOWN", 10) == 0 ||
+        strncmp(msg, "CLUSTERDOWN", 11) == 0;
+}
+
+/*
+ * Follows a redirection of reply r (MOVED or ASK) from node n.  Returns
+ * the node to send to next, with *asking set for an ASK, or NULL when r is
+ * no redirection (or one that cannot be followed: rs->error says why).
+ */
+static struct redis_node *
+redis_redirect(struct redis_store *rs, const struct redis_node *n,
+    const redisReply *r, int *asking)
+{
+    char where[RL_REDIS_ADDR_MAX], addr[RL_REDIS_ADDR_MAX];
+    struct redis_node *to;
+    char *colon;
+    int kind, slot;
+
+    kind = cluster_redirect(r->str, &slot, where, sizeof(where));
+    if (kind <= 0)
+        return NULL;
+    if (rs->type != REDIS_CLUSTER) {
+        /* A cluster node configured as a single server. */
+        log_error("redis (%s) answered \"%s\": it is a Redis Cluster node; "
+            "set redis_type = cluster", n->addr, r->str);
+        snprintf(rs->error, sizeof(rs->error), "redis is a cluster; set "
+            "redis_type = cluster");
+        rs->moved_seen = 1;
+        return NULL;
+    }
+    colon = strrchr(where, ':');
+    *colon = '\0';
+    redis_cluster_addr(addr, sizeof(addr), where, atol(colon + 1), n->addr);
+    if ((to = redis_cluster_node(rs, addr, rs->slots)) == NULL) {
+        snprintf(rs->error, sizeof(rs->error), "redis cluster too large");
+        return NULL;
+    }
+    __atomic_add_fetch(&rs->counters->redis_redirects, 1, __ATOMIC_RELAXED);
+    if (kind == CLUSTER_MOVED) {
+        rs->slots[slot] = (unsigned char)(to - rs->node + 1);
+        rs->map_stale = 1;
+        *asking = 0;
+    } else
+        *asking = 1;
+    to->needed = 1;
+    return to;
 }
 
 int
@@ -446,93 +1018,237 @@ redis_store_check(struct redis_store *rs, struct limiter_call *call,
     int nlimits, struct rl_decision *d)
 {
     char id[LIMITER_ID_MAX + 1];
+    struct redis_node *n = NULL, *to;
     redisReply *r = NULL;
-    int64_t first_ms = 0;
-    int attempt, rc, err = 0, keyed;
+    int64_t first_ms = 0, deadline_ms;
+    int tries = 0, redirects = 0, asking = 0, rc, err = 0, keyed, resent = 0;
+    unsigned slot = 0;
 
     snprintf(id, sizeof(id), "%s.%llx", rs->id_prefix, rs->id_next++);
     keyed = limiter_request_key(call, id) == 0;
     if (!keyed)
         log_error("redis: cannot add a request key to the call; a lost "
             "reply will not be sent again");
-    for (attempt = 1; ; attempt++) {
-        rc = redis_store_connect(rs);
+    if (rs->type == REDIS_CLUSTER && call->argc > 1)
+        slot = cluster_keyslot(call->argv[1], call->argvlen[1]);
+    deadline_ms = util_now_ms() + rs->cfg->redis_command_timeout_ms;
+    for (;;) {
+        if (n == NULL && (n = redis_route(rs, slot)) == NULL)
+            return STORE_UNAVAILABLE;
+        rc = redis_node_connect(rs, n);
         if (rc == STORE_UNAVAILABLE)
             return STORE_UNAVAILABLE;
-        if (rc == STORE_OK) {
-            if (first_ms == 0)
-                first_ms = util_now_ms();
-            else if (util_now_ms() - first_ms > REDIS_RESEND_MS) {
-                /* The script may have forgotten the first reply by now
-                 * (a connect slower than a second, say). */
-                log_warn("redis: a check could not be sent again within "
-                    "%d ms", REDIS_RESEND_MS);
-                snprintf(rs->error, sizeof(rs->error), "redis unreachable");
+        if (rc == REDIS_CLOSED) {
+            if (++tries == REDIS_MAX_TRIES)
                 return STORE_UNAVAILABLE;
-            }
-            if ((r = redis_store_run(rs, call, &err)) != NULL)
-                break;
-            if (!redis_store_closed(rs->ctx, err))
-                return redis_store_fail(rs, "EVALSHA", err, 0, 0);
-            /* Closed with the call in flight: it may have run. */
-            if (attempt == REDIS_MAX_TRIES || !keyed)
-                return redis_store_fail(rs, "EVALSHA", err, 0, 0);
-            log_warn("redis: the connection was closed with a check in "
-                "flight (%s); sending it again on a new connection",
-                ((redisContext *)rs->ctx)->errstr);
-            redis_store_close(rs);
-            limiter_resend(call);
-        } else if (attempt == REDIS_MAX_TRIES)  /* REDIS_CLOSED */
+            continue;
+        }
+        if (first_ms == 0)
+            first_ms = util_now_ms();
+        else if (resent && util_now_ms() - first_ms > REDIS_RESEND_MS) {
+            /* The script may have forgotten the first reply by now (a
+             * connect slower than a second, say). */
+            log_warn("redis: a check could not be sent again within %d ms",
+                REDIS_RESEND_MS);
+            snprintf(rs->error, sizeof(rs->error), "redis unreachable");
             return STORE_UNAVAILABLE;
+        }
+        if ((r = redis_run(rs, n, call, asking, &err)) == NULL) {
+            if (!redis_closed(n->ctx, err))
+                return redis_node_fail(rs, n, "EVALSHA", err, 0, 0);
+            /* Closed with the call in flight: it may have run. */
+            if (++tries == REDIS_MAX_TRIES || !keyed)
+                return redis_node_fail(rs, n, "EVALSHA", err, 0, 0);
+            log_warn("redis (%s): the connection was closed with a check "
+                "in flight (%s); sending it again on a new connection",
+                n->addr, ((redisContext *)n->ctx)->errstr);
+            redis_node_close(n);
+            limiter_resend(call);
+            resent = 1;
+            continue;
+        }
+        if (r->type != REDIS_REPLY_ERROR)
+            break;
+        if ((to = redis_redirect(rs, n, r, &asking)) != NULL &&
+            redirects < REDIS_MAX_REDIRECTS) {
+            redirects++;
+            /* The target of an ASK is importing the slot: it runs a call
+             * only if it has every key, and the request key is new. */
+            if (asking && keyed && !resent && limiter_unkey(call) == 0)
+                keyed = 0;
+            freeReplyObject(r);
+            n = to;
+            continue;
+        }
+        if (to != NULL || strncmp(r->str, "MOVED ", 6) == 0 ||
+            strncmp(r->str, "ASK ", 4) == 0) {
+            if (to != NULL) {
+                log_warn("redis: a check was redirected %d times",
+                    redirects);
+                snprintf(rs->error, sizeof(rs->error), "redis cluster "
+                    "redirects");
+            }
+            freeReplyObject(r);
+            return STORE_UNAVAILABLE;
+        }
+        if (strncmp(r->str, "TRYAGAIN", 8) == 0 &&
+            util_now_ms() + REDIS_TRYAGAIN_MS < deadline_ms) {
+            /* A slot half moved: the migration goes on meanwhile. */
+            freeReplyObject(r);
+            poll(NULL, 0, REDIS_TRYAGAIN_MS);
+            asking = 0;
+            n = NULL;
+            continue;
+        }
+        if (strncmp(r->str, "TRYAGAIN", 8) == 0 ||
+            redis_not_serving(r->str)) {
+            log_warn("redis (%s): %s", n->addr, r->str);
+            snprintf(rs->error, sizeof(rs->error), "%s",
+                strncmp(r->str, "TRYAGAIN", 8) == 0 ? "redis slot moving" :
+                strncmp(r->str, "LOADING", 7) == 0 ? "redis loading" :
+                strncmp(r->str, "CLUSTERDOWN", 11) == 0 ?
+                "redis cluster down" : "redis not a master");
+            if (strncmp(r->str, "TRYAGAIN", 8) != 0) {
+                redis_node_close(n);
+                redis_topology_stale(rs);
+            }
+            freeReplyObject(r);
+            return STORE_UNAVAILABLE;
+        }
+        break;
     }
+    rs->moved_seen = 0;
     rc = redis_store_decode(rs, r, nlimits, d);
     freeReplyObject(r);
     return rc;
 }
 
-int
-redis_store_ready(struct redis_store *rs)
+/* ------------------------------------------------------------ readiness */
+
+/*
+ * Sends cmd on n (connecting first), with one new connection if the
+ * server closed the first.  Returns the reply or NULL (STORE_UNAVAILABLE,
+ * rs->error set).
+ */
+static redisReply *
+redis_ask(struct redis_store *rs, struct redis_node *n, const char *cmd)
 {
     redisReply *r;
-    int attempt, rc, err, ok;
+    int attempt, rc, err;
 
     for (attempt = 1; ; attempt++) {
-        rc = redis_store_connect(rs);
+        rc = redis_node_connect(rs, n);
         if (rc == STORE_UNAVAILABLE)
-            return STORE_UNAVAILABLE;
+            return NULL;
         if (rc == STORE_OK) {
-            r = redisCommand(rs->ctx, "SCRIPT EXISTS %s", rs->sha);
+            r = redisCommand(n->ctx, cmd);
             err = errno;
             if (r != NULL)
-                break;
+                return r;
             if (attempt == REDIS_MAX_TRIES ||
-                !redis_store_closed(rs->ctx, err))
-                return redis_store_fail(rs, "SCRIPT EXISTS", err, 0, 0);
-            log_info("redis: the connection was closed (%s); reconnecting",
-                ((redisContext *)rs->ctx)->errstr);
-            redis_store_close(rs);
+                !redis_closed(n->ctx, err)) {
+                redis_node_fail(rs, n, cmd, err, 0, 0);
+                return NULL;
+            }
+            log_info("redis (%s): the connection was closed (%s); "
+                "reconnecting", n->addr, ((redisContext *)n->ctx)->errstr);
+            redis_node_close(n);
         } else if (attempt == REDIS_MAX_TRIES)
-            return STORE_UNAVAILABLE;
+            return NULL;
     }
+}
+
+/* Whether the script is in n's cache; loads it when it is not (flushed or
+ * restarted).  STORE_OK or STORE_UNAVAILABLE. */
+static int
+redis_node_ready(struct redis_store *rs, struct redis_node *n)
+{
+    char cmd[64];
+    redisReply *r;
+    int ok;
+
+    snprintf(cmd, sizeof(cmd), "SCRIPT EXISTS %s", rs->sha);
+    if ((r = redis_ask(rs, n, cmd)) == NULL)
+        return STORE_UNAVAILABLE;
     ok = r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
         r->element[0]->type == REDIS_REPLY_INTEGER &&
         r->element[0]->integer == 1;
     freeReplyObject(r);
+    if (ok)
+        return STORE_OK;
+    r = redisCommand(n->ctx, "SCRIPT LOAD %s", embedded_check_lua);
+    if (r == NULL)
+        return redis_node_fail(rs, n, "SCRIPT LOAD", errno, 0, 0);
+    ok = r->type == REDIS_REPLY_STRING;
+    if (!ok)
+        log_error("redis SCRIPT LOAD (%s): %s", n->addr,
+            r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+    freeReplyObject(r);
     if (!ok) {
-        /* Flushed or restarted: load it again now, ready only if that
-         * works. */
-        r = redisCommand(rs->ctx, "SCRIPT LOAD %s", embedded_check_lua);
-        if (r == NULL)
-            return redis_store_fail(rs, "SCRIPT LOAD", errno, 0, 0);
-        ok = r->type == REDIS_REPLY_STRING;
-        if (!ok)
-            log_error("redis SCRIPT LOAD: %s", r->type == REDIS_REPLY_ERROR ?
-                r->str : "unexpected reply");
-        freeReplyObject(r);
-        if (!ok) {
-            snprintf(rs->error, sizeof(rs->error), "redis script not loaded");
-            return STORE_UNAVAILABLE;
-        }
+        snprintf(rs->error, sizeof(rs->error), "redis script not loaded");
+        return STORE_UNAVAILABLE;
     }
     return STORE_OK;
+}
+
+int
+redis_store_ready(struct redis_store *rs)
+{
+    struct redis_node *n;
+    unsigned char used[REDIS_MAX_NODES];
+    redisReply *r;
+    int i, master;
+
+    switch (rs->type) {
+    case REDIS_SENTINEL:
+        if ((n = redis_route(rs, 0)) == NULL)
+            return STORE_UNAVAILABLE;
+        /* The master may have been demoted since the connect. */
+        if ((r = redis_ask(rs, n, "ROLE")) == NULL)
+            return STORE_UNAVAILABLE;
+        master = r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
+            r->element[0]->type == REDIS_REPLY_STRING &&
+            strcmp(r->element[0]->str, "master") == 0;
+        freeReplyObject(r);
+        if (!master) {
+            log_warn("redis (%s): ROLE is not master any more", n->addr);
+            redis_node_close(n);
+            rs->master_known = 0;
+            snprintf(rs->error, sizeof(rs->error), "redis master %s is a "
+                "replica", rs->cfg->redis_sentinel_master);
+            return STORE_UNAVAILABLE;
+        }
+        return redis_node_ready(rs, n);
+    case REDIS_CLUSTER:
+        /* The map as the cluster has it now (at most one lookup per
+         * REDIS_LOOKUP_MS), all slots served, every primary that checks
+         * needed reachable. */
+        if (redis_cluster_lookup(rs) == -1 && !rs->map_loaded) {
+            if (rs->error[0] == '\0')
+                snprintf(rs->error, sizeof(rs->error), "redis cluster "
+                    "unreachable");
+            return STORE_UNAVAILABLE;
+        }
+        if (rs->covered < CLUSTER_SLOTS) {
+            snprintf(rs->error, sizeof(rs->error), "cluster slots "
+                "uncovered (%d of %d)", CLUSTER_SLOTS - rs->covered,
+                CLUSTER_SLOTS);
+            return STORE_UNAVAILABLE;
+        }
+        memset(used, 0, sizeof(used));
+        for (i = 0; i < CLUSTER_SLOTS; i++)
+            used[rs->slots[i] - 1] = 1;
+        for (i = 0; i < REDIS_MAX_NODES; i++)
+            if (used[i] && rs->node[i].needed &&
+                redis_node_ready(rs, &rs->node[i]) != STORE_OK)
+                return STORE_UNAVAILABLE;
+        return STORE_OK;
+    default:
+        if (rs->moved_seen) {
+            snprintf(rs->error, sizeof(rs->error), "redis is a cluster; "
+                "set redis_type = cluster");
+            return STORE_UNAVAILABLE;
+        }
+        return redis_node_ready(rs, &rs->node[0]);
+    }
 }

@@ -71,7 +71,7 @@ service_init(struct service *svc, const struct rl_config *cfg,
     svc->shm = shm;
     svc->board = shm->board;
     svc->counters = &svc->board->counters;
-    redis_store_init(&svc->redis, cfg);
+    redis_store_init(&svc->redis, cfg, svc->counters);
     pg_store_init(&svc->pg, cfg);
     store.ctx = svc;
     store.key = service_key;

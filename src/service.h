@@ -14,28 +14,61 @@
 /* ------------------------------------------------------------------ */
 /* redis_store.c */
 
-struct redis_store {
+/* Nodes a worker knows: cluster primaries and seeds, or the one server. */
+#define REDIS_MAX_NODES 64
+
+enum { REDIS_SINGLE, REDIS_CLUSTER, REDIS_SENTINEL };
+
+/* One Redis server and the worker's connection to it. */
+struct redis_node {
+    char addr[RL_REDIS_ADDR_MAX]; /* "host:port" or "unix:/path";
+                                   "" = a free entry */
     void *ctx;                  /* redisContext, NULL when disconnected */
-    const struct rl_config *cfg;
-    char sha[41];               /* SHA-1 of embedded_check_lua */
     int64_t retry_at_ms;        /* while connects fail: no blocking connect
                                    before this (monotonic); 0 = none */
-    int probing;                /* Redis did not listen: probe meanwhile */
+    int probing;                /* it did not listen: probe meanwhile */
     int probe_fd;               /* a non-blocking connect in flight, or -1 */
     int64_t probe_start_ms;
-    unsigned char peer[128];    /* the address last connected to (a struct
-                                   sockaddr), for the probe */
+    unsigned char peer[128];    /* its address (a struct sockaddr), for the
+                                   probe */
     unsigned peer_len;          /* 0 = none yet */
+    int needed;                 /* cluster: a check was sent to it */
+};
+
+struct redis_store {
+    const struct rl_config *cfg;
+    struct rl_counters *counters;
+    int type;                   /* REDIS_SINGLE, ... */
+    char sha[41];               /* SHA-1 of embedded_check_lua */
     char id_prefix[17];         /* random, per process: request ids */
     unsigned long long id_next; /* the next request id's counter */
     char error[160];            /* the last failure, short and without
                                    addresses: /health/ready shows it */
+    /* The configured addresses: the server, the seeds or the sentinels. */
+    char addrs[RL_REDIS_MAX_ADDRS][RL_REDIS_ADDR_MAX];
+    int naddrs;
+    /* single and sentinel: node[0]; cluster: seeds and primaries. */
+    struct redis_node node[REDIS_MAX_NODES];
+    int64_t lookup_at_ms;       /* no topology lookup before this */
+    int moved_seen;             /* single: the server is a cluster node */
+    /* cluster: the slot map, node index + 1 per slot (0 = no owner). */
+    unsigned char slots[CLUSTER_SLOTS];
+    int map_loaded;
+    int map_stale;              /* a redirection or failure: read it anew */
+    int covered;                /* slots with an owner */
+    /* sentinel: one connection, to one sentinel at a time */
+    void *sentinel;             /* redisContext or NULL */
+    int sentinel_at;            /* index in addrs of that sentinel */
+    int master_known;           /* node[0] is the master the sentinels
+                                   named (and still to be checked) */
 };
 
 enum { STORE_OK = 0, STORE_UNAVAILABLE = -1, STORE_BAD_REPLY = -2 };
 
-/* Call after fork: the request ids' prefix is drawn here. */
-void redis_store_init(struct redis_store *rs, const struct rl_config *cfg);
+/* Call after fork: the request ids' prefix is drawn here.  counters gets
+ * the redirections and topology lookups. */
+void redis_store_init(struct redis_store *rs, const struct rl_config *cfg,
+    struct rl_counters *counters);
 void redis_store_close(struct redis_store *rs);
 
 /* Runs the check script, with a request key of its own (see
@@ -169,6 +202,8 @@ struct rl_counters {
     unsigned long worker_rss_exits; /* workers replaced for their memory */
     unsigned long key_lookups;      /* key store lookups */
     unsigned long key_lookups_limited; /* unknown keys refused unasked */
+    unsigned long redis_redirects;  /* MOVED and ASK followed */
+    unsigned long redis_lookups;    /* slot maps read, sentinels asked */
 };
 
 #define COUNT(x, field) \

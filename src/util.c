@@ -3,6 +3,7 @@
  * SHA-256 and hex, bounded string copies, host:port splitting, clocks and
  * the OS random generator.  The growable buffer is in buf.c.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,6 +83,32 @@ util_copy(char *dst, size_t size, const char *src)
         dst[size - 1] = '\0';
     } else
         memcpy(dst, src, n + 1);
+    return n;
+}
+
+int
+util_split_list(const char *list, char (*out)[RL_REDIS_ADDR_MAX], int max)
+{
+    const char *p = list, *e, *end;
+    int n = 0;
+
+    while (*p != '\0') {
+        if ((end = strchr(p, ',')) == NULL)
+            end = p + strlen(p);
+        e = end;
+        while (p < e && isspace((unsigned char)*p))
+            p++;
+        while (e > p && isspace((unsigned char)e[-1]))
+            e--;
+        if (e > p) {
+            if (n == max || (size_t)(e - p) >= RL_REDIS_ADDR_MAX)
+                return -1;
+            memcpy(out[n], p, (size_t)(e - p));
+            out[n][e - p] = '\0';
+            n++;
+        }
+        p = *end == ',' ? end + 1 : end;
+    }
     return n;
 }
 

@@ -92,6 +92,12 @@ views_metrics(struct service *svc, struct rl_response *resp)
         c->shadow_denied);
     views_metric(b, "ratelimit_redis_errors_total",
         "Checks that could not reach Redis.", "counter", "", c->redis_errors);
+    views_metric(b, "ratelimit_redis_redirects_total", "Redis Cluster "
+        "redirections (MOVED, ASK) followed: each cost one more round "
+        "trip.", "counter", "", c->redis_redirects);
+    views_metric(b, "ratelimit_redis_topology_refreshes_total", "Redis "
+        "Cluster slot maps read and Sentinel lookups of the master.",
+        "counter", "", c->redis_lookups);
     views_metric(b, "ratelimit_script_errors_total", "Checks whose script "
         "call Redis answered with an error (503 script_error).", "counter",
         "", c->script_errors);
