@@ -28,6 +28,7 @@ Suite *addr_suite(void);
 Suite *fcgi_suite(void);
 Suite *shm_suite(void);
 Suite *validate_suite(void);
+Suite *cluster_suite(void);
 Suite *decide_suite(void);
 Suite *algo_suite(void);
 

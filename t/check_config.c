@@ -347,6 +347,78 @@ START_TEST(test_load_every_error)
 }
 END_TEST
 
+/* The redis_* keys that cannot go together are refused, each at its
+ * line, and the modes that fit load. */
+static const struct {
+    const char *text;
+    const char *want;           /* ":LINE: ..." in the error, or NULL */
+} redis_combos[] = {
+    { "redis = a:1, b:2\n", ":1: redis lists 2 addresses, but redis_type "
+      "is single by default" },
+    { "redis_type = single\nredis = a:1,b:2\n", ":2: redis lists 2 "
+      "addresses, but redis_type = single on line 1" },
+    { "redis_type = cluster\nredis = a:1, unix:/run/r.sock\n",
+      ":2: redis: \"unix:/run/r.sock\": the nodes of a Redis Cluster" },
+    { "redis_type = cluster\nredis = a:1\nredis_db = 3\n", ":3: redis_db "
+      "= 3, but redis_type = cluster on line 1: a Redis Cluster has only "
+      "database 0" },
+    { "redis_type = sentinel\nredis = a:26379\n", ":1: redis_type = "
+      "sentinel needs redis_sentinel_master" },
+    { "redis_sentinel_master = m\n", ":1: redis_sentinel_master applies "
+      "only to redis_type = sentinel" },
+    { "redis_type = cluster\nredis_sentinel_password = x\n", ":2: "
+      "redis_sentinel_password applies only to redis_type = sentinel" },
+    { "redis_username = u\n", ":1: redis_username needs redis_password" },
+    { "redis_type = sentinel\nredis_sentinel_master = m\n"
+      "redis_sentinel_username = u\n", ":3: redis_sentinel_username needs "
+      "redis_sentinel_password" },
+    { "redis = a:1,,b\n", ":1: redis: \"b\" is not \"host:port\"" },
+    { "redis_type = replicated\n", ":1: redis_type: \"replicated\" is not "
+      "one of single|cluster|sentinel" },
+    { "redis_db = 65536\n", ":1: redis_db: 65536 is out of range" },
+    /* These load. */
+    { "redis_type = cluster\nredis = 10.0.0.1:7000, 10.0.0.2:7000 ,"
+      "[::1]:7000\nredis_password = p\nredis_username = u\n", NULL },
+    { "redis_type = sentinel\nredis = a:26379,b:26379,unix:/run/s.sock\n"
+      "redis_sentinel_master = mymaster\nredis_db = 2\n"
+      "redis_sentinel_username = su\nredis_sentinel_password = sp\n", NULL },
+    { "redis = unix:/run/redis.sock\nredis_db = 15\n", NULL },
+};
+
+START_TEST(test_load_redis_combinations)
+{
+    struct rl_config cfg;
+    char path[sizeof(TEMPLATE)], err[2048], want[300];
+    int rc = load_text(&cfg, redis_combos[_i].text, path, err, sizeof(err));
+
+    if (redis_combos[_i].want == NULL) {
+        ck_assert_msg(rc == 0, "\"%s\" refused: %s", redis_combos[_i].text,
+            err);
+        return;
+    }
+    ck_assert_msg(rc == -1, "\"%s\" accepted", redis_combos[_i].text);
+    snprintf(want, sizeof(want), "%s%s", path, redis_combos[_i].want);
+    ck_assert_msg(strstr(err, want) != NULL, "\"%s\": got \"%s\"",
+        redis_combos[_i].text, err);
+}
+END_TEST
+
+/* A password is never written out, only that there is one. */
+START_TEST(test_dump_hides_passwords)
+{
+    struct rl_config cfg;
+    char *s;
+
+    config_defaults(&cfg);
+    set_ok(&cfg, "redis_password", "hunter2");
+    s = dump_string(&cfg);
+    ck_assert_ptr_null(strstr(s, "hunter2"));
+    ck_assert_ptr_nonnull(strstr(s, "redis_password = \"(set)\"\n"));
+    ck_assert_ptr_nonnull(strstr(s, "redis_sentinel_password = \"\"\n"));
+    free(s);
+}
+END_TEST
+
 START_TEST(test_load_missing_file)
 {
     struct rl_config cfg;
@@ -581,6 +653,8 @@ config_suite(void)
         (int)(sizeof(bad_values) / sizeof(bad_values[0])));
     tcase_add_test(tc, test_load_duplicate_key);
     tcase_add_test(tc, test_load_every_error);
+    tcase_add_loop_test(tc, test_load_redis_combinations, 0,
+        (int)(sizeof(redis_combos) / sizeof(redis_combos[0])));
     tcase_add_test(tc, test_load_missing_file);
     tcase_add_test(tc, test_load_directory);
     tcase_add_test(tc, test_shipped_config_is_defaults);
@@ -594,6 +668,7 @@ config_suite(void)
     tc = tcase_create("dump");
     tcase_add_test(tc, test_dump_round_trip);
     tcase_add_test(tc, test_dump_defaults_round_trip);
+    tcase_add_test(tc, test_dump_hides_passwords);
     suite_add_tcase(s, tc);
     return s;
 }

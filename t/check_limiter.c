@@ -463,6 +463,45 @@ START_TEST(test_resend_peek)
 }
 END_TEST
 
+/* limiter_unkey takes the request key out again: the call is as
+ * limiter_build made it; a call sent again, or one without the key, is
+ * left alone. */
+START_TEST(test_unkey)
+{
+    struct limiter_call call, built;
+    struct rl_rule rule;
+    struct rl_plan plan;
+    struct check_request req;
+    int i;
+
+    fixture_rule_init(&rule, 1, "*", 0);
+    rule.nlimits = 2;
+    fixture_limit_sw(&rule.limits[0], 9, "second", 5, 1);
+    fixture_limit_sw(&rule.limits[1], 10, "minute", 50, 1);
+    fixture_plan_of(&plan, &rule);
+    request_set(&req, "/", "subj", 1, 0);
+    ck_assert_int_eq(limiter_build("t1", &plan, &req, &built), 0);
+    /* (argv points into the call's own store: no struct copy) */
+    ck_assert_int_eq(limiter_build("t1", &plan, &req, &call), 0);
+    ck_assert_int_eq(limiter_unkey(&call), -1);
+    ck_assert_int_eq(limiter_request_key(&call, "r.1"), 0);
+    ck_assert_int_eq(call.argc, built.argc + 1);
+    ck_assert_int_eq(limiter_unkey(&call), 0);
+    ck_assert_int_eq(call.argc, built.argc);
+    for (i = 0; i < call.argc; i++) {
+        ck_assert_uint_eq(call.argvlen[i], built.argvlen[i]);
+        ck_assert_int_eq(memcmp(call.argv[i], built.argv[i],
+            built.argvlen[i]), 0);
+    }
+    ck_assert_int_eq(limiter_unkey(&call), -1);
+    /* Sent again: the key is what makes the resend safe; it stays. */
+    ck_assert_int_eq(limiter_request_key(&call, "r.2"), 0);
+    ck_assert_int_eq(limiter_resend(&call), 0);
+    ck_assert_int_eq(limiter_unkey(&call), -1);
+    ck_assert_int_eq(call.argc, built.argc + 1);
+}
+END_TEST
+
 START_TEST(test_request_key_one_limit)
 {
     static const char *const want[] = {
@@ -1067,6 +1106,7 @@ limiter_suite(void)
     tcase_add_test(tc, test_request_key_bad);
     tcase_add_test(tc, test_resend);
     tcase_add_test(tc, test_resend_peek);
+    tcase_add_test(tc, test_unkey);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("decode");
