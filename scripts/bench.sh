@@ -562,6 +562,15 @@ REDIS_MEM=$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" INFO memory 2>/dev/null |
     ' ncpu="$(nproc)" "$CPUROWS"
     echo "(d builds every request in wrk's Lua, so its wrk column is higher)"
     echo
+    # Redis runs commands on one thread: its CPU per check bounds what one
+    # server (or one Redis Cluster primary) can take.
+    awk -F'|' -v tick="$TICK" '
+        $8 > 0 && $4 > 0 && $1 ~ /^[cd] / {
+            us = $4 * 1e6 / tick / $8
+            printf "one Redis core at 100%%, %s: %.0f µs of Redis CPU per " \
+                "check, about %.0f checks/s\n", substr($1, 1, 1), us, 1e6 / us
+        }' "$CPUROWS"
+    echo
     echo "ratelimit-fcgi workers, VmRSS kB, around the timed runs of c and d:"
     echo "  pid       before c   after c  before d   after d"
     cat "$VAR"/rss.c.before "$VAR"/rss.c.after "$VAR"/rss.d.before \
