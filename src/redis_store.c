@@ -845,13 +845,22 @@ redis_route(struct redis_store *rs, unsigned slot)
 {
     struct redis_node *n;
 
+    /* A node in its back-off may have been replaced meanwhile (that is
+     * what a failover does): while it is, the topology is looked up again
+     * (at most once per REDIS_LOOKUP_MS), so the new one is used as soon
+     * as the cluster or the sentinels name it. */
     switch (rs->type) {
     case REDIS_SENTINEL:
-        if (!rs->master_known && redis_sentinel_lookup(rs) != STORE_OK)
+        n = &rs->node[0];
+        if ((!rs->master_known || (n->ctx == NULL && n->retry_at_ms != 0)) &&
+            redis_sentinel_lookup(rs) != STORE_OK && !rs->master_known)
             return NULL;
-        return &rs->node[0];
+        return n;
     case REDIS_CLUSTER:
-        if (!rs->map_loaded || rs->map_stale)
+        if (!rs->map_loaded || rs->map_stale ||
+            (rs->slots[slot] != 0 &&
+            rs->node[rs->slots[slot] - 1].ctx == NULL &&
+            rs->node[rs->slots[slot] - 1].retry_at_ms != 0))
             redis_cluster_lookup(rs);
         if (!rs->map_loaded) {
             if (rs->error[0] == '\0')
