@@ -499,8 +499,11 @@ redis_node_connect(struct redis_store *rs, struct redis_node *n)
     if (bad != 0) {
         const char *what = step[bad - 1];
 
-        log_error("redis %s (%s): %s; answering 503 for %ld ms before "
-            "connecting again", what, n->addr, why, cfg->redis_backoff_ms);
+        log_error("redis %s (%s): \"%s\"%s; answering 503 for %ld ms "
+            "before connecting again", what, n->addr, why,
+            strcmp(what, "AUTH") == 0 ? " (check redis_username and "
+            "redis_password)" : strcmp(what, "SELECT") == 0 ? " (check "
+            "redis_db)" : "", cfg->redis_backoff_ms);
         if (strcmp(what, "AUTH") == 0)
             return redis_node_refuse(rs, n, "redis authentication failed");
         if (strcmp(what, "SELECT") == 0)
