@@ -55,6 +55,27 @@ algo_calendar_parse(const char *name)
     return -1;
 }
 
+static const char *const algo_counts[] = { "subject", "key", "tenant" };
+
+const char *
+algo_count_name(int count)
+{
+    if (count < 0 || count > RL_COUNT_TENANT)
+        return "unknown";
+    return algo_counts[count];
+}
+
+int
+algo_count_parse(const char *name)
+{
+    int i;
+
+    for (i = 0; i <= RL_COUNT_TENANT; i++)
+        if (strcmp(name, algo_counts[i]) == 0)
+            return i;
+    return -1;
+}
+
 long long
 algo_calendar_seconds(int calendar)
 {
@@ -422,6 +443,8 @@ algo_json_add(struct json_object *o, const struct rl_limit *l)
         }
         json_object_object_add(o, p->json, v);
     }
+    json_object_object_add(o, "count",
+        json_object_new_string(algo_count_name(l->count)));
 }
 
 int
@@ -430,7 +453,7 @@ algo_limit_valid(const struct rl_limit *l)
     const struct algo *a = algo_get(l->algorithm);
     int i;
 
-    if (a == NULL)
+    if (a == NULL || l->count < 0 || l->count > RL_COUNT_TENANT)
         return 0;
     for (i = 0; i < a->nparams; i++)
         if (a->param[i].kind == ALGO_KIND_CALENDAR &&

@@ -51,15 +51,16 @@ authorizer_decide(struct decider *dc, const struct http_request *req,
     }
     memcpy(creq.route + n, path, (size_t)plen + 1);
 
-    /* Subject: the key when there is one, else the client's address. */
+    /* No subject: who asks is the key when there is one, else the
+     * client's address. */
     if (!ki.anonymous)
-        snprintf(creq.subject, sizeof(creq.subject), "key:%lld", ki.key_id);
+        snprintf(creq.identity, sizeof(creq.identity), "key:%lld",
+            ki.key_id);
     else {
         subject = addr_client(req->remote_addr, req->x_forwarded_for,
             dc->cfg->trusted, dc->cfg->ntrusted, client, sizeof(client));
-        snprintf(creq.subject, sizeof(creq.subject), "addr:%s", subject);
+        snprintf(creq.identity, sizeof(creq.identity), "addr:%s", subject);
     }
-    creq.has_subject = 1;
 
     rc = decide_limits(dc, ki.tenant_id, &creq, &plan, &d);
     if (decide_answer_failure(dc, rc, resp))

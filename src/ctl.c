@@ -97,7 +97,8 @@ static const struct ctl_option ctl_key_create_options[] = {
  * each takes; ctl_rule.c refuses the others). */
 #define CTL_ALGORITHM_OPTIONS \
     { "capacity", 1 }, { "refill-rate", 1 }, { "limit", 1 }, \
-    { "window", 1 }, { "period", 1 }, { "burst", 1 }, { "calendar", 1 }
+    { "window", 1 }, { "period", 1 }, { "burst", 1 }, { "calendar", 1 }, \
+    { "count", 1 }
 
 static const struct ctl_option ctl_rule_add_options[] = {
     { "route", 1 },
@@ -131,7 +132,8 @@ static const struct ctl_option ctl_limit_add_options[] = {
 
 #define CTL_LIMIT_SYNOPSIS "--algorithm ALGORITHM (--capacity N " \
     "--refill-rate R | --limit N --window SECONDS | --limit N --period " \
-    "DURATION [--burst B] | --limit N --calendar minute|hour|day|month)"
+    "DURATION [--burst B] | --limit N --calendar minute|hour|day|month) " \
+    "[--count subject|key|tenant]"
 
 static const struct ctl_command ctl_commands[] = {
     { "migrate", NULL, "", { NULL }, ctl_no_options, ctl_migrate_run },

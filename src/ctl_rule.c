@@ -288,6 +288,7 @@ ctl_rule_guard_finish(struct ctl *ctl, struct ctl_rule_guard *g,
  */
 struct ctl_rule_limit_spec {
     const char *name;
+    const char *count;          /* "subject", "key" or "tenant" */
     const struct algo *algorithm;
     struct rl_limit limit;
 };
@@ -438,6 +439,12 @@ ctl_rule_limit_spec(const struct ctl_command *cmd, const struct ctl_args *a,
     if (alg->check != NULL && alg->check(&spec->limit, typed, err,
         sizeof(err)) == -1)
         return ctl_usage_error(cmd, "%s", err);
+    spec->count = ctl_args_value(cmd, a, "count");
+    if (spec->count == NULL)
+        spec->count = "subject";
+    if (validate_count("--count", spec->count, err, sizeof(err)) == -1)
+        return ctl_usage_error(cmd, "%s", err);
+    spec->limit.count = algo_count_parse(spec->count);
     return 0;
 }
 
@@ -461,6 +468,8 @@ ctl_rule_limit_describe(const struct ctl_rule_limit_spec *s, char *buf,
         return;
     snprintf(buf + n, len - (size_t)n, alg->describe, text[0], text[1],
         text[2]);
+    n = (int)strlen(buf);
+    snprintf(buf + n, len - (size_t)n, ", counted per %s", s->count);
 }
 
 /*
@@ -477,7 +486,7 @@ ctl_rule_insert_limit(struct ctl *ctl, const char *rule_id,
     static const char *const cast[] = { "", "bigint", "double precision",
         "bigint", "text" };
     const struct algo *alg = s->algorithm;
-    const char *params[3 + ALGO_MAX_PARAMS];
+    const char *params[4 + ALGO_MAX_PARAMS];
     char text[ALGO_MAX_PARAMS][ALGO_TEXT_MAX];
     char columns[256], values[256];
     char sql[768];
@@ -487,6 +496,7 @@ ctl_rule_insert_limit(struct ctl *ctl, const char *rule_id,
     params[0] = rule_id;
     params[1] = s->name;
     params[2] = alg->name;
+    params[3 + alg->nparams] = s->count;
     columns[0] = values[0] = '\0';
     for (i = 0; i < alg->nparams; i++) {
         if (algo_param_text(&alg->param[i], &s->limit, ALGO_TEXT_SQL,
@@ -504,9 +514,10 @@ ctl_rule_insert_limit(struct ctl *ctl, const char *rule_id,
         vu += strlen(values + vu);
     }
     snprintf(sql, sizeof(sql), "INSERT INTO limits (rule_id, name, "
-        "algorithm%s) SELECT r.id, $2, $3%s FROM rules r "
-        "WHERE r.id = $1::bigint RETURNING id", columns, values);
-    return ctl_db_query(ctl, sql, 3 + alg->nparams, params);
+        "algorithm%s, count_scope) SELECT r.id, $2, $3%s, $%d FROM rules r "
+        "WHERE r.id = $1::bigint RETURNING id", columns, values,
+        4 + alg->nparams);
+    return ctl_db_query(ctl, sql, 4 + alg->nparams, params);
 }
 
 /* Checks "rule add"'s arguments into spec.  Returns 0 or CTL_EXIT_USAGE
@@ -775,7 +786,7 @@ ctl_rule_list(struct ctl *ctl, const struct ctl_command *cmd,
 {
     static const char *const headers[] = { "ID", "ROUTE", "PRIORITY",
         "ENABLED", "ALWAYS", "SHADOW", "FAILURE", "PER", "LIMIT_ID", "LIMIT",
-        "ALGORITHM", "PARAMETERS" };
+        "ALGORITHM", "COUNT", "PARAMETERS" };
     const struct algo *alg;
     char sql[4096];
     size_t used;
@@ -785,7 +796,7 @@ ctl_rule_list(struct ctl *ctl, const struct ctl_command *cmd,
         "  CASE WHEN r.enabled THEN 'yes' ELSE 'no' END, "
         "  CASE WHEN r.always THEN 'yes' ELSE 'no' END, "
         "  CASE WHEN r.shadow THEN 'yes' ELSE 'no' END, "
-        "  r.failure_mode, r.per, l.id, l.name, l.algorithm, "
+        "  r.failure_mode, r.per, l.id, l.name, l.algorithm, l.count_scope, "
         "  CASE l.algorithm ");
     used = strlen(sql);
     for (i = 0; (alg = algo_at(i)) != NULL && used < sizeof(sql); i++) {

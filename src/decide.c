@@ -483,6 +483,7 @@ decide_check(struct decider *dc, const struct http_request *req,
         response_error(resp, 400, "invalid_request", err);
         return;
     }
+    snprintf(creq.identity, sizeof(creq.identity), "key:%lld", ki.key_id);
     rc = decide_limits(dc, ki.tenant_id, &creq, &plan, &d);
     if (decide_answer_failure(dc, rc, resp))
         return;

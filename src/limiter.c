@@ -78,8 +78,10 @@ int
 limiter_build(const char *tenant_id, const struct rl_plan *plan,
     const struct check_request *req, struct limiter_call *call)
 {
-    char route_hash[65], subject_hash[65];
-    char route_part[LIMITER_HASH_HEX + 4], subject_part[LIMITER_HASH_HEX + 4];
+    char route_hash[65], hash[65];
+    char route_part[LIMITER_HASH_HEX + 4];
+    char who_part[2][LIMITER_HASH_HEX + 4];     /* subject, identity */
+    const char *part;
     size_t used = 0;
     int i, n = plan->n;
 
@@ -94,19 +96,41 @@ limiter_build(const char *tenant_id, const struct rl_plan *plan,
                 LIMITER_HASH_HEX, route_hash);
             break;
         }
-    subject_part[0] = '\0';
-    if (req->has_subject) {
-        util_sha256_hex(req->subject, strlen(req->subject), subject_hash);
-        snprintf(subject_part, sizeof(subject_part), ":s%.*s",
-            LIMITER_HASH_HEX, subject_hash);
+    /* Who a counter is for (enum rl_count): the subject, else the
+     * identity; the identity; or nobody (the tenant).  Both as the same
+     * ":s<hash>", so that a limit counting subjects and one counting keys
+     * name the same client alike. */
+    who_part[0][0] = who_part[1][0] = '\0';
+    if (req->identity[0] != '\0') {
+        util_sha256_hex(req->identity, strlen(req->identity), hash);
+        snprintf(who_part[1], sizeof(who_part[1]), ":s%.*s",
+            LIMITER_HASH_HEX, hash);
     }
+    if (req->has_subject) {
+        util_sha256_hex(req->subject, strlen(req->subject), hash);
+        snprintf(who_part[0], sizeof(who_part[0]), ":s%.*s",
+            LIMITER_HASH_HEX, hash);
+    } else
+        memcpy(who_part[0], who_part[1], sizeof(who_part[0]));
     if (limiter_argf(call, &used, "%d", n) == -1)
         return -1;
-    for (i = 0; i < n; i++)
+    for (i = 0; i < n; i++) {
+        switch (plan->limit[i]->count) {
+        case RL_COUNT_TENANT:
+            part = "";
+            break;
+        case RL_COUNT_KEY:
+            part = who_part[1];
+            break;
+        default:
+            part = who_part[0];
+            break;
+        }
         if (limiter_argf(call, &used, "rl:{%s}:%lld:%lld%s%s", tenant_id,
             plan->rule[i]->id, plan->limit[i]->id,
-            plan->rule[i]->per_route ? route_part : "", subject_part) == -1)
+            plan->rule[i]->per_route ? route_part : "", part) == -1)
             return -1;
+    }
     if (limiter_argf(call, &used, "%lld", req->cost) == -1 ||
         limiter_arg(call, &used, req->peek ? "1" : "0", 1) == -1 ||
         limiter_argf(call, &used, "%d", n) == -1)

@@ -52,7 +52,7 @@ static const char sql_rules[] =
     "coalesce(l.limit_count, 0), coalesce(l.window_seconds, 0), "
     "coalesce(l.bucket_capacity, 0), coalesce(l.refill_rate, 0), "
     "coalesce(l.period_us, 0), coalesce(l.burst, 0), "
-    "coalesce(l.calendar, '') "
+    "coalesce(l.calendar, ''), l.count_scope "
     "FROM rules r JOIN limits l ON l.rule_id = r.id "
     "WHERE r.tenant_id = $1::uuid AND r.enabled ORDER BY r.id, l.id";
 
@@ -451,6 +451,7 @@ pg_store_rules(struct pg_store *ps, const char *tenant_id,
         l->period_us = strtoll(PQgetvalue(res, i, 14), NULL, 10);
         l->burst = strtoll(PQgetvalue(res, i, 15), NULL, 10);
         l->calendar = algo_calendar_parse(PQgetvalue(res, i, 16));
+        l->count = algo_count_parse(PQgetvalue(res, i, 17));
         if (!algo_limit_valid(l)) {
             log_warn("limit %lld of rule %lld: unknown algorithm \"%s\" or "
                 "calendar; ignored", l->id, rule->id, PQgetvalue(res, i, 9));

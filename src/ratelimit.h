@@ -288,6 +288,9 @@ struct check_request {
     char route[RL_ROUTE_MAX + 1];
     char subject[RL_SUBJECT_MAX + 1];
     int has_subject;
+    /* Who asks: "key:<id>" for an API key, "addr:<ip>" for a client
+     * without one (authorizer); "" = unknown (counted as the tenant). */
+    char identity[80];
     long long cost;
     int peek;
 };
@@ -395,6 +398,11 @@ const char *algo_calendar_name(int calendar);
 int algo_calendar_parse(const char *name);
 long long algo_calendar_seconds(int calendar);
 
+/* The same for what a limit counts (enum rl_count): "subject", "key",
+ * "tenant". */
+const char *algo_count_name(int count);
+int algo_count_parse(const char *name);
+
 /* How algo_param_text() writes a value. */
 enum {
     ALGO_TEXT_SCRIPT,           /* an argument of lua/check.lua */
@@ -450,6 +458,14 @@ struct rl_limit {
     long long period_us;        /* GCRA: limit_count per period_us */
     long long burst;            /* GCRA */
     int calendar;               /* fixed window: enum rl_calendar */
+    int count;                  /* what it counts: enum rl_count */
+};
+
+/* What one counter of a limit stands for (limits.count_scope). */
+enum rl_count {
+    RL_COUNT_SUBJECT = 0,       /* the subject; without one, the identity */
+    RL_COUNT_KEY,               /* the identity (API key or client) */
+    RL_COUNT_TENANT             /* the whole tenant */
 };
 
 struct rl_rule {
@@ -834,6 +850,10 @@ int validate_on_off(const char *what, const char *s, int *on, char *err,
 
 /* A rule's failure mode: "closed" or "open". */
 int validate_failure_mode(const char *what, const char *s, char *err,
+    size_t errlen);
+
+/* What a limit counts: "subject", "key" or "tenant". */
+int validate_count(const char *what, const char *s, char *err,
     size_t errlen);
 
 /* What a rule counts by: "rule" or "route". */

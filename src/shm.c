@@ -376,6 +376,7 @@ shm_rules_pack(const struct rl_rule *rules, int n, void *out, size_t cap)
             shm_pack_bytes(&k, &l->period_us, sizeof(l->period_us));
             shm_pack_bytes(&k, &l->burst, sizeof(l->burst));
             shm_pack_bytes(&k, &l->calendar, sizeof(l->calendar));
+            shm_pack_bytes(&k, &l->count, sizeof(l->count));
         }
     }
     return k.overflow ? -1 : (long)k.len;
@@ -454,6 +455,7 @@ shm_rules_unpack(const void *in, size_t len, struct rl_rule *rules, int max)
             shm_unpack_bytes(&u, &l->period_us, sizeof(l->period_us));
             shm_unpack_bytes(&u, &l->burst, sizeof(l->burst));
             shm_unpack_bytes(&u, &l->calendar, sizeof(l->calendar));
+            shm_unpack_bytes(&u, &l->count, sizeof(l->count));
         }
     }
     return u.bad || u.off != len ? -1 : count;

@@ -332,6 +332,16 @@ validate_failure_mode(const char *what, const char *s, char *err,
 }
 
 int
+validate_count(const char *what, const char *s, char *err, size_t errlen)
+{
+    if (algo_count_parse(s) >= 0)
+        return 0;
+    snprintf(err, errlen, "%s: \"%s\" is not subject, key or tenant", what,
+        s);
+    return -1;
+}
+
+int
 validate_per(const char *what, const char *s, char *err, size_t errlen)
 {
     if (strcmp(s, "rule") == 0 || strcmp(s, "route") == 0)

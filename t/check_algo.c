@@ -262,16 +262,26 @@ START_TEST(test_json)
     struct rl_limit l;
 
     l = tb(10, 0.5);
-    ck_assert_str_eq(json_of(&l), "{\"capacity\":10,\"refill_rate\":0.5}");
+    ck_assert_str_eq(json_of(&l), "{\"capacity\":10,\"refill_rate\":0.5,"
+        "\"count\":\"subject\"}");
     l = sw(100, 60);
-    ck_assert_str_eq(json_of(&l), "{\"limit\":100,\"window_seconds\":60}");
+    l.count = RL_COUNT_TENANT;
+    ck_assert_str_eq(json_of(&l), "{\"limit\":100,\"window_seconds\":60,"
+        "\"count\":\"tenant\"}");
     l = gcra(10, 1000000, 5);
+    l.count = RL_COUNT_KEY;
     ck_assert_str_eq(json_of(&l),
-        "{\"limit\":10,\"period_us\":1000000,\"burst\":5}");
+        "{\"limit\":10,\"period_us\":1000000,\"burst\":5,\"count\":\"key\"}");
     l = fw(50, RL_CAL_DAY);
-    ck_assert_str_eq(json_of(&l), "{\"limit\":50,\"calendar\":\"day\"}");
+    ck_assert_str_eq(json_of(&l), "{\"limit\":50,\"calendar\":\"day\","
+        "\"count\":\"subject\"}");
     l.algorithm = 0;
     ck_assert_str_eq(json_of(&l), "{}");
+    ck_assert_str_eq(algo_count_name(RL_COUNT_TENANT), "tenant");
+    ck_assert_int_eq(algo_count_parse("key"), RL_COUNT_KEY);
+    ck_assert_int_eq(algo_count_parse("subject"), RL_COUNT_SUBJECT);
+    ck_assert_int_eq(algo_count_parse("tenants"), -1);
+    ck_assert_str_eq(algo_count_name(7), "unknown");
 }
 END_TEST
 

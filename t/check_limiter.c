@@ -502,6 +502,54 @@ START_TEST(test_unkey)
 }
 END_TEST
 
+/* What each limit counts: the subject (else who asks), who asks, or the
+ * tenant as a whole. */
+START_TEST(test_count_scopes)
+{
+    struct limiter_call call;
+    struct rl_rule rule;
+    struct rl_plan plan;
+    struct check_request req;
+    char s[33], k[33], want[96];
+
+    fixture_rule_init(&rule, 1, "*", 0);
+    rule.nlimits = 3;
+    fixture_limit_sw(&rule.limits[0], 10, "per-subject", 5, 1);
+    fixture_limit_sw(&rule.limits[1], 11, "per-key", 5, 1);
+    rule.limits[1].count = RL_COUNT_KEY;
+    fixture_limit_sw(&rule.limits[2], 12, "tenant", 5, 1);
+    rule.limits[2].count = RL_COUNT_TENANT;
+    fixture_plan_of(&plan, &rule);
+    hash32("alice", s);
+    hash32("key:42", k);
+
+    request_set(&req, "/", "alice", 1, 0);
+    snprintf(req.identity, sizeof(req.identity), "key:42");
+    ck_assert_int_eq(limiter_build("t1", &plan, &req, &call), 0);
+    snprintf(want, sizeof(want), "rl:{t1}:1:10:s%s", s);
+    ck_assert_str_eq(call.argv[1], want);
+    snprintf(want, sizeof(want), "rl:{t1}:1:11:s%s", k);
+    ck_assert_str_eq(call.argv[2], want);
+    ck_assert_str_eq(call.argv[3], "rl:{t1}:1:12");
+
+    /* Without a subject, a subject limit counts who asks. */
+    request_set(&req, "/", NULL, 1, 0);
+    snprintf(req.identity, sizeof(req.identity), "key:42");
+    ck_assert_int_eq(limiter_build("t1", &plan, &req, &call), 0);
+    snprintf(want, sizeof(want), "rl:{t1}:1:10:s%s", k);
+    ck_assert_str_eq(call.argv[1], want);
+    snprintf(want, sizeof(want), "rl:{t1}:1:11:s%s", k);
+    ck_assert_str_eq(call.argv[2], want);
+    ck_assert_str_eq(call.argv[3], "rl:{t1}:1:12");
+
+    /* Nobody known: every limit counts the tenant. */
+    request_set(&req, "/", NULL, 1, 0);
+    ck_assert_int_eq(limiter_build("t1", &plan, &req, &call), 0);
+    ck_assert_str_eq(call.argv[1], "rl:{t1}:1:10");
+    ck_assert_str_eq(call.argv[2], "rl:{t1}:1:11");
+}
+END_TEST
+
 START_TEST(test_request_key_one_limit)
 {
     static const char *const want[] = {
@@ -1107,6 +1155,7 @@ limiter_suite(void)
     tcase_add_test(tc, test_resend);
     tcase_add_test(tc, test_resend_peek);
     tcase_add_test(tc, test_unkey);
+    tcase_add_test(tc, test_count_scopes);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("decode");

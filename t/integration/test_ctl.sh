@@ -187,17 +187,17 @@ is "an unknown command exits 2 naming it" "$RC $(has err frobnicate)" "2 yes"
 # --- migrate -------------------------------------------------------------
 
 ctl migrate
-is "migrate applies 001_init, then 002_limits" \
+is "migrate applies 001_init, then 002_limits, then 003_count_scope" \
     "$RC $(has out '^applied  *001_init') $(has out '^applied  *002_limits') $(grep '^applied' "$TMP/out" | awk '{ printf "%s ", $2 }')" \
-    "0 yes yes 001_init 002_limits "
-is "schema_migrations records versions 1 and 2" \
+    "0 yes yes 001_init 002_limits 003_count_scope "
+is "schema_migrations records versions 1, 2 and 3" \
     "$(sql "SELECT string_agg(version || ' ' || name, ', ' ORDER BY version) FROM schema_migrations")" \
-    "1 001_init, 2 002_limits"
+    "1 001_init, 2 002_limits, 3 003_count_scope"
 ctl migrate
 is "a second migrate applies nothing" \
-    "$RC $(has out '^applied') $(has out 'up to date (version 2)')" "0 no yes"
-is "schema_migrations still has two rows" \
-    "$(sql "SELECT count(*) FROM schema_migrations")" 2
+    "$RC $(has out '^applied') $(has out 'up to date (version 3)')" "0 no yes"
+is "schema_migrations still has three rows" \
+    "$(sql "SELECT count(*) FROM schema_migrations")" 3
 is "002 adds rules.always and limits.period_us, burst, calendar" \
     "$(sql "SELECT string_agg(table_name || '.' || column_name || ' ' || data_type, ', ' ORDER BY table_name, column_name) FROM information_schema.columns WHERE (table_name, column_name) IN (('rules', 'always'), ('limits', 'period_us'), ('limits', 'burst'), ('limits', 'calendar'))")" \
     "limits.burst bigint, limits.calendar text, limits.period_us bigint, rules.always boolean"
@@ -302,7 +302,7 @@ is "rule add --shadow --failure-mode open --per route" \
     "0 t|open|route"
 ctl rule list acme
 is "rule list shows the rules with their limits" \
-    "$RC $(has out "^$TB_RULE  */api/pay\*  .*token_bucket  *capacity 10, refill 2.5/s") $(has out "^$SW_RULE  */api/orders  .*per-minute  *sliding_window  *100 per 60 s")" \
+    "$RC $(has out "^$TB_RULE  */api/pay\*  .*token_bucket  *subject  *capacity 10, refill 2.5/s") $(has out "^$SW_RULE  */api/orders  .*per-minute  *sliding_window  *subject  *100 per 60 s")" \
     "0 yes yes"
 
 expect_usage "token_bucket with --limit exits 2, nothing written" "--limit" \
@@ -395,10 +395,10 @@ is "rule add --always stores always = true (and prints it)" \
     "0 t yes"
 ctl rule list acme
 is "rule list shows gcra and fixed_window parameters and the always flag" \
-    "$RC $(has out "^$G2_RULE  */g/2ms  .*  [0-9][0-9]*  *default  *gcra  *2 per 2ms, burst 3$") $(has out "^$G1_RULE  .*gcra  *5 per 500us, burst 0$") $(has out "^$G3_RULE  .*gcra  *100 per 1m, burst 0$") $(has out "^$ALWAYS_RULE  *\*  *0  *yes  *yes  *no  *closed  *rule  *[0-9][0-9]*  *daily  *fixed_window  *100000 per calendar month$")" \
+    "$RC $(has out "^$G2_RULE  */g/2ms  .*  [0-9][0-9]*  *default  *gcra  *subject  *2 per 2ms, burst 3$") $(has out "^$G1_RULE  .*gcra  *subject  *5 per 500us, burst 0$") $(has out "^$G3_RULE  .*gcra  *subject  *100 per 1m, burst 0$") $(has out "^$ALWAYS_RULE  *\*  *0  *yes  *yes  *no  *closed  *rule  *[0-9][0-9]*  *daily  *fixed_window  *subject  *100000 per calendar month$")" \
     "0 yes yes yes yes"
 is "rule list has a header with the limit id and the always flag" \
-    "$(has out '^ID  *ROUTE  *PRIORITY  *ENABLED  *ALWAYS  *SHADOW  *FAILURE  *PER  *LIMIT_ID  *LIMIT  *ALGORITHM  *PARAMETERS$')" yes
+    "$(has out '^ID  *ROUTE  *PRIORITY  *ENABLED  *ALWAYS  *SHADOW  *FAILURE  *PER  *LIMIT_ID  *LIMIT  *ALGORITHM  *COUNT  *PARAMETERS$')" yes
 
 expect_usage "gcra without --period exits 2, nothing written" "--period" \
     rule add acme --route /x --algorithm gcra --limit 5
@@ -475,7 +475,7 @@ is "limit add adds a third limit" \
     "0 3 gcra|2|-|-|-|2000|3|-"
 ctl rule list acme
 is "rule list shows all three limits of the rule with their ids" \
-    "$(grep -c "^$G2_RULE  " "$TMP/out") $(has out "^$G2_RULE  .*  $L2  *per-day  *fixed_window  *10000 per calendar day$") $(has out "^$G2_RULE  .*  $L3  *hourly  *sliding_window  *500 per 3600 s$")" \
+    "$(grep -c "^$G2_RULE  " "$TMP/out") $(has out "^$G2_RULE  .*  $L2  *per-day  *fixed_window  *subject  *10000 per calendar day$") $(has out "^$G2_RULE  .*  $L3  *hourly  *sliding_window  *subject  *500 per 3600 s$")" \
     "3 yes yes"
 expect_fail "limit add of a name the rule has exits 1" \
     'already has a limit named "hourly"' \

@@ -247,6 +247,75 @@ for algo in token_bucket sliding_window gcra fixed_window; do
     fi
 done
 
+# ---------------------------------------------------------------- scope
+
+# What a limit counts (--count).  A tenant-wide limit of 100: 500
+# concurrent checks spread over 50 subjects and 3 keys of the tenant allow
+# exactly 100.  A per-key limit and a per-subject limit beside it count
+# their own way.
+tenant=$(uniq_name scope)
+new_tenant "$tenant"
+k1=$(new_key "$tenant")
+k2=$(new_key "$tenant")
+k3=$(new_key "$tenant")
+add_rule "$tenant" --route /scope/tenant --algorithm sliding_window \
+    --limit 100 --window 3600 --count tenant >/dev/null
+add_rule "$tenant" --route /scope/key --algorithm sliding_window \
+    --limit 5 --window 3600 --count key >/dev/null
+add_rule "$tenant" --route /scope/subject --algorithm sliding_window \
+    --limit 5 --window 3600 >/dev/null
+# scope_batch N ROUTE: N checks of ROUTE, request i with key i mod 3 and
+# subject i mod 50; statuses in $T_TMP/statuses.
+scope_batch() {
+    sb_i=1
+    : >"$T_TMP/scope.conf"
+    while [ "$sb_i" -le "$1" ]; do
+        case $((sb_i % 3)) in
+        0) sb_key=$k1 ;;
+        1) sb_key=$k2 ;;
+        *) sb_key=$k3 ;;
+        esac
+        {
+            [ "$sb_i" -gt 1 ] && echo next
+            echo "url = \"$BASE_URL/v1/check\""
+            echo "header = \"X-API-Key: $sb_key\""
+            echo 'header = "Content-Type: application/json"'
+            echo "data-raw = $(curl_quote "$(check_body "$2" "u$((sb_i % 50))")")"
+            echo 'output = "/dev/null"'
+            printf '%s\n' 'write-out = "%{http_code}\n"'
+            echo 'max-time = 20'
+        } >>"$T_TMP/scope.conf"
+        sb_i=$((sb_i + 1))
+    done
+    curl --no-progress-meter --parallel --parallel-max 50 \
+        -K "$T_TMP/scope.conf" >"$T_TMP/statuses" || true
+}
+scope_batch 500 /scope/tenant
+check "count tenant: 500 concurrent checks over 50 subjects and 3 keys allow exactly 100 ($(count_status 200))" \
+    eq "$(count_status 200)" 100
+check "count tenant: and deny 400 ($(count_status 429))" \
+    eq "$(count_status 429)" 400
+# Per key: 5 for each of the 3 keys, whatever the subjects.
+scope_batch 60 /scope/key
+check "count key: 60 checks over 3 keys and 50 subjects allow 5 a key ($(count_status 200))" \
+    eq "$(count_status 200)" 15
+# Per subject: 50 subjects, each seen at most twice in 60 checks: all pass.
+scope_batch 60 /scope/subject
+check "count subject: 60 checks over 50 subjects all pass ($(count_status 200))" \
+    eq "$(count_status 200)" 60
+# Without a subject, a subject limit counts per key.
+seq_checks 7 "$k1" '{"route":"/scope/subject"}'
+check "count subject without a subject: 5 of 7 pass for one key ($(count_status 200))" \
+    eq "$(count_status 200)" 5
+seq_checks 2 "$k2" '{"route":"/scope/subject"}'
+check "count subject without a subject: another key has its own 5" \
+    eq "$(count_status 200)" 2
+ctl rule list "$tenant" >"$T_TMP/scope.list"
+check "rule list shows what each limit counts" \
+    eq "$(awk '$2 == "/scope/tenant" || $2 == "/scope/key" { print $2, $12 }' \
+        "$T_TMP/scope.list" | sort | tr '\n' ' ')" \
+    "/scope/key key /scope/tenant tenant "
+
 # ---------------------------------------------------------------- peek
 
 # A peek reports what would remain after this request, and writes nothing.
