@@ -110,6 +110,7 @@ static const struct ctl_option ctl_rule_add_options[] = {
     { "always", 0 },
     { "failure-mode", 1 },
     { "per", 1 },
+    { "force", 0 },
     { NULL, 0 },
 };
 
@@ -152,10 +153,12 @@ static const struct ctl_command ctl_commands[] = {
       ctl_tenant_key_revoke },
     { "rule", "add", "TENANT --route PATTERN " CTL_LIMIT_SYNOPSIS
       " [--name LIMITNAME] [--priority N] [--always] [--shadow] "
-      "[--failure-mode closed|open] [--per rule|route]",
+      "[--failure-mode closed|open] [--per rule|route] [--force]",
       { "TENANT", NULL }, ctl_rule_add_options, ctl_rule_add },
     { "rule", "list", "TENANT", { "TENANT", NULL }, ctl_no_options,
       ctl_rule_list },
+    { "rule", "match", "TENANT ROUTE", { "TENANT", "ROUTE", NULL },
+      ctl_no_options, ctl_rule_match },
     { "rule", "set", "RULE_ID [--enabled on|off] [--always on|off] "
       "[--shadow on|off] [--failure-mode closed|open] [--per rule|route] "
       "[--priority N]", { "RULE_ID", NULL }, ctl_rule_set_options,

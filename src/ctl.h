@@ -204,6 +204,8 @@ int ctl_rule_add(struct ctl *ctl, const struct ctl_command *cmd,
     const struct ctl_args *a);
 int ctl_rule_list(struct ctl *ctl, const struct ctl_command *cmd,
     const struct ctl_args *a);
+int ctl_rule_match(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a);
 int ctl_rule_set(struct ctl *ctl, const struct ctl_command *cmd,
     const struct ctl_args *a);
 int ctl_rule_remove(struct ctl *ctl, const struct ctl_command *cmd,

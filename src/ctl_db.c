@@ -245,7 +245,7 @@ ctl_db_query_rows(struct ctl *ctl, const char *sql, int nparams,
 static void
 ctl_db_print_table(const PGresult *res, const char *const *headers)
 {
-    int ncols = PQnfields(res), nrows = PQntuples(res), r, c;
+    int ncols = PQnfields(res), nrows = PQntuples(res), r, c, last;
     size_t width[16], w;
     const char *v;
 
@@ -260,13 +260,18 @@ ctl_db_print_table(const PGresult *res, const char *const *headers)
                 width[c] = w;
         }
     for (r = -1; r < nrows; r++) {
-        for (c = 0; c < ncols; c++) {
+        /* No blanks after the last column that has something. */
+        last = ncols - 1;
+        while (r >= 0 && last > 0 && !PQgetisnull(res, r, last) &&
+            PQgetvalue(res, r, last)[0] == '\0')
+            last--;
+        for (c = 0; c <= last; c++) {
             if (r < 0)
                 v = headers[c];
             else
                 v = PQgetisnull(res, r, c) ? "-" : PQgetvalue(res, r, c);
             fputs(v, stdout);
-            if (c < ncols - 1)
+            if (c < last)
                 printf("%*s",
                     (int)(width[c] - validate_display_width(v) + 2), "");
         }

@@ -591,6 +591,30 @@ ctl_rule_add(struct ctl *ctl, const struct ctl_command *cmd,
     params[0] = g.tenant_id;
     params[1] = s.route;
     params[2] = s.priority;
+    /* A second rule with the pattern and priority of an enabled one comes
+     * after it and would never apply (an "always" one applies anyway). */
+    if (!s.always && !ctl_args_flag(cmd, a, "force")) {
+        res = ctl_db_query(ctl, "SELECT id FROM rules WHERE tenant_id = "
+            "$1::uuid AND route_pattern = $2 AND priority = $3::integer "
+            "AND enabled ORDER BY id LIMIT 1", 3, params);
+        if (res == NULL) {
+            ctl_rule_guard_abort(ctl, &g);
+            return ctl_db_fail(ctl);
+        }
+        if (PQntuples(res) > 0) {
+            snprintf(rule_id, sizeof(rule_id), "%s", PQgetvalue(res, 0, 0));
+            PQclear(res);
+            ctl_rule_guard_abort(ctl, &g);
+            fprintf(stderr, CTL_NAME ": rule add: rule %s of %s already has "
+                "route '%s' and priority %s and is chosen first: this rule "
+                "would never apply. Give one of them another --priority, "
+                "disable rule %s (rule set %s --enabled off), or add this "
+                "one anyway with --force\n", rule_id, s.tenant, s.route,
+                s.priority, rule_id, rule_id);
+            return CTL_EXIT_USAGE;
+        }
+        PQclear(res);
+    }
     params[3] = s.shadow ? "true" : "false";
     params[4] = s.failure_mode;
     params[5] = s.per;
@@ -780,37 +804,154 @@ ctl_rule_list_describe(char *sql, size_t len, size_t *used,
     }
 }
 
+/* Appends "CASE l.algorithm WHEN ... END": a limit's parameters as "rule
+ * list" shows them. */
+static void
+ctl_rule_params_sql(char *sql, size_t len, size_t *used)
+{
+    const struct algo *alg;
+    int i;
+
+    snprintf(sql + *used, len - *used, "CASE l.algorithm ");
+    *used += strlen(sql + *used);
+    for (i = 0; (alg = algo_at(i)) != NULL && *used < len; i++) {
+        snprintf(sql + *used, len - *used, "WHEN '%s' THEN ", alg->name);
+        *used += strlen(sql + *used);
+        ctl_rule_list_describe(sql, len, used, alg);
+        snprintf(sql + *used, len - *used, " ");
+        *used += strlen(sql + *used);
+    }
+    snprintf(sql + *used, len - *used, "END");
+    *used += strlen(sql + *used);
+}
+
+/*
+ * "shadowed by rule N" for a rule r that never applies (rules_shadowed_by
+ * in SQL): enabled, not "always", and another enabled rule with limits
+ * has its pattern and comes first (higher priority, or equal and lower
+ * id).  '' otherwise.
+ */
+#define CTL_RULE_SHADOWED_SQL \
+    "coalesce((SELECT 'shadowed by rule ' || o.id FROM rules o " \
+    "  WHERE r.enabled AND NOT r.always AND o.tenant_id = r.tenant_id " \
+    "    AND o.id <> r.id AND o.enabled " \
+    "    AND o.route_pattern = r.route_pattern " \
+    "    AND (o.priority > r.priority OR " \
+    "         (o.priority = r.priority AND o.id < r.id)) " \
+    "    AND EXISTS (SELECT 1 FROM limits x WHERE x.rule_id = o.id) " \
+    "  ORDER BY o.priority DESC, o.id LIMIT 1), '')"
+
 int
 ctl_rule_list(struct ctl *ctl, const struct ctl_command *cmd,
     const struct ctl_args *a)
 {
     static const char *const headers[] = { "ID", "ROUTE", "PRIORITY",
         "ENABLED", "ALWAYS", "SHADOW", "FAILURE", "PER", "LIMIT_ID", "LIMIT",
-        "ALGORITHM", "COUNT", "PARAMETERS" };
-    const struct algo *alg;
+        "ALGORITHM", "COUNT", "PARAMETERS", "NOTE" };
     char sql[4096];
     size_t used;
-    int i;
 
     snprintf(sql, sizeof(sql), "SELECT r.id, r.route_pattern, r.priority, "
         "  CASE WHEN r.enabled THEN 'yes' ELSE 'no' END, "
         "  CASE WHEN r.always THEN 'yes' ELSE 'no' END, "
         "  CASE WHEN r.shadow THEN 'yes' ELSE 'no' END, "
-        "  r.failure_mode, r.per, l.id, l.name, l.algorithm, l.count_scope, "
-        "  CASE l.algorithm ");
+        "  r.failure_mode, r.per, l.id, l.name, l.algorithm, l.count_scope, ");
     used = strlen(sql);
-    for (i = 0; (alg = algo_at(i)) != NULL && used < sizeof(sql); i++) {
-        snprintf(sql + used, sizeof(sql) - used, "WHEN '%s' THEN ",
-            alg->name);
-        used += strlen(sql + used);
-        ctl_rule_list_describe(sql, sizeof(sql), &used, alg);
-        snprintf(sql + used, sizeof(sql) - used, " ");
-        used += strlen(sql + used);
-    }
-    snprintf(sql + used, sizeof(sql) - used, "END "
+    ctl_rule_params_sql(sql, sizeof(sql), &used);
+    snprintf(sql + used, sizeof(sql) - used, ", " CTL_RULE_SHADOWED_SQL " "
         "FROM rules r LEFT JOIN limits l ON l.rule_id = r.id "
         "WHERE r.tenant_id = $1::uuid ORDER BY r.id, l.id");
     return ctl_db_print_tenant_query(ctl, cmd, a->pos[0], sql, headers);
+}
+
+/*
+ * rule match TENANT ROUTE: what the service decides for a check of ROUTE,
+ * and why -- the most specific rule, the "always" rules that join it, the
+ * limits of each; then the rules that match but are not used.
+ */
+int
+ctl_rule_match(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a)
+{
+    static const char *const headers[] = { "RULE", "ROUTE", "PRIORITY",
+        "ALWAYS", "WHY", "LIMIT_ID", "LIMIT", "ALGORITHM", "COUNT",
+        "PARAMETERS" };
+    const char *tenant = a->pos[0], *route = a->pos[1];
+    char id[RL_UUID_LEN + 1], err[256], sql[4096], ids[1024], best_id[24];
+    const char *params[3] = { id, ids, best_id };
+    struct rl_rule *rules = NULL;
+    size_t used = 0;
+    long needed = 0;
+    int i, n = 0, best, by, rc;
+
+    if (validate_tenant_name("tenant name", tenant, err, sizeof(err)) == -1)
+        return ctl_usage_error(cmd, "%s", err);
+    if (route[0] == '\0' || strlen(route) > RL_ROUTE_MAX)
+        return ctl_usage_error(cmd, "ROUTE must be 1 to %d bytes",
+            RL_ROUTE_MAX);
+    if ((rc = ctl_db_connect(ctl)) != 0)
+        return rc;
+    if ((rc = ctl_db_tenant_id(ctl, tenant, id)) != 0)
+        return rc;
+    if (ctl_rule_guard_load(ctl, id, &rules, &n) == -1)
+        return ctl_db_fail(ctl);
+    best = rules_match(rules, n, route);
+    if (best < 0) {
+        printf("no rule of %s matches %s: its checks are allowed without "
+            "a Redis call\n", tenant, route);
+        free(rules);
+        return CTL_EXIT_OK;
+    }
+    snprintf(best_id, sizeof(best_id), "%lld", rules[best].id);
+    ids[0] = '{';
+    used = 1;
+    for (i = 0; i < n; i++)
+        if (i == best || (rules[i].always &&
+            rules_pattern_matches(rules[i].pattern, route))) {
+            snprintf(ids + used, sizeof(ids) - used, "%s%lld",
+                used > 1 ? "," : "", rules[i].id);
+            used += strlen(ids + used);
+            needed += rules[i].nlimits;
+        }
+    snprintf(ids + used, sizeof(ids) - used, "}");
+    printf("route %s of tenant %s: rule %lld, the most specific match, "
+        "and the \"always\" rules that match; their limits are decided "
+        "together\n", route, tenant, rules[best].id);
+    snprintf(sql, sizeof(sql), "SELECT r.id, r.route_pattern, r.priority, "
+        "  CASE WHEN r.always THEN 'yes' ELSE 'no' END, "
+        "  CASE WHEN r.id = $3::bigint THEN 'most-specific' "
+        "       ELSE 'always' END, "
+        "  l.id, l.name, l.algorithm, l.count_scope, ");
+    used = strlen(sql);
+    ctl_rule_params_sql(sql, sizeof(sql), &used);
+    snprintf(sql + used, sizeof(sql) - used, " "
+        "FROM rules r JOIN limits l ON l.rule_id = r.id "
+        "WHERE r.tenant_id = $1::uuid AND r.id = ANY ($2::bigint[]) "
+        "ORDER BY r.id <> $3::bigint, r.id, l.id");
+    if ((rc = ctl_db_print_query(ctl, sql, 3, params, headers)) != 0) {
+        free(rules);
+        return rc;
+    }
+    if (needed > RL_MAX_LIMITS)
+        printf("these are %ld limits, more than the %d one check decides: "
+            "the service answers its checks 503 misconfigured\n", needed,
+            RL_MAX_LIMITS);
+    for (i = 0; i < n; i++) {
+        if (i == best || rules[i].always ||
+            !rules_pattern_matches(rules[i].pattern, route))
+            continue;
+        by = rules_shadowed_by(rules, n, i);
+        if (by >= 0)
+            printf("not used: rule %lld (%s) matches, but is shadowed by "
+                "rule %lld (same pattern, chosen first)\n", rules[i].id,
+                rules[i].pattern, rules[by].id);
+        else
+            printf("not used: rule %lld (%s) matches, but rule %lld is "
+                "more specific or comes first\n", rules[i].id,
+                rules[i].pattern, rules[best].id);
+    }
+    free(rules);
+    return CTL_EXIT_OK;
 }
 
 int

@@ -499,6 +499,15 @@ struct rl_plan {
  * to the higher priority, then to the lower id. */
 int rules_match(const struct rl_rule *rules, int n, const char *route);
 
+/* The index of the rule that is chosen before rule i on every route i
+ * matches (the same pattern, and a higher priority or, equal, a lower id),
+ * so that i never applies; -1 when there is none or i is an "always" rule
+ * (which applies whenever it matches). */
+int rules_shadowed_by(const struct rl_rule *rules, int n, int i);
+
+/* Whether pattern matches route (exact, "prefix*" or "*"). */
+int rules_pattern_matches(const char *pattern, const char *route);
+
 /*
  * Fills plan for route.  Returns the number of limits in it (0 when no
  * rule applies; then no Redis call is needed), or -1 when the most

@@ -68,6 +68,35 @@ rules_match(const struct rl_rule *rules, int n, const char *route)
     return rules_best(rules, n, route, 1);
 }
 
+int
+rules_pattern_matches(const char *pattern, const char *route)
+{
+    return rules_rank(pattern, route, 1) >= 0;
+}
+
+int
+rules_shadowed_by(const struct rl_rule *rules, int n, int i)
+{
+    int j, by = -1;
+
+    if (rules[i].always)
+        return -1;
+    for (j = 0; j < n; j++) {
+        if (j == i || strcmp(rules[j].pattern, rules[i].pattern) != 0)
+            continue;
+        if (rules[j].priority < rules[i].priority ||
+            (rules[j].priority == rules[i].priority &&
+            rules[j].id > rules[i].id))
+            continue;
+        /* j is chosen before i wherever i matches; the first of those. */
+        if (by == -1 || rules[j].priority > rules[by].priority ||
+            (rules[j].priority == rules[by].priority &&
+            rules[j].id < rules[by].id))
+            by = j;
+    }
+    return by;
+}
+
 /*
  * Whether rule i takes part in the check of route whose most specific rule
  * is best: it is best, or an "always" rule whose pattern matches.

@@ -359,6 +359,40 @@ START_TEST(test_plan_always_rules)
 }
 END_TEST
 
+/* A rule that never applies: another one with its pattern comes first
+ * (higher priority, or equal and a lower id); an "always" rule applies
+ * anyway. */
+START_TEST(test_shadowed_by)
+{
+    struct rl_rule r[6];
+
+    fixture_rule_init(&r[0], 10, "/api/*", 0);
+    fixture_rule_init(&r[1], 11, "/api/*", 0);      /* after 10 */
+    fixture_rule_init(&r[2], 12, "/api/*", 5);      /* first of all */
+    fixture_rule_init(&r[3], 13, "/api/x*", 0);     /* another pattern */
+    fixture_rule_init(&r[4], 14, "*", 0);
+    r[4].always = 1;
+    fixture_rule_init(&r[5], 15, "*", 0);           /* after 14 */
+
+    ck_assert_int_eq(rules_shadowed_by(r, 6, 0), 2);
+    ck_assert_int_eq(rules_shadowed_by(r, 6, 1), 2);
+    ck_assert_int_eq(rules_shadowed_by(r, 6, 2), -1);
+    ck_assert_int_eq(rules_shadowed_by(r, 6, 3), -1);
+    ck_assert_int_eq(rules_shadowed_by(r, 6, 4), -1);
+    /* An always rule chosen first shadows an ordinary one. */
+    ck_assert_int_eq(rules_shadowed_by(r, 6, 5), 4);
+    /* Without the priority 5 rule, 10 comes before 11. */
+    ck_assert_int_eq(rules_shadowed_by(r, 2, 1), 0);
+    ck_assert_int_eq(rules_shadowed_by(r, 2, 0), -1);
+    /* What the service does agrees: 11 is never the match. */
+    ck_assert_int_eq(rules_match(r, 2, "/api/anything"), 0);
+    ck_assert_int_eq(rules_pattern_matches("/api/*", "/api/"), 1);
+    ck_assert_int_eq(rules_pattern_matches("/api/*", "/ap"), 0);
+    ck_assert_int_eq(rules_pattern_matches("/api", "/api/x"), 0);
+    ck_assert_int_eq(rules_pattern_matches("*", "/"), 1);
+}
+END_TEST
+
 START_TEST(test_plan_unique_names)
 {
     static const char *const a[] = { "default", "minute" };
@@ -662,6 +696,7 @@ rules_suite(void)
     tcase_add_test(tc, test_plan_most_specific_only);
     tcase_add_test(tc, test_plan_no_match);
     tcase_add_test(tc, test_plan_always_rules);
+    tcase_add_test(tc, test_shadowed_by);
     tcase_add_test(tc, test_plan_unique_names);
     tcase_add_test(tc, test_plan_unique_names_qualified_clash);
     tcase_add_test(tc, test_plan_overflow);

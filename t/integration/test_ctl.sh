@@ -398,7 +398,7 @@ is "rule list shows gcra and fixed_window parameters and the always flag" \
     "$RC $(has out "^$G2_RULE  */g/2ms  .*  [0-9][0-9]*  *default  *gcra  *subject  *2 per 2ms, burst 3$") $(has out "^$G1_RULE  .*gcra  *subject  *5 per 500us, burst 0$") $(has out "^$G3_RULE  .*gcra  *subject  *100 per 1m, burst 0$") $(has out "^$ALWAYS_RULE  *\*  *0  *yes  *yes  *no  *closed  *rule  *[0-9][0-9]*  *daily  *fixed_window  *subject  *100000 per calendar month$")" \
     "0 yes yes yes yes"
 is "rule list has a header with the limit id and the always flag" \
-    "$(has out '^ID  *ROUTE  *PRIORITY  *ENABLED  *ALWAYS  *SHADOW  *FAILURE  *PER  *LIMIT_ID  *LIMIT  *ALGORITHM  *COUNT  *PARAMETERS$')" yes
+    "$(has out '^ID  *ROUTE  *PRIORITY  *ENABLED  *ALWAYS  *SHADOW  *FAILURE  *PER  *LIMIT_ID  *LIMIT  *ALGORITHM  *COUNT  *PARAMETERS  *NOTE$')" yes
 
 expect_usage "gcra without --period exits 2, nothing written" "--period" \
     rule add acme --route /x --algorithm gcra --limit 5
@@ -889,6 +889,53 @@ SQL
         "$(check_status /other)" "200 -"
     is "stack: then denied by the quota" "$(check_status /other)" "429 -"
 fi
+
+# --- rule conflicts and rule match -------------------------------------
+
+ctl tenant add conflict
+ctl rule add conflict --route '/api/*' --algorithm token_bucket \
+    --capacity 20 --refill-rate 5
+C1=$(field id)
+expect_usage "rule add of a second rule with the same pattern and priority exits 2 naming rule $C1" \
+    "rule $C1 of conflict already has route '/api/\*' and priority 0" \
+    rule add conflict --route '/api/*' --algorithm gcra --limit 10 --period 1s
+ctl rule add conflict --route '/api/*' --priority 1 --algorithm sliding_window \
+    --limit 100 --window 60 --count key
+C2=$(field id)
+is "another priority is not a conflict (rule $C2)" "$RC" 0
+ctl rule add conflict --route '/api/*' --force --algorithm gcra --limit 10 \
+    --period 1s
+C3=$(field id)
+is "--force adds the rule anyway" "$RC $(sql "SELECT count(*) FROM rules WHERE id = ${C3:-0}")" "0 1"
+ctl rule add conflict --route '*' --algorithm sliding_window --limit 1000 \
+    --window 3600
+C4=$(field id)
+ctl rule add conflict --route '*' --always --name monthly \
+    --algorithm fixed_window --limit 1000000 --calendar month --count tenant
+C5=$(field id)
+is "an --always rule with the pattern of another is not refused" "$RC" 0
+ctl rule list conflict
+is "rule list notes the rules that can never be chosen" \
+    "$(has out "^$C1  .*shadowed by rule $C2$") $(has out "^$C3  .*shadowed by rule $C2$") $(has out "^$C2  .*100 per 60 s$") $(has out "^$C5  .*1000000 per calendar month$")" \
+    "yes yes yes yes"
+is "rule list has a NOTE column" "$(has out '  PARAMETERS  *NOTE$')" yes
+ctl rule match conflict /api/orders
+is "rule match names the most specific rule and the always rule that joins" \
+    "$RC $(has out "^route /api/orders of tenant conflict: rule $C2") $(has out "^$C2  */api/\*  *1  *no  *most-specific  *[0-9][0-9]*  *default  *sliding_window  *key  *100 per 60 s$") $(has out "^$C5  *\*  *0  *yes  *always  .*monthly  *fixed_window  *tenant  *1000000 per calendar month$")" \
+    "0 yes yes yes"
+is "rule match says why the other matching rules are not used" \
+    "$(has out "^not used: rule $C1 (/api/\*) matches, but is shadowed by rule $C2") $(has out "^not used: rule $C4 (\*) matches, but rule $C2 is more specific")" \
+    "yes yes"
+ctl rule match conflict /other
+is "rule match of a route only * matches: rule $C4 and the quota" \
+    "$RC $(has out "^$C4  .*most-specific") $(has out "^$C5  .*always")" "0 yes yes"
+ctl tenant add nomatch
+ctl rule match nomatch /x
+is "rule match without a matching rule says so" \
+    "$RC $(has out '^no rule of nomatch matches /x')" "0 yes"
+expect_fail "rule match of an unknown tenant exits 1" "no tenant named" \
+    rule match nosuchtenant /x
+expect_usage "rule match without a route exits 2" "ROUTE" rule match conflict
 
 # --- an unreachable database --------------------------------------------
 

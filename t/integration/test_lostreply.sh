@@ -137,7 +137,7 @@ count_charged() {
 
 # lost_round: one burst of 500 checks under the kill loop, on a tenant of
 # its own.  Two rules decide every check together: /lost/* counts all
-# checks on one counter of 100 a day (no subject, not per route:
+# checks on one counter of 100 a day (--count tenant, not per route:
 # rl:{tenant}:rule:limit), and an "always" rule on * counts each route on a
 # counter of its own.  Every check has a route of its own, so that counter
 # tells how many times that one check was charged: 0, 1 or (a lost reply
@@ -149,10 +149,10 @@ lost_round() {
     tid=$(ctl tenant add "$tenant" | awk '$1 == "id" { print $2; exit }')
     key=$(new_key "$tenant")
     shared=$(ctl rule add "$tenant" --route '/lost/*' \
-        --algorithm fixed_window --limit 100 --calendar day |
+        --algorithm fixed_window --limit 100 --calendar day --count tenant |
         awk '$1 == "id" { print $2; exit }')
     each=$(ctl rule add "$tenant" --route '*' --always --per route \
-        --algorithm fixed_window --limit 5 --calendar day |
+        --algorithm fixed_window --limit 5 --calendar day --count tenant |
         awk '$1 == "id" { print $2; exit }')
     matches "$tid/$shared/$each/$key" '^[0-9a-f-]{36}/[0-9]+/[0-9]+/rl_' ||
         made=no
