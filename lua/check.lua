@@ -42,8 +42,9 @@
 -- allowed_i is the limit's own verdict, also for a shadow limit. limit_i is
 -- the number of requests the limit lets through at once: the capacity, the
 -- limit, or burst + 1 for gcra. remaining_i is what is left once the cost
--- is charged when the limit allows it (even if another limit denies or this
--- is a peek), otherwise what is available now, rounded down. reset_ms_i is
+-- is charged when the limit allows it and the call is allowed or a peek;
+-- on a denial (which charges nothing) it is what is available now, for
+-- every limit; rounded down. reset_ms_i is
 -- the time until the limit would be fully reset with no more requests,
 -- computed on the same state as remaining_i: until the bucket is full, until
 -- neither window counts anything any more, until the TAT is reached; for
@@ -273,6 +274,40 @@ for i = 1, n do
         local p = 4 * i - 3
         pending[p], pending[p + 1], pending[p + 2], pending[p + 3] =
             s1, s2, s3, s4
+    end
+end
+
+-- A denial charges nothing, so a limit that would have allowed the cost
+-- reports what it has now, not what it would have left: it is evaluated
+-- again at no cost (reads only, and only on a denial).
+if reply[1] == 0 and peek == '0' then
+    for i = 1, n do
+        local r = 5 * i - 2
+        if reply[r] == 1 then
+            local base = 5 * i - 1
+            local algorithm = argv[base]
+            local p1, p2 = argv[base + 1] + 0, argv[base + 2]
+            local remaining, reset_ms, _
+            if algorithm == 'token_bucket' then
+                _, _, remaining, reset_ms =
+                    token_bucket_evaluate(keys[i], p1, p2 + 0, 0, now_us)
+            elseif algorithm == 'sliding_window' then
+                _, _, remaining, reset_ms =
+                    sliding_window_evaluate(keys[i], p1, p2 + 0, 0, now_us)
+            elseif algorithm == 'gcra' then
+                _, _, remaining, reset_ms =
+                    gcra_evaluate(keys[i], p1, p2 + 0, argv[base + 3] + 0, 0,
+                        now_us)
+            else
+                _, _, remaining, reset_ms =
+                    fixed_window_evaluate(keys[i], p1, p2, 0, now_us)
+            end
+            if 1e15 < reset_ms then
+                reset_ms = 1e15
+            end
+            reply[r + 2] = remaining
+            reply[r + 3] = reset_ms
+        end
     end
 end
 

@@ -12,7 +12,7 @@ set -eu
 PACKAGES="build-essential pkg-config libfcgi-dev libhiredis-dev libpq-dev
 libjson-c-dev libssl-dev check libsubunit-dev redis-server postgresql
 lighttpd curl wrk procps nginx-light apache2 libapache2-mod-fcgid spawn-fcgi
-python3 clang shellcheck cppcheck mandoc"
+python3 clang shellcheck cppcheck mandoc nodejs npm"
 
 # Packages that start a system-wide service when installed: the package,
 # its service and the pid files the Debian package uses, as "pkg:svc:glob".
@@ -27,9 +27,20 @@ postgresql:postgresql:/run/postgresql/*.pid"
 installed=$(dpkg-query -W -f='${Package} ${db:Status-Abbrev}\n' $PACKAGES \
     2>/dev/null | awk '$2 == "ii" { print $1 }') || true
 
+# Packages whose command may come from elsewhere, as "pkg:command": a
+# nodejs from another repository (NodeSource's, say) brings npm itself and
+# conflicts with Debian's npm package, so a working command is enough.
+COMMANDS="nodejs:node npm:npm"
+
 missing=""
 for pkg in $PACKAGES; do
     if ! printf '%s\n' "$installed" | grep -qx -- "$pkg"; then
+        for entry in $COMMANDS; do
+            if [ "${entry%%:*}" = "$pkg" ] &&
+                command -v "${entry#*:}" >/dev/null 2>&1; then
+                continue 2
+            fi
+        done
         missing="$missing $pkg"
     fi
 done

@@ -95,7 +95,8 @@ algo_token_bucket_policy(const struct rl_limit *l, long long limit,
 {
     double secs = (double)l->bucket_capacity / l->refill_rate;
 
-    *q = limit;
+    (void)limit;
+    *q = l->bucket_capacity;
     *w = secs < 1 ? 1 : (long long)(secs + 0.999999);
 }
 
@@ -103,23 +104,28 @@ static void
 algo_sliding_window_policy(const struct rl_limit *l, long long limit,
     long long *q, long long *w)
 {
-    *q = limit;
+    (void)limit;
+    *q = l->limit_count;
     *w = l->window_seconds;
 }
 
-/* The sustained quota; sub-second periods are scaled to 1 s. */
+/* GCRA is a bucket of burst + 1 refilled one request per spacing t: the
+ * quota is burst + 1 (what may pass at once, the largest cost, and the
+ * "limit" of the answer), the window the time to earn all of it back,
+ * (burst + 1) * t rounded up to whole seconds. */
 static void
 algo_gcra_policy(const struct rl_limit *l, long long limit, long long *q,
     long long *w)
 {
+    long long t;
+
     (void)limit;
-    if (l->period_us < 1000000) {
-        *q = l->limit_count * 1000000 / l->period_us;
+    *q = l->burst + 1;
+    t = l->limit_count > 0 ? (l->period_us + l->limit_count - 1) /
+        l->limit_count : l->period_us;
+    *w = ((l->burst + 1) * t + 999999) / 1000000;
+    if (*w < 1)
         *w = 1;
-    } else {
-        *q = l->limit_count;
-        *w = (l->period_us + 999999) / 1000000;
-    }
 }
 
 /* A month announces its longest length, 31 days. */
@@ -129,7 +135,8 @@ algo_fixed_window_policy(const struct rl_limit *l, long long limit,
 {
     long long s = algo_calendar_seconds(l->calendar);
 
-    *q = limit;
+    (void)limit;
+    *q = l->limit_count;
     *w = s > 0 ? s : 1;
 }
 
@@ -415,6 +422,17 @@ algo_policy(const struct rl_limit *l, long long limit, long long *q,
         return;
     }
     a->policy(l, limit, q, w);
+}
+
+long long
+algo_quota(const struct rl_limit *l)
+{
+    long long q, w;
+
+    if (algo_get(l->algorithm) == NULL)
+        return 0;
+    algo_policy(l, 0, &q, &w);
+    return q;
 }
 
 void

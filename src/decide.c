@@ -397,6 +397,15 @@ decide_limits(struct decider *dc, const char *tenant_id,
         }
         return DECIDE_MISCONFIGURED;
     }
+    /* A cost above what an enforced limit lets through at once can never
+     * pass: no answer with a time to wait, no script call.  (A shadow
+     * limit decides nothing.) */
+    for (i = 0; i < plan->n; i++)
+        if (!plan->rule[i]->shadow &&
+            creq->cost > algo_quota(plan->limit[i])) {
+            plan->over = i;
+            return DECIDE_COST_EXCEEDS;
+        }
     rc = dc->store.script(dc->store.ctx, tenant_id, plan, creq, d);
     if (rc == STORE_BAD_REPLY) {
         /* Redis answered, but not what the script answers: a bug or an
@@ -455,9 +464,14 @@ decide_answer_failure(struct decider *dc, int rc, struct rl_response *resp)
         decide_unavailable(dc, resp, "script_error", "the limit store "
             "answered with an error");
         return 1;
+    case DECIDE_COST_EXCEEDS:
+        response_error(resp, 400, "cost_exceeds_limit", "the cost is more "
+            "than a limit of the rule can ever let through");
+        return 1;
     }
     return 0;
 }
+
 
 void
 decide_check(struct decider *dc, const struct http_request *req,
@@ -485,6 +499,11 @@ decide_check(struct decider *dc, const struct http_request *req,
     }
     snprintf(creq.identity, sizeof(creq.identity), "key:%lld", ki.key_id);
     rc = decide_limits(dc, ki.tenant_id, &creq, &plan, &d);
+    if (rc == DECIDE_COST_EXCEEDS) {
+        response_cost_exceeds(resp, plan.name[plan.over],
+            algo_quota(plan.limit[plan.over]), creq.cost);
+        return;
+    }
     if (decide_answer_failure(dc, rc, resp))
         return;
     switch (rc) {

@@ -432,9 +432,17 @@ int algo_script_args(const struct rl_limit *l,
     char args[ALGO_SCRIPT_ARGS][ALGO_TEXT_MAX]);
 
 /* RateLimit-Policy's quota and window of l (an unknown algorithm: limit
- * per second). */
+ * per second).  The quota is what may pass at once, for every algorithm:
+ * the capacity (token bucket), the limit (windows), burst + 1 (GCRA), the
+ * same as the "limit" of an answer and X-RateLimit-Limit; the window is
+ * how long it takes to be whole again (token bucket, GCRA: rounded up to
+ * seconds) or the window's length. */
 void algo_policy(const struct rl_limit *l, long long limit, long long *q,
     long long *w);
+
+/* The quota of l: the largest cost a check can ever pass (0 for an
+ * unknown algorithm). */
+long long algo_quota(const struct rl_limit *l);
 
 /* Adds the parameters of l to the JSON object o, under their names. */
 void algo_json_add(struct json_object *o, const struct rl_limit *l);
@@ -489,6 +497,7 @@ struct rl_rule {
 struct rl_plan {
     int n;
     int needed;                 /* the limits of those rules in all */
+    int over;                   /* decide: the limit a cost can never pass */
     const struct rl_rule *rule[RL_MAX_LIMITS];
     const struct rl_limit *limit[RL_MAX_LIMITS];
     char name[RL_MAX_LIMITS][RL_NAME_MAX + 24];  /* unique policy names */
@@ -764,6 +773,12 @@ struct json_object;
 /* Makes obj (a json-c value, which this call releases) the body, plain
  * JSON followed by a newline. */
 void response_json(struct rl_response *r, struct json_object *obj);
+
+/* 400 cost_exceeds_limit: a cost no wait can make pass, naming the limit:
+ * {"error":"cost_exceeds_limit","message":...,"limit":NAME,
+ *  "max_cost":N,"cost":C} -- so that no client retries it. */
+void response_cost_exceeds(struct rl_response *r, const char *limit,
+    long long max_cost, long long cost);
 
 /* A JSON error: {"error": code, "message": message}. */
 void response_error(struct rl_response *r, int status, const char *code,

@@ -113,6 +113,26 @@ response_error(struct rl_response *r, int status, const char *code,
     response_json(r, o);
 }
 
+void
+response_cost_exceeds(struct rl_response *r, const char *limit,
+    long long max_cost, long long cost)
+{
+    struct json_object *o = json_object_new_object();
+    char msg[256];
+
+    snprintf(msg, sizeof(msg), "a cost of %lld can never pass limit \"%s\": "
+        "it lets at most %lld through at once", cost, limit, max_cost);
+    r->status = 400;
+    r->error = "cost_exceeds_limit";
+    json_object_object_add(o, "error",
+        json_object_new_string("cost_exceeds_limit"));
+    json_object_object_add(o, "message", json_object_new_string(msg));
+    json_object_object_add(o, "limit", json_object_new_string(limit));
+    json_object_object_add(o, "max_cost", json_object_new_int64(max_cost));
+    json_object_object_add(o, "cost", json_object_new_int64(cost));
+    response_json(r, o);
+}
+
 static long long
 ceil_div_ms(long long ms)
 {

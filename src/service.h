@@ -260,6 +260,8 @@ enum decide_result {
     DECIDE_FAIL_OPEN,           /* it is down, and every rule fails open */
     DECIDE_MISCONFIGURED,       /* more limits apply than one check holds */
     DECIDE_SCRIPT_ERROR,        /* the store answered with an error */
+    DECIDE_COST_EXCEEDS,        /* the cost is more than limit plan->over
+                                   can ever pass: no script call */
 };
 
 /* decide_identify flags */

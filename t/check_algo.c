@@ -228,18 +228,26 @@ START_TEST(test_policy)
     algo_policy(&l, 100, &q, &w);
     ck_assert_int_eq(q, 100);
     ck_assert_int_eq(w, 60);
+    /* GCRA: burst + 1 at once, earned back in (burst + 1) spacings. */
     l = gcra(10, 1000000, 5);
-    algo_policy(&l, 15, &q, &w);
-    ck_assert_int_eq(q, 10);
+    algo_policy(&l, 6, &q, &w);
+    ck_assert_int_eq(q, 6);
     ck_assert_int_eq(w, 1);
+    ck_assert_int_eq(algo_quota(&l), 6);
     l = gcra(1, 100000, 0);
     algo_policy(&l, 1, &q, &w);
-    ck_assert_int_eq(q, 10);
+    ck_assert_int_eq(q, 1);
     ck_assert_int_eq(w, 1);
-    l = gcra(3, 1500000, 0);
-    algo_policy(&l, 3, &q, &w);
-    ck_assert_int_eq(q, 3);
-    ck_assert_int_eq(w, 2);
+    l = gcra(100, 360000000000LL, 99);      /* 100 per 100 h, burst 99 */
+    algo_policy(&l, 100, &q, &w);
+    ck_assert_int_eq(q, 100);
+    ck_assert_int_eq(w, 360000);
+    l = gcra(3, 1500000, 4);                /* one per 0.5 s, 5 at once */
+    algo_policy(&l, 5, &q, &w);
+    ck_assert_int_eq(q, 5);
+    ck_assert_int_eq(w, 3);
+    ck_assert_int_eq(algo_quota(&l), 5);
+    ck_assert_int_eq(algo_quota(&(struct rl_limit){ .algorithm = 0 }), 0);
     l = fw(50, RL_CAL_HOUR);
     algo_policy(&l, 50, &q, &w);
     ck_assert_int_eq(q, 50);
@@ -250,6 +258,9 @@ START_TEST(test_policy)
     l = fw(50, 0);
     algo_policy(&l, 50, &q, &w);
     ck_assert_int_eq(w, 1);
+    ck_assert_int_eq(algo_quota(&l), 50);
+    l = tb(12, 1);
+    ck_assert_int_eq(algo_quota(&l), 12);
     l.algorithm = 0;
     algo_policy(&l, 7, &q, &w);
     ck_assert_int_eq(q, 7);

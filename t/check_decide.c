@@ -325,6 +325,29 @@ START_TEST(test_shadow)
 }
 END_TEST
 
+/* A cost above what a limit lets through at once (10 here) is a 400 that
+ * names the limit, without a script call; a shadow limit decides
+ * nothing. */
+START_TEST(test_cost_exceeds_limit)
+{
+    ck_assert_int_eq(check("good-key",
+        "{\"route\":\"/api/x\",\"cost\":11}"), 400);
+    ck_assert_ptr_nonnull(body_has("\"error\":\"cost_exceeds_limit\""));
+    ck_assert_ptr_nonnull(body_has("\"limit\":\"l0\""));
+    ck_assert_ptr_nonnull(body_has("\"max_cost\":10"));
+    ck_assert_ptr_nonnull(body_has("\"cost\":11"));
+    ck_assert_ptr_null(header_has("Retry-After"));
+    ck_assert_int_eq(fk.script_calls, 0);
+    ck_assert_int_eq((int)counters.denied, 0);
+    ck_assert_int_eq(check("good-key",
+        "{\"route\":\"/api/x\",\"cost\":10}"), 200);
+    ck_assert_int_eq(fk.script_calls, 1);
+    ck_assert_int_eq(check("good-key",
+        "{\"route\":\"/shadow/x\",\"cost\":11}"), 200);
+    ck_assert_int_eq(fk.script_calls, 2);
+}
+END_TEST
+
 START_TEST(test_misconfigured)
 {
     /* 8 limits on the /nine/ rule, and an always rule for all: 9. */
@@ -428,6 +451,7 @@ decide_suite(void)
     tcase_add_test(tc, test_no_rule_no_script_call);
     tcase_add_test(tc, test_fail_open_and_closed);
     tcase_add_test(tc, test_shadow);
+    tcase_add_test(tc, test_cost_exceeds_limit);
     tcase_add_test(tc, test_misconfigured);
     tcase_add_test(tc, test_store_down_with_known_key);
     tcase_add_test(tc, test_key_lookups);

@@ -678,10 +678,12 @@ START_TEST(test_policy_gcra_fixed_window)
         int calendar;
         long long q, w;
     } cases[] = {
-        { RL_ALGO_GCRA, 10, 1000000, 5, 0, 10, 1 },
-        { RL_ALGO_GCRA, 100, 60000000, 0, 0, 100, 60 },
-        { RL_ALGO_GCRA, 1, 100000, 0, 0, 10, 1 },
-        { RL_ALGO_GCRA, 3, 1500000, 0, 0, 3, 2 },
+        /* GCRA: burst + 1, earned back in (burst + 1) spacings. */
+        { RL_ALGO_GCRA, 10, 1000000, 5, 0, 6, 1 },
+        { RL_ALGO_GCRA, 100, 60000000, 0, 0, 1, 1 },
+        { RL_ALGO_GCRA, 100, 60000000, 99, 0, 100, 60 },
+        { RL_ALGO_GCRA, 1, 100000, 0, 0, 1, 1 },
+        { RL_ALGO_GCRA, 3, 1500000, 5, 0, 6, 3 },
         { RL_ALGO_FIXED_WINDOW, 50, 0, 0, RL_CAL_MINUTE, 50, 60 },
         { RL_ALGO_FIXED_WINDOW, 50, 0, 0, RL_CAL_HOUR, 50, 3600 },
         { RL_ALGO_FIXED_WINDOW, 50, 0, 0, RL_CAL_DAY, 50, 86400 },
@@ -711,6 +713,8 @@ START_TEST(test_policy_gcra_fixed_window)
         response_init(&r);
         response_decision(&r, &plan, &d);
         ck_assert_int_eq(sf_headers(&r, policy, st), 1);
+        /* The quota is the answer's "limit" and X-RateLimit-Limit. */
+        ck_assert_int_eq(d.st[0].limit, cases[i].q);
         ck_assert_msg(sf_param(&policy[0], "q") == cases[i].q &&
             sf_param(&policy[0], "w") == cases[i].w,
             "case %zu: q=%lld w=%lld, want q=%lld w=%lld", i,

@@ -851,8 +851,10 @@ def test_all_or_nothing_four():
     expect_eq("call 4 allowed", r.allowed, 0)
     expect_eq("call 4 allowed of limits 1..4",
               [x.allowed for x in r.limits], [1, 1, 0, 1])
+    # A denial charges nothing: every limit reports what it has now, not
+    # what it would have left once charged.
     expect_eq("call 4 remaining of limits 1..4",
-              [x.remaining for x in r.limits], [6, 1, 0, 1])
+              [x.remaining for x in r.limits], [7, 2, 0, 2])
     expect_state("bucket", "aon4:tb", {"tokens": 7, "ts": N})
     expect_state("window", "aon4:sw", {"win": 30589920, "cur": 3, "prev": 0})
     expect_state("gcra", "aon4:g", {"tat": N + 3 * 3600000000})
@@ -892,7 +894,7 @@ def test_shadow_denies():
 def test_shadow_enforced_denies():
     # The enforced limit (1 per minute) denies, the shadow one (burst 5)
     # would allow: nothing is written, the shadow limit is not charged
-    # either.
+    # either, and it reports what it has now (5, full again in 100 ms).
     a = [fw(1, "minute"), gcra(10, 1000000, 5, shadow=1)]
     out = check_times(2, ["sh2:fw", "sh2:g"], a, now=N)
     expect_reply("first", out[0], reply(allowed=1, now_ms=NMS, limits=[
@@ -903,7 +905,7 @@ def test_shadow_enforced_denies():
     expect_reply("second", out[1], reply(allowed=0, now_ms=NMS, limits=[
         lim(allowed=0, limit=1, remaining=0, reset_ms=40000,
             retry_after_ms=40000),
-        lim(allowed=1, limit=6, remaining=4, reset_ms=200,
+        lim(allowed=1, limit=6, remaining=5, reset_ms=100,
             retry_after_ms=0)]))
     expect_state("enforced", "sh2:fw", {"win": 1835395200, "count": 1})
     expect_state("shadow", "sh2:g", {"tat": N + 100000})

@@ -8,13 +8,16 @@ Lists (t/sf_parse.py, found in T_DIR) and agree with the JSON body: every
 member is an sf-string item; policies carry q (and w), RateLimit members r
 (and t), all non-negative integers; names are unique and the same, in the
 same order, in both fields and in the body's policies (one member when the
-body has no policies); r is the body's remaining; q is the body's limit
-except for GCRA, which announces its sustained quota; NAME=Q/W pins the
+body has no policies); r is the body's remaining; q is the body's limit,
+for every algorithm (one definition of the quota), and X-RateLimit-Limit
+is the q of a member whose r is X-RateLimit-Remaining; NAME=Q/W pins the
 expected q and w.  On a 429, every denying limit's t is its retry_after and
-Retry-After is the largest of them.  Prints what is wrong and exits 1, or
-prints nothing and exits 0.
+Retry-After is the largest of them.  When SF_NPM_MODULES names a
+node_modules directory holding the npm package structured-headers, both
+fields are parsed by it as well (t/sf_check.cjs) and must parse the same.
+Prints what is wrong and exits 1, or prints nothing and exits 0.
 """
-import json, sys
+import json, os, subprocess, sys
 sys.dont_write_bytecode = True
 sys.path.insert(0, sys.argv[1])
 from sf_parse import parse_list, SFError, Token, InnerList
@@ -59,6 +62,35 @@ def members(name, required, optional):
 
 policy = members("ratelimit-policy", ["q"], ["w"])
 state = members("ratelimit", ["r"], ["t"])
+
+def bare(v):
+    if isinstance(v, bool):
+        return ["b", v]
+    if isinstance(v, (int, float)):
+        return ["n", v]
+    if isinstance(v, Token):
+        return ["t", str(v)]
+    if isinstance(v, str):
+        return ["s", v]
+    return ["?", repr(v)]
+
+npm = os.environ.get("SF_NPM_MODULES")
+if npm:
+    values = {n: ", ".join(fields[n]) for n in ("ratelimit-policy",
+                                                 "ratelimit")}
+    out = subprocess.run(
+        ["node", os.path.join(sys.argv[1], "sf_check.cjs"), npm] +
+        ["%s=%s" % kv for kv in values.items()],
+        capture_output=True, text=True, timeout=30)
+    if out.returncode != 0:
+        fail("node t/sf_check.cjs failed: %s" % out.stderr.strip()[-300:])
+    theirs = json.loads(out.stdout)
+    for name, ours in (("ratelimit-policy", policy), ("ratelimit", state)):
+        mine = [[bare(v), {k: bare(x) for k, x in p.items()}]
+                for v, p in ours]
+        if theirs[name] != mine:
+            fail("%s: structured-headers (npm) reads %r, we read %r" %
+                 (name, theirs[name], mine))
 doc = json.loads(body)
 pols = doc.get("policies")
 if pols is None:
@@ -71,7 +103,7 @@ retry = []
 for (pname, pp), (_, sp), p in zip(policy, state, pols):
     if sp["r"] != p["remaining"]:
         fail("%s: r=%d but remaining %d" % (pname, sp["r"], p["remaining"]))
-    if p["algorithm"] != "gcra" and pp["q"] != p["limit"]:
+    if pp["q"] != p["limit"]:
         fail("%s: q=%d but limit %d" % (pname, pp["q"], p["limit"]))
     if pname in expect:
         q, w = (int(x) for x in expect[pname].split("/"))
@@ -91,3 +123,10 @@ if status == 429:
             p["name"] for p in pols
             if not p["allowed"] and not p.get("shadow")):
         fail("denied_by %r" % doc.get("denied_by"))
+xl = (fields.get("x-ratelimit-limit") or [None])[-1]
+xr = (fields.get("x-ratelimit-remaining") or [None])[-1]
+if xl is not None and not any(
+        str(pp["q"]) == xl and str(sp["r"]) == xr
+        for (_, pp), (_, sp) in zip(policy, state)):
+    fail("X-RateLimit-Limit %s / Remaining %s match no member's q and r" %
+         (xl, xr))

@@ -112,12 +112,16 @@ check_req "$DEMO_KEY" "$(check_body /api/orders/1 "$SUBJECT" 1000001)"
 expect_error "cost 1000001" 400 invalid_request
 
 # A cost of exactly the maximum is valid; the demo "*" rule (1000 an hour)
-# cannot grant it.
+# can never grant it: 400 cost_exceeds_limit naming the limit, which no
+# client retries (not a 429 that a client would wait on).
 check_req "$DEMO_KEY" "$(check_body /misc/1 "$SUBJECT" 1000000)"
-check "cost 1000000: valid (429, not 400)" eq "$STATUS" 429
-check "cost 1000000: can never pass, so retry_after is -1" \
-    eq "$(json_field retry_after)" -1
+expect_error "cost 1000000 on a limit of 1000" 400 cost_exceeds_limit
+check "cost 1000000: the body names the limit and its largest cost" \
+    eq "$(json_field limit) $(json_field max_cost) $(json_field cost)" \
+    "default 1000 1000000"
 check "cost 1000000: and no Retry-After header" eq "$(header Retry-After)" ""
+check_req "$DEMO_KEY" "$(check_body /misc/1 "$(uniq_name whole)" 1000)"
+check "cost 1000, the whole limit, on a fresh subject: 200" eq "$STATUS" 200
 
 # A valid JSON body of exactly 9000 bytes (max_body_size is 8192).
 head="{\"route\":\"/a\",\"subject\":\"$SUBJECT\",\"pad\":\""

@@ -119,6 +119,28 @@ rate_headers_ok() {
 
 # ---------------------------------------------------------------- sf_parse
 
+# A second Structured Field parser, written elsewhere: the npm package
+# structured-headers, installed once under $BUILD/npm (the npm registry is
+# the one place besides Debian's archive this machine reaches).  Every
+# rate_headers_ok then parses both fields with it too.
+SF_NPM_MODULES=$BUILD/npm/node_modules
+if [ ! -f "$SF_NPM_MODULES/structured-headers/package.json" ]; then
+    mkdir -p "$BUILD/npm"
+    timeout 180 npm install --no-audit --no-fund --no-save --prefix \
+        "$BUILD/npm" structured-headers@2 >"$T_TMP/npm.out" 2>&1 ||
+        cat "$T_TMP/npm.out"
+fi
+if [ -f "$SF_NPM_MODULES/structured-headers/package.json" ] &&
+    node "$ROOT/t/sf_check.cjs" "$SF_NPM_MODULES" 'x="a";q=1' \
+        >"$T_TMP/sf_check.out" 2>&1 &&
+    grep -q '"x":\[\[\["s","a"\],{"q":\["n",1\]}\]\]' "$T_TMP/sf_check.out"; then
+    pass "the npm parser structured-headers is installed and reads a List"
+    export SF_NPM_MODULES
+else
+    fail "the npm parser structured-headers is installed and reads a List" \
+        "$(cat "$T_TMP/sf_check.out" 2>/dev/null)"
+fi
+
 if python3 "$ROOT/t/sf_test.py" >"$T_TMP/sf_test.out" 2>&1; then
     pass "t/sf_test.py: the Structured Field parser passes its tests"
 else
@@ -470,7 +492,7 @@ check "headers: 3 pass, the hourly quota denies the 4th ($(statuses))" \
 for i in 1 2 3 4; do
     check "headers: response $i: RateLimit and RateLimit-Policy agree with the body" \
         rate_headers_ok "$T_TMP/batch.$i.head" "$(batch_body "$i")" \
-        bucket=10/5 window=20/30 paced=10/1 hourly=3/3600
+        bucket=10/5 window=20/30 paced=3/1 hourly=3/3600
 done
 check "headers: the 429 names the hourly quota" \
     contains "$(batch_field 4 denied_by)" hourly
@@ -493,9 +515,54 @@ seq_checks 2 "$key" "$(check_body /one "$(uniq_name one)")"
 check "headers, one limit: 1 pass, 1 denied ($(statuses))" \
     eq "$(statuses)" "200 429 "
 check "headers, one limit: allowed response agrees" \
-    rate_headers_ok "$T_TMP/batch.1.head" "$(batch_body 1)" solo=2/3600
+    rate_headers_ok "$T_TMP/batch.1.head" "$(batch_body 1)" solo=1/1800
 check "headers, one limit: denied response agrees (Retry-After = t)" \
-    rate_headers_ok "$T_TMP/batch.2.head" "$(batch_body 2)" solo=2/3600
+    rate_headers_ok "$T_TMP/batch.2.head" "$(batch_body 2)" solo=1/1800
+
+# One quota for GCRA: --limit 10 --period 1s --burst 5 lets 6 through at
+# once, and says so everywhere: the body's limit, X-RateLimit-Limit and q.
+tenant=$(uniq_name quota)
+new_tenant "$tenant"
+key=$(new_key "$tenant")
+add_rule "$tenant" --route /quota --name burst --algorithm gcra --limit 10 \
+    --period 1s --burst 5 >/dev/null
+check_req "$key" "$(check_body /quota "$(uniq_name q)")"
+check "gcra quota: limit, X-RateLimit-Limit and RateLimit-Policy q are all 6" \
+    eq "$(json_field limit) $(header X-RateLimit-Limit) $(header RateLimit-Policy)" \
+    '6 6 "burst";q=6;w=1'
+check "gcra quota: the headers agree with the body" \
+    rate_headers_ok "$T_TMP/headers" "$BODY" burst=6/1
+# A cost above it: 400 naming the limit, never a 429 to retry.
+check_req "$key" "$(check_body /quota "$(uniq_name q)" 7)"
+check "cost 7 against burst + 1 = 6: 400 cost_exceeds_limit" \
+    eq "$STATUS $(json_field error) $(json_field limit) $(json_field max_cost)" \
+    "400 cost_exceeds_limit burst 6"
+check "cost 7: no Retry-After, no RateLimit fields" \
+    eq "$(header Retry-After)$(header RateLimit)" ""
+
+# On a denial every limit reports what it has now: a limit that would have
+# allowed the request is not shown as charged, however often it repeats.
+tenant=$(uniq_name now)
+new_tenant "$tenant"
+key=$(new_key "$tenant")
+add_rule "$tenant" --route /now --name second --algorithm gcra --limit 1 \
+    --period 1h >/dev/null
+add_rule "$tenant" --route '*' --always --name monthly \
+    --algorithm fixed_window --limit 1000000 --calendar month \
+    --count tenant >/dev/null
+avoid_edge 86400 5
+seq_checks 4 "$key" "$(check_body /now "$(uniq_name now)")"
+check "denial: 1 passes, 3 denied ($(statuses))" \
+    eq "$(statuses)" "200 429 429 429 "
+check "denial: the monthly quota reports 999999 on every answer" \
+    eq "$(for i in 1 2 3 4; do policy_field monthly remaining "$(batch_body "$i")"; done | tr '\n' ' ')" \
+    "999999 999999 999999 999999 "
+check "denial: and so does the RateLimit field of the 429s" \
+    contains "$(batch_header 4 RateLimit)" '"monthly";r=999999;'
+for i in 2 4; do
+    check "denial: response $i: RateLimit and RateLimit-Policy agree with the body" \
+        rate_headers_ok "$T_TMP/batch.$i.head" "$(batch_body "$i")"
+done
 
 # ---------------------------------------------------------------- accuracy
 
