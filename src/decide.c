@@ -357,6 +357,8 @@ decide_identify(struct decider *dc, const struct http_request *req,
         rc = AUTH_NO_KEY;
     if (decide_auth_answer(dc, resp, rc) == -1)
         return -1;
+    if (!ki->anonymous && ki->key_id > 0 && dc->store.used != NULL)
+        dc->store.used(dc->store.ctx, ki->key_id);
     if ((flags & DECIDE_CHECKING) && ki->admin) {
         response_error(resp, 403, "admin_key_cannot_check",
             "admin keys cannot be used for checks");

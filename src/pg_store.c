@@ -46,6 +46,17 @@ static const char sql_key[] =
 static const char sql_tenant[] =
     "SELECT id::text, status FROM tenants WHERE name = $1";
 
+/* The keys served lately: a bookkeeping write, which notifies no worker
+ * (schema/001_init.sql). */
+static const char sql_used[] =
+    "UPDATE api_keys SET last_used_at = now() "
+    "WHERE id = ANY ($1::bigint[]) RETURNING id";
+
+/* last_used_at: each key at most once a minute, a batch at most once a
+ * second. */
+#define PG_USED_EVERY_MS 60000
+#define PG_USED_WRITE_MS 1000
+
 static const char sql_rules[] =
     "SELECT r.id, r.route_pattern, r.priority, r.shadow, r.failure_mode, "
     "r.per, r.always, l.id, l.name, l.algorithm, "
@@ -332,10 +343,67 @@ pg_store_exec(struct pg_store *ps, const char *what, const char *sql,
  * an idle worker a few milliseconds a second and a busy one nothing.
  */
 void
+pg_store_used(struct pg_store *ps, long long key_id)
+{
+    int64_t now_ms = util_now_ms();
+    struct pg_used_seen *s, *slot = NULL;
+    unsigned h = (unsigned)(key_id * 2654435761u) % PG_USED_SEEN;
+    int i;
+
+    /* A few probes; when all are taken, the oldest is forgotten (at
+     * worst its key is written again within the minute). */
+    for (i = 0; i < 8; i++) {
+        s = &ps->seen[(h + (unsigned)i) % PG_USED_SEEN];
+        if (s->id == key_id) {
+            if (now_ms - s->at_ms < PG_USED_EVERY_MS)
+                return;
+            slot = s;
+            break;
+        }
+        if (slot == NULL || s->id == 0 ||
+            (slot->id != 0 && s->at_ms < slot->at_ms))
+            slot = s;
+    }
+    if (ps->nused == PG_USED_PENDING)
+        return;                 /* full: it comes again with its next use */
+    slot->id = key_id;
+    slot->at_ms = now_ms;
+    ps->used[ps->nused++] = key_id;
+}
+
+/*
+ * Writes last_used_at of the keys queued, in one statement, on a ready
+ * connection, at most once per PG_USED_WRITE_MS.  A failure keeps the
+ * batch for the next time (and is handled as any failed query: the
+ * connection is remade between requests).
+ */
+static void
+pg_store_write_used(struct pg_store *ps)
+{
+    char ids[PG_USED_PENDING * 21 + 3];
+    size_t used = 0;
+    PGresult *res;
+    int i;
+
+    ids[used++] = '{';
+    for (i = 0; i < ps->nused; i++)
+        used += (size_t)snprintf(ids + used, sizeof(ids) - used, "%s%lld",
+            i > 0 ? "," : "", ps->used[i]);
+    snprintf(ids + used, sizeof(ids) - used, "}");
+    ps->used_write_at_ms = util_now_ms() + PG_USED_WRITE_MS;
+    if ((res = pg_store_exec(ps, "last_used_at", sql_used, ids)) == NULL)
+        return;
+    PQclear(res);
+    ps->nused = 0;
+}
+
+void
 pg_store_tick(struct pg_store *ps, int idle)
 {
     if (ps->state != PGS_READY)
         pg_store_advance(ps, idle ? util_now_ms() + PG_TICK_WAIT_MS : 0);
+    else if (ps->nused > 0 && util_now_ms() >= ps->used_write_at_ms)
+        pg_store_write_used(ps);
 }
 
 int

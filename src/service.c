@@ -60,6 +60,14 @@ service_changed(void *ctx)
     return pg_store_poll(&svc->pg);
 }
 
+static void
+service_used(void *ctx, long long key_id)
+{
+    struct service *svc = ctx;
+
+    pg_store_used(&svc->pg, key_id);
+}
+
 int
 service_init(struct service *svc, const struct rl_config *cfg,
     struct shm *shm)
@@ -79,6 +87,7 @@ service_init(struct service *svc, const struct rl_config *cfg,
     store.rules = service_rules;
     store.script = service_script;
     store.changed = service_changed;
+    store.used = service_used;
     return decide_init(&svc->decider, cfg, svc->counters, shm, &store);
 }
 

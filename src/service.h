@@ -110,6 +110,16 @@ struct tenant_rules {
     struct rl_rule *rules;
 };
 
+/* Keys served, for api_keys.last_used_at: written in batches between
+ * requests, at most once per key and PG_USED_EVERY_MS. */
+#define PG_USED_PENDING 512     /* ids waiting for the next write */
+#define PG_USED_SEEN 2048       /* ids written lately (a hash table) */
+
+struct pg_used_seen {
+    long long id;               /* 0 = free */
+    int64_t at_ms;              /* when it was last queued */
+};
+
 struct pg_store {
     void *conn;                 /* PGconn, NULL when disconnected */
     const struct rl_config *cfg;
@@ -122,6 +132,10 @@ struct pg_store {
     int failing;                /* the last attempt to use it failed */
     int notified;               /* a change notification arrived */
     char error[160];            /* short reason, for /health/ready */
+    long long used[PG_USED_PENDING];
+    int nused;
+    int64_t used_write_at_ms;   /* no batch write before this */
+    struct pg_used_seen seen[PG_USED_SEEN];
 };
 
 void pg_store_init(struct pg_store *ps, const struct rl_config *cfg);
@@ -132,9 +146,14 @@ void pg_store_close(struct pg_store *ps);
 int pg_store_down(const struct pg_store *ps);
 
 /* Between requests: takes a lost connection a step further towards being
- * connected and LISTENing again, waiting a little only when idle is set.
- * Never called with a request in hand. */
+ * connected and LISTENing again, waiting a little only when idle is set;
+ * on a ready connection, writes the batch of keys served (at most once a
+ * second).  Never called with a request in hand. */
 void pg_store_tick(struct pg_store *ps, int idle);
+
+/* A key was served: queues its id for last_used_at, unless it was queued
+ * in the last minute.  No I/O. */
+void pg_store_used(struct pg_store *ps, long long key_id);
 
 /* Looks up a key by its SHA-256 hex.  Returns STORE_OK (out->found says
  * whether it exists) or STORE_UNAVAILABLE. */
@@ -226,6 +245,7 @@ struct decide_store {
         const struct rl_plan *plan, const struct check_request *req,
         struct rl_decision *d);
     int (*changed)(void *ctx);
+    void (*used)(void *ctx, long long key_id);  /* a key was served */
 };
 
 #define DECIDE_STORE_UNUSABLE (-3)

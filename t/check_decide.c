@@ -24,7 +24,8 @@ enum script_mode { SCRIPT_ALLOW, SCRIPT_DENY, SCRIPT_DOWN, SCRIPT_ERROR,
 struct fake {
     int pg_down;
     int script_mode;
-    int key_calls, rules_calls, script_calls, tenant_calls;
+    int key_calls, rules_calls, script_calls, tenant_calls, used_calls;
+    long long used_id;
     int changed;
     struct rl_rule rules[8];
     int nrules;
@@ -131,6 +132,15 @@ fake_script(void *ctx, const char *tenant_id, const struct rl_plan *plan,
     return STORE_OK;
 }
 
+static void
+fake_used(void *ctx, long long key_id)
+{
+    struct fake *f = ctx;
+
+    f->used_calls++;
+    f->used_id = key_id;
+}
+
 static int
 fake_changed(void *ctx)
 {
@@ -167,7 +177,7 @@ setup(void)
 {
     size_t counts[SHM_NTABLES] = { 64, 64, 16 }, size;
     struct decide_store store = { &fk, fake_key, fake_tenant, fake_rules,
-        fake_script, fake_changed };
+        fake_script, fake_changed, fake_used };
 
     config_defaults(&cfg);
     cfg.key_lookup_rate = 0;
@@ -231,6 +241,9 @@ START_TEST(test_allowed_and_denied)
     ck_assert_ptr_nonnull(body_has("\"allowed\":true"));
     ck_assert_ptr_nonnull(header_has("X-RateLimit-Limit: 10"));
     ck_assert_int_eq(fk.script_calls, 1);
+    /* The key served is reported (for last_used_at). */
+    ck_assert_int_eq(fk.used_calls, 1);
+    ck_assert_int_gt(fk.used_id, 0);
     fk.script_mode = SCRIPT_DENY;
     ck_assert_int_eq(check("good-key", "{\"route\":\"/api/x\"}"), 429);
     ck_assert_ptr_nonnull(header_has("Retry-After: 2"));
@@ -427,6 +440,8 @@ START_TEST(test_authorizer)
     ck_assert_int_eq(fk.tenant_calls, 1);
     ck_assert_int_eq(fk.script_calls, 1);
     ck_assert_ptr_nonnull(header_has("Variable-RateLimit-Remaining: 9"));
+    /* No key, no key served. */
+    ck_assert_int_eq(fk.used_calls, 0);
     fk.script_mode = SCRIPT_DENY;
     req.x_api_key = "good-key";
     response_reset(&resp);

@@ -323,4 +323,34 @@ expect_error "suspended tenant" 403 tenant_suspended
 check_req "$kept" "$body"
 check "another key of the same tenant still works" eq "$STATUS" 200
 
+# ---------------------------------------------------------------- last use
+
+# Every worker writes last_used_at of the keys it served, in one batch
+# between requests, at most once a minute per key: 40 checks of a new key
+# make at most one write per worker, and key list shows the time.
+tenant=$(uniq_name used)
+new_tenant "$tenant"
+key=$(new_key "$tenant")
+check "a new key was never used" \
+    eq "$(ctl key list "$tenant" | awk 'NR == 2 { print $NF }')" never
+before=$(pg_log_files | xargs cat | grep -c 'UPDATE api_keys SET last_used_at' || true)
+seq_checks 40 "$key" "$(check_body /api/orders/1 "$(uniq_name u)")"
+check "40 checks of the key answer 200 or 429 ($(count_status 200) + $(count_status 429))" \
+    eq $(($(count_status 200) + $(count_status 429))) 40
+# The batch goes out within a second, between requests.
+stack_touch
+used_at() {
+    ctl key list "$tenant" | awk 'NR == 2 { print $(NF - 1), $NF }'
+}
+used_yet() {
+    ! used_at | grep -q never
+}
+retry 50 used_yet
+last=$(used_at)
+check "key list shows when the key was last used ($last)" \
+    matches "$last" '^20[0-9][0-9]-[01][0-9]-[0-3][0-9] [0-2][0-9]:[0-5][0-9]:[0-5][0-9]$'
+after=$(pg_log_files | xargs cat | grep -c 'UPDATE api_keys SET last_used_at' || true)
+check "at most one write per worker for 40 checks ($((after - before)))" \
+    le $((after - before)) "$WORKERS"
+
 finish
