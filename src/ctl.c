@@ -88,6 +88,17 @@ ctl_usage_error(const struct ctl_command *cmd, const char *fmt, ...)
 
 static const struct ctl_option ctl_no_options[] = { { NULL, 0 } };
 
+/* The list and show commands: --json writes JSON instead of a table. */
+static const struct ctl_option ctl_json_options[] = {
+    { "json", 0 },
+    { NULL, 0 },
+};
+
+static const struct ctl_option ctl_force_options[] = {
+    { "force", 0 },
+    { NULL, 0 },
+};
+
 static const struct ctl_option ctl_key_create_options[] = {
     { "role", 1 },
     { NULL, 0 },
@@ -115,6 +126,7 @@ static const struct ctl_option ctl_rule_add_options[] = {
 };
 
 static const struct ctl_option ctl_rule_set_options[] = {
+    { "route", 1 },
     { "enabled", 1 },
     { "always", 1 },
     { "shadow", 1 },
@@ -140,26 +152,32 @@ static const struct ctl_command ctl_commands[] = {
     { "migrate", NULL, "", { NULL }, ctl_no_options, ctl_migrate_run },
     { "tenant", "add", "NAME", { "NAME", NULL }, ctl_no_options,
       ctl_tenant_add },
-    { "tenant", "list", "", { NULL }, ctl_no_options, ctl_tenant_list },
+    { "tenant", "list", "[--json]", { NULL }, ctl_json_options,
+      ctl_tenant_list },
+    { "tenant", "show", "NAME [--json]", { "NAME", NULL }, ctl_json_options,
+      ctl_tenant_show },
+    { "tenant", "remove", "NAME [--force]", { "NAME", NULL },
+      ctl_force_options, ctl_tenant_remove },
     { "tenant", "suspend", "NAME", { "NAME", NULL }, ctl_no_options,
       ctl_tenant_status },
     { "tenant", "resume", "NAME", { "NAME", NULL }, ctl_no_options,
       ctl_tenant_status },
     { "key", "create", "TENANT [--role check|admin]", { "TENANT", NULL },
       ctl_key_create_options, ctl_tenant_key_create },
-    { "key", "list", "TENANT", { "TENANT", NULL }, ctl_no_options,
-      ctl_tenant_key_list },
+    { "key", "list", "TENANT [--json]", { "TENANT", NULL },
+      ctl_json_options, ctl_tenant_key_list },
     { "key", "revoke", "KEY_ID", { "KEY_ID", NULL }, ctl_no_options,
       ctl_tenant_key_revoke },
     { "rule", "add", "TENANT --route PATTERN " CTL_LIMIT_SYNOPSIS
       " [--name LIMITNAME] [--priority N] [--always] [--shadow] "
       "[--failure-mode closed|open] [--per rule|route] [--force]",
       { "TENANT", NULL }, ctl_rule_add_options, ctl_rule_add },
-    { "rule", "list", "TENANT", { "TENANT", NULL }, ctl_no_options,
-      ctl_rule_list },
-    { "rule", "match", "TENANT ROUTE", { "TENANT", "ROUTE", NULL },
-      ctl_no_options, ctl_rule_match },
-    { "rule", "set", "RULE_ID [--enabled on|off] [--always on|off] "
+    { "rule", "list", "TENANT [--json]", { "TENANT", NULL },
+      ctl_json_options, ctl_rule_list },
+    { "rule", "match", "TENANT ROUTE [--json]", { "TENANT", "ROUTE", NULL },
+      ctl_json_options, ctl_rule_match },
+    { "rule", "set", "RULE_ID [--route PATTERN] [--enabled on|off] "
+      "[--always on|off] "
       "[--shadow on|off] [--failure-mode closed|open] [--per rule|route] "
       "[--priority N]", { "RULE_ID", NULL }, ctl_rule_set_options,
       ctl_rule_set },
@@ -167,6 +185,9 @@ static const struct ctl_command ctl_commands[] = {
       ctl_rule_remove },
     { "limit", "add", "RULE_ID --name LIMITNAME " CTL_LIMIT_SYNOPSIS,
       { "RULE_ID", NULL }, ctl_limit_add_options, ctl_rule_limit_add },
+    { "limit", "set", "LIMIT_ID [--name LIMITNAME] [--algorithm ALGORITHM] "
+      "[its parameters] [--count subject|key|tenant]", { "LIMIT_ID", NULL },
+      ctl_limit_add_options, ctl_rule_limit_set },
     { "limit", "remove", "LIMIT_ID", { "LIMIT_ID", NULL }, ctl_no_options,
       ctl_rule_limit_remove },
 };
@@ -216,15 +237,53 @@ ctl_help(FILE *fp)
         "ratelimitctl(8): man ratelimitctl\n", fp);
 }
 
+/* "commands: migrate, tenant add|list|..., ..." from the table. */
+static void
+ctl_command_list(FILE *fp)
+{
+    size_t i;
+
+    fputs("commands:", fp);
+    for (i = 0; i < CTL_NCOMMANDS; i++) {
+        if (i > 0 && strcmp(ctl_commands[i].noun,
+            ctl_commands[i - 1].noun) == 0)
+            fprintf(fp, "|%s", ctl_commands[i].verb);
+        else
+            fprintf(fp, "%s %s%s%s", i > 0 ? "," : "",
+                ctl_commands[i].noun, ctl_commands[i].verb != NULL ? " " : "",
+                ctl_commands[i].verb != NULL ? ctl_commands[i].verb : "");
+    }
+    fputc('\n', fp);
+}
+
 static int
 ctl_short_usage(FILE *fp)
 {
-    fputs("usage: " CTL_NAME " [-c FILE] COMMAND ...\n"
-        "commands: migrate, tenant add|list|suspend|resume, "
-        "key create|list|revoke, rule add|list|set|remove, "
-        "limit add|remove\n"
-        "Try '" CTL_NAME " --help' for more information.\n", fp);
+    fputs("usage: " CTL_NAME " [-c FILE] COMMAND ...\n", fp);
+    ctl_command_list(fp);
+    fputs("Try '" CTL_NAME " --help' for more information.\n", fp);
     return CTL_EXIT_USAGE;
+}
+
+/* "NOUN --help": the commands of that noun with their usage. */
+static int
+ctl_noun_help(const char *noun)
+{
+    size_t i;
+    int n = 0;
+
+    for (i = 0; i < CTL_NCOMMANDS; i++)
+        if (strcmp(ctl_commands[i].noun, noun) == 0) {
+            if (n++ == 0)
+                printf("usage:\n");
+            fputs("    " CTL_NAME " [-c FILE] ", stdout);
+            ctl_print_command(&ctl_commands[i], stdout);
+        }
+    if (n == 0)
+        return 0;
+    printf("'" CTL_NAME " %s COMMAND --help' shows one of them; "
+        "man ratelimitctl describes every option.\n", noun);
+    return 1;
 }
 
 /* Finds the command named by argv[0] (and argv[1]).  Returns it, or NULL
@@ -318,6 +377,9 @@ main(int argc, char **argv)
         ctl_help(stdout);
         return CTL_EXIT_OK;
     }
+    if (i + 1 < argc && (strcmp(argv[i + 1], "--help") == 0 ||
+        strcmp(argv[i + 1], "-h") == 0) && ctl_noun_help(argv[i]))
+        return CTL_EXIT_OK;
     if ((cmd = ctl_find_command(argc - i, argv + i, &words)) == NULL)
         return CTL_EXIT_USAGE;
     rc = ctl_args_parse(cmd, argc - i - words, argv + i + words, &args);
@@ -325,6 +387,7 @@ main(int argc, char **argv)
         return CTL_EXIT_OK;
     if (rc != 0)
         return rc;
+    ctl_db_set_json(ctl_args_flag(cmd, &args, "json"));
 
     rc = cmd->run(&ctl, cmd, &args);
     if (ctl.conn != NULL)

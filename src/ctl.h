@@ -30,6 +30,9 @@
 
 #define CTL_NAME "ratelimitctl"
 #define CTL_DEFAULT_CONFIG "/etc/ratelimit-fcgi/ratelimit.conf"
+/* Used without -c when CTL_DEFAULT_CONFIG does not exist: the file
+ * "make run" writes, relative to the current directory. */
+#define CTL_DEV_CONFIG "var/ratelimit.conf"
 
 #define CTL_EXIT_OK 0
 #define CTL_EXIT_FAIL 1         /* runtime and database errors */
@@ -166,6 +169,16 @@ int ctl_db_tenant_id(struct ctl *ctl, const char *name,
 int ctl_db_parse_id_connect(struct ctl *ctl, const struct ctl_command *cmd,
     const char *what, const char *s, long long *id);
 
+/* --json: ctl_db_print_query and ctl_db_print_fields write JSON (an array
+ * of objects whose names are the headers in lower case; an object). */
+void ctl_db_set_json(int on);
+int ctl_db_is_json(void);
+struct json_object;
+struct json_object *ctl_db_json_rows(const PGresult *res,
+    const char *const *headers);
+/* Writes o as one line and frees it. */
+void ctl_db_json_print(struct json_object *o);
+
 /* Prints "name  value" lines with the values aligned. */
 void ctl_db_print_fields(const char *const *names,
     const char *const *values, int n);
@@ -193,6 +206,10 @@ int ctl_tenant_list(struct ctl *ctl, const struct ctl_command *cmd,
 /* tenant suspend / tenant resume: the status is the command's verb. */
 int ctl_tenant_status(struct ctl *ctl, const struct ctl_command *cmd,
     const struct ctl_args *a);
+int ctl_tenant_show(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a);
+int ctl_tenant_remove(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a);
 int ctl_tenant_key_create(struct ctl *ctl, const struct ctl_command *cmd,
     const struct ctl_args *a);
 int ctl_tenant_key_list(struct ctl *ctl, const struct ctl_command *cmd,
@@ -211,6 +228,8 @@ int ctl_rule_set(struct ctl *ctl, const struct ctl_command *cmd,
 int ctl_rule_remove(struct ctl *ctl, const struct ctl_command *cmd,
     const struct ctl_args *a);
 int ctl_rule_limit_add(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a);
+int ctl_rule_limit_set(struct ctl *ctl, const struct ctl_command *cmd,
     const struct ctl_args *a);
 int ctl_rule_limit_remove(struct ctl *ctl, const struct ctl_command *cmd,
     const struct ctl_args *a);

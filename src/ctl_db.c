@@ -10,10 +10,13 @@
  * other as it is.  The output helpers print a result as an aligned table
  * (the list commands) or as "name  value" lines (what a change made).
  */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <json-c/json.h>
 
 #include "ctl.h"
 
@@ -93,6 +96,11 @@ ctl_db_connect(struct ctl *ctl)
     long seconds;
 
     config_defaults(&ctl->cfg);
+    /* Without -c: the system's file, else the development stack's (what
+     * "make run" writes in the source tree), else the defaults. */
+    if (!ctl->config_given && access(ctl->config_path, F_OK) != 0 &&
+        access(CTL_DEV_CONFIG, F_OK) == 0)
+        ctl->config_path = CTL_DEV_CONFIG;
     if (ctl->config_given || access(ctl->config_path, F_OK) == 0) {
         if (config_load(&ctl->cfg, ctl->config_path, err, sizeof(err)) == -1)
             return ctl_fail("%s", err);
@@ -279,6 +287,80 @@ ctl_db_print_table(const PGresult *res, const char *const *headers)
     }
 }
 
+/* --json: tables and fields are written as JSON instead. */
+static int ctl_db_json;
+
+void
+ctl_db_set_json(int on)
+{
+    ctl_db_json = on;
+}
+
+int
+ctl_db_is_json(void)
+{
+    return ctl_db_json;
+}
+
+/* A field name from a header: "LAST_USED" -> "last_used". */
+static void
+ctl_db_json_name(const char *header, char *out, size_t len)
+{
+    size_t i;
+
+    for (i = 0; header[i] != '\0' && i + 1 < len; i++)
+        out[i] = (char)tolower((unsigned char)header[i]);
+    out[i] = '\0';
+}
+
+/* One value of a result as JSON: integers as numbers, booleans as such,
+ * NULL as null, the rest as strings. */
+static struct json_object *
+ctl_db_json_value(const PGresult *res, int r, int c)
+{
+    const char *v;
+
+    if (PQgetisnull(res, r, c))
+        return NULL;
+    v = PQgetvalue(res, r, c);
+    switch (PQftype(res, c)) {
+    case 20:                    /* int8 */
+    case 21:                    /* int2 */
+    case 23:                    /* int4 */
+        return json_object_new_int64(strtoll(v, NULL, 10));
+    case 16:                    /* bool */
+        return json_object_new_boolean(v[0] == 't');
+    default:
+        return json_object_new_string(v);
+    }
+}
+
+struct json_object *
+ctl_db_json_rows(const PGresult *res, const char *const *headers)
+{
+    struct json_object *rows = json_object_new_array(), *o;
+    int ncols = PQnfields(res), r, c;
+    char name[64];
+
+    for (r = 0; r < PQntuples(res); r++) {
+        o = json_object_new_object();
+        for (c = 0; c < ncols && headers[c] != NULL; c++) {
+            ctl_db_json_name(headers[c], name, sizeof(name));
+            json_object_object_add(o, name, ctl_db_json_value(res, r, c));
+        }
+        json_object_array_add(rows, o);
+    }
+    return rows;
+}
+
+void
+ctl_db_json_print(struct json_object *o)
+{
+    puts(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
+        JSON_C_TO_STRING_NOSLASHESCAPE));
+    json_object_put(o);
+}
+
 /* Prints "name  value" lines with the values aligned. */
 void
 ctl_db_print_fields(const char *const *names,
@@ -287,6 +369,15 @@ ctl_db_print_fields(const char *const *names,
     size_t width = 0;
     int i;
 
+    if (ctl_db_json) {
+        struct json_object *o = json_object_new_object();
+
+        for (i = 0; i < n; i++)
+            json_object_object_add(o, names[i],
+                json_object_new_string(values[i]));
+        ctl_db_json_print(o);
+        return;
+    }
     for (i = 0; i < n; i++)
         if (strlen(names[i]) > width)
             width = strlen(names[i]);
@@ -307,7 +398,10 @@ ctl_db_print_query(struct ctl *ctl, const char *sql, int nparams,
 
     if (res == NULL)
         return ctl_db_fail(ctl);
-    ctl_db_print_table(res, headers);
+    if (ctl_db_json)
+        ctl_db_json_print(ctl_db_json_rows(res, headers));
+    else
+        ctl_db_print_table(res, headers);
     PQclear(res);
     return CTL_EXIT_OK;
 }

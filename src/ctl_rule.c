@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <json-c/json.h>
+
 #include "ctl.h"
 
 /* ------------------------------------------------------------------ */
@@ -656,14 +658,15 @@ ctl_rule_set(struct ctl *ctl, const struct ctl_command *cmd,
     const struct ctl_args *a)
 {
     static const char *const names[] = { "id", "enabled", "always", "shadow",
-        "failure-mode", "per", "priority" };
+        "failure-mode", "per", "priority", "route" };
     const char *enabled = ctl_args_value(cmd, a, "enabled");
     const char *always = ctl_args_value(cmd, a, "always");
     const char *shadow = ctl_args_value(cmd, a, "shadow");
     const char *failure_mode = ctl_args_value(cmd, a, "failure-mode");
     const char *per = ctl_args_value(cmd, a, "per");
     const char *priority = ctl_args_value(cmd, a, "priority");
-    const char *params[7], *values[7];
+    const char *route = ctl_args_value(cmd, a, "route");
+    const char *params[8], *values[8];
     char err[256], prio[24];
     struct ctl_rule_guard g;
     long long id, v;
@@ -673,13 +676,19 @@ ctl_rule_set(struct ctl *ctl, const struct ctl_command *cmd,
     if (validate_id("RULE_ID", a->pos[0], &id, err, sizeof(err)) == -1)
         return ctl_usage_error(cmd, "%s", err);
     if (enabled == NULL && always == NULL && shadow == NULL &&
-        failure_mode == NULL && per == NULL && priority == NULL)
+        failure_mode == NULL && per == NULL && priority == NULL &&
+        route == NULL)
         return ctl_usage_error(cmd, "nothing to set: give at least one of "
             "--enabled, --always, --shadow, --failure-mode, --per, "
-            "--priority");
+            "--priority, --route");
     params[0] = a->pos[0];
-    for (i = 1; i < 7; i++)
+    for (i = 1; i < 8; i++)
         params[i] = NULL;
+    if (route != NULL) {
+        if (validate_route("--route", route, err, sizeof(err)) == -1)
+            return ctl_usage_error(cmd, "%s", err);
+        params[7] = route;
+    }
     if (enabled != NULL && ctl_rule_on_off("--enabled", enabled,
         &params[1], err, sizeof(err)) == -1)
         return ctl_usage_error(cmd, "%s", err);
@@ -721,22 +730,23 @@ ctl_rule_set(struct ctl *ctl, const struct ctl_command *cmd,
         "  shadow = coalesce($4::boolean, shadow), "
         "  failure_mode = coalesce($5, failure_mode), "
         "  per = coalesce($6, per), "
-        "  priority = coalesce($7::integer, priority) "
+        "  priority = coalesce($7::integer, priority), "
+        "  route_pattern = coalesce($8, route_pattern) "
         "WHERE id = $1::bigint "
         "RETURNING id, "
         "  CASE WHEN enabled THEN 'on' ELSE 'off' END, "
         "  CASE WHEN always THEN 'on' ELSE 'off' END, "
         "  CASE WHEN shadow THEN 'on' ELSE 'off' END, "
-        "  failure_mode, per, priority", 7, params);
+        "  failure_mode, per, priority, route_pattern", 8, params);
     if (res == NULL) {
         ctl_rule_guard_abort(ctl, &g);
         return ctl_db_fail(ctl);
     }
     if ((rc = ctl_rule_guard_finish(ctl, &g, res, id)) != CTL_EXIT_OK)
         return rc;
-    for (i = 0; i < 7; i++)
+    for (i = 0; i < 8; i++)
         values[i] = PQgetvalue(res, 0, i);
-    ctl_db_print_fields(names, values, 7);
+    ctl_db_print_fields(names, values, 8);
     PQclear(res);
     return CTL_EXIT_OK;
 }
@@ -864,6 +874,48 @@ ctl_rule_list(struct ctl *ctl, const struct ctl_command *cmd,
     return ctl_db_print_tenant_query(ctl, cmd, a->pos[0], sql, headers);
 }
 
+/* rule match --json: {"tenant":..., "route":..., "rule":ID, "limits":[the
+ * table's rows], "too_many_limits":bool, "not_used":[{"rule":ID,
+ * "route":PATTERN,"shadowed_by":ID or null}]}. */
+static int
+ctl_rule_match_json(struct ctl *ctl, const struct rl_rule *rules, int n,
+    int best, const char *route, const char *tenant, const char *sql,
+    const char *const *params, const char *const *headers, long needed)
+{
+    struct json_object *o = json_object_new_object(), *nu, *e;
+    PGresult *res;
+    int i, by;
+
+    if ((res = ctl_db_query(ctl, sql, 3, params)) == NULL) {
+        json_object_put(o);
+        return ctl_db_fail(ctl);
+    }
+    json_object_object_add(o, "tenant", json_object_new_string(tenant));
+    json_object_object_add(o, "route", json_object_new_string(route));
+    json_object_object_add(o, "rule", json_object_new_int64(rules[best].id));
+    json_object_object_add(o, "limits", ctl_db_json_rows(res, headers));
+    PQclear(res);
+    json_object_object_add(o, "too_many_limits",
+        json_object_new_boolean(needed > RL_MAX_LIMITS));
+    nu = json_object_new_array();
+    for (i = 0; i < n; i++) {
+        if (i == best || rules[i].always ||
+            !rules_pattern_matches(rules[i].pattern, route))
+            continue;
+        by = rules_shadowed_by(rules, n, i);
+        e = json_object_new_object();
+        json_object_object_add(e, "rule", json_object_new_int64(rules[i].id));
+        json_object_object_add(e, "route",
+            json_object_new_string(rules[i].pattern));
+        json_object_object_add(e, "shadowed_by", by >= 0 ?
+            json_object_new_int64(rules[by].id) : NULL);
+        json_object_array_add(nu, e);
+    }
+    json_object_object_add(o, "not_used", nu);
+    ctl_db_json_print(o);
+    return CTL_EXIT_OK;
+}
+
 /*
  * rule match TENANT ROUTE: what the service decides for a check of ROUTE,
  * and why -- the most specific rule, the "always" rules that join it, the
@@ -897,8 +949,21 @@ ctl_rule_match(struct ctl *ctl, const struct ctl_command *cmd,
         return ctl_db_fail(ctl);
     best = rules_match(rules, n, route);
     if (best < 0) {
-        printf("no rule of %s matches %s: its checks are allowed without "
-            "a Redis call\n", tenant, route);
+        if (ctl_db_is_json()) {
+            struct json_object *o = json_object_new_object();
+
+            json_object_object_add(o, "tenant",
+                json_object_new_string(tenant));
+            json_object_object_add(o, "route", json_object_new_string(route));
+            json_object_object_add(o, "rule", NULL);
+            json_object_object_add(o, "limits", json_object_new_array());
+            json_object_object_add(o, "too_many_limits",
+                json_object_new_boolean(0));
+            json_object_object_add(o, "not_used", json_object_new_array());
+            ctl_db_json_print(o);
+        } else
+            printf("no rule of %s matches %s: its checks are allowed "
+                "without a Redis call\n", tenant, route);
         free(rules);
         return CTL_EXIT_OK;
     }
@@ -914,9 +979,10 @@ ctl_rule_match(struct ctl *ctl, const struct ctl_command *cmd,
             needed += rules[i].nlimits;
         }
     snprintf(ids + used, sizeof(ids) - used, "}");
-    printf("route %s of tenant %s: rule %lld, the most specific match, "
-        "and the \"always\" rules that match; their limits are decided "
-        "together\n", route, tenant, rules[best].id);
+    if (!ctl_db_is_json())
+        printf("route %s of tenant %s: rule %lld, the most specific match, "
+            "and the \"always\" rules that match; their limits are "
+            "decided together\n", route, tenant, rules[best].id);
     snprintf(sql, sizeof(sql), "SELECT r.id, r.route_pattern, r.priority, "
         "  CASE WHEN r.always THEN 'yes' ELSE 'no' END, "
         "  CASE WHEN r.id = $3::bigint THEN 'most-specific' "
@@ -928,6 +994,12 @@ ctl_rule_match(struct ctl *ctl, const struct ctl_command *cmd,
         "FROM rules r JOIN limits l ON l.rule_id = r.id "
         "WHERE r.tenant_id = $1::uuid AND r.id = ANY ($2::bigint[]) "
         "ORDER BY r.id <> $3::bigint, r.id, l.id");
+    if (ctl_db_is_json()) {
+        rc = ctl_rule_match_json(ctl, rules, n, best, route, tenant, sql,
+            params, headers, needed);
+        free(rules);
+        return rc;
+    }
     if ((rc = ctl_db_print_query(ctl, sql, 3, params, headers)) != 0) {
         free(rules);
         return rc;
@@ -1104,3 +1176,181 @@ db_err:
     return ctl_db_fail(ctl);
 }
 
+
+/*
+ * limit set LIMIT_ID [--name N] [--count C] [--algorithm A] [parameters]:
+ * changes a limit in place (its counters in Redis stay, under the same
+ * id).  Parameters not given keep their values; with another --algorithm,
+ * that algorithm's parameters are required and the old ones are cleared.
+ */
+int
+ctl_rule_limit_set(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a)
+{
+    static const char *const names[] = { "id", "rule", "limit" };
+    const char *name = ctl_args_value(cmd, a, "name");
+    const char *count = ctl_args_value(cmd, a, "count");
+    const char *algorithm = ctl_args_value(cmd, a, "algorithm");
+    const char *typed[ALGO_MAX_PARAMS], *values[3], *params[4 + 8];
+    char text[ALGO_MAX_PARAMS][ALGO_TEXT_MAX], sqlv[8][ALGO_TEXT_MAX];
+    char err[256], desc[256], sql[1024], set[512], rule[24];
+    char old_name[RL_NAME_MAX + 1], old_count[16], old_alg[32];
+    struct ctl_rule_limit_spec s;
+    const struct algo *alg, *other;
+    const struct algo_param *p, *mine;
+    size_t used = 0;
+    long long id;
+    PGresult *res;
+    int i, j, k, rc, given = 0, changed_alg, np;
+
+    if (validate_id("LIMIT_ID", a->pos[0], &id, err, sizeof(err)) == -1)
+        return ctl_usage_error(cmd, "%s", err);
+    if (name != NULL && validate_limit_name("--name", name, err,
+        sizeof(err)) == -1)
+        return ctl_usage_error(cmd, "%s", err);
+    if (count != NULL && validate_count("--count", count, err,
+        sizeof(err)) == -1)
+        return ctl_usage_error(cmd, "%s", err);
+    if (algorithm != NULL && algo_find(algorithm) == NULL) {
+        ctl_rule_algorithm_names(desc, sizeof(desc));
+        return ctl_usage_error(cmd, "--algorithm: \"%s\" is not %s",
+            algorithm, desc);
+    }
+    for (i = 0; (other = algo_at(i)) != NULL; i++)
+        for (j = 0; j < other->nparams; j++)
+            given |= ctl_args_value(cmd, a, other->param[j].option) != NULL;
+    if (name == NULL && count == NULL && algorithm == NULL && !given)
+        return ctl_usage_error(cmd, "nothing to set: give --name, --count, "
+            "--algorithm or parameters of the limit's algorithm");
+    if ((rc = ctl_db_connect(ctl)) != 0)
+        return rc;
+    if (ctl_db_begin(ctl) == -1)
+        return ctl_db_fail(ctl);
+    params[0] = a->pos[0];
+    res = ctl_db_query(ctl, "SELECT rule_id, algorithm, "
+        "coalesce(limit_count, 0), coalesce(window_seconds, 0), "
+        "coalesce(bucket_capacity, 0), coalesce(refill_rate, 0), "
+        "coalesce(period_us, 0), coalesce(burst, 0), "
+        "coalesce(calendar, ''), name, count_scope "
+        "FROM limits WHERE id = $1::bigint FOR UPDATE", 1, params);
+    if (res == NULL)
+        goto db_err;
+    if (PQntuples(res) == 0) {
+        PQclear(res);
+        ctl_db_rollback(ctl);
+        return ctl_fail("no limit with id %lld", id);
+    }
+    memset(&s, 0, sizeof(s));
+    snprintf(rule, sizeof(rule), "%s", PQgetvalue(res, 0, 0));
+    snprintf(old_alg, sizeof(old_alg), "%s", PQgetvalue(res, 0, 1));
+    snprintf(old_name, sizeof(old_name), "%s", PQgetvalue(res, 0, 9));
+    snprintf(old_count, sizeof(old_count), "%s", PQgetvalue(res, 0, 10));
+    changed_alg = algorithm != NULL && strcmp(algorithm, old_alg) != 0;
+    if (!changed_alg) {
+        s.limit.limit_count = strtoll(PQgetvalue(res, 0, 2), NULL, 10);
+        s.limit.window_seconds = strtoll(PQgetvalue(res, 0, 3), NULL, 10);
+        s.limit.bucket_capacity = strtoll(PQgetvalue(res, 0, 4), NULL, 10);
+        s.limit.refill_rate = strtod(PQgetvalue(res, 0, 5), NULL);
+        s.limit.period_us = strtoll(PQgetvalue(res, 0, 6), NULL, 10);
+        s.limit.burst = strtoll(PQgetvalue(res, 0, 7), NULL, 10);
+        s.limit.calendar = algo_calendar_parse(PQgetvalue(res, 0, 8));
+    }
+    PQclear(res);
+    if ((alg = algo_find(changed_alg ? algorithm : old_alg)) == NULL) {
+        ctl_db_rollback(ctl);
+        return ctl_fail("limit %lld has an unknown algorithm", id);
+    }
+    s.algorithm = alg;
+    s.limit.algorithm = alg->id;
+    if ((rc = ctl_rule_foreign_options(cmd, a, alg)) != 0) {
+        ctl_db_rollback(ctl);
+        return rc;
+    }
+    for (i = 0; i < alg->nparams; i++) {
+        p = &alg->param[i];
+        typed[i] = ctl_args_value(cmd, a, p->option);
+        if (typed[i] == NULL && changed_alg && !p->optional) {
+            ctl_db_rollback(ctl);
+            algo_takes(alg, err, sizeof(err));
+            return ctl_usage_error(cmd, "%s needs %s (--%s is missing)",
+                alg->name, err, p->option);
+        }
+        if (typed[i] != NULL) {
+            if (algo_param_parse(p, typed[i], &s.limit, err,
+                sizeof(err)) == -1) {
+                ctl_db_rollback(ctl);
+                return ctl_usage_error(cmd, "%s", err);
+            }
+        } else {
+            algo_param_text(p, &s.limit, ALGO_TEXT_HUMAN, text[i],
+                sizeof(text[i]));
+            typed[i] = text[i];
+        }
+    }
+    if (alg->check != NULL && alg->check(&s.limit, typed, err,
+        sizeof(err)) == -1) {
+        ctl_db_rollback(ctl);
+        return ctl_usage_error(cmd, "%s", err);
+    }
+
+    /* Every parameter column of every algorithm: this one's values, the
+     * others NULL. */
+    params[1] = name;
+    params[2] = count;
+    params[3] = alg->name;
+    np = 4;
+    set[0] = '\0';
+    for (i = 0; (other = algo_at(i)) != NULL; i++)
+        for (j = 0; j < other->nparams; j++) {
+            const char *col = other->param[j].column;
+            char mark[64];
+
+            snprintf(mark, sizeof(mark), " %s = ", col);
+            if (strstr(set, mark) != NULL)
+                continue;       /* a column shared by algorithms */
+            for (mine = NULL, k = 0; k < alg->nparams; k++)
+                if (strcmp(alg->param[k].column, col) == 0)
+                    mine = &alg->param[k];
+            if (mine == NULL) {
+                used += (size_t)snprintf(set + used, sizeof(set) - used,
+                    ",%sNULL", mark);
+                continue;
+            }
+            if (np - 4 >= 8 || algo_param_text(mine, &s.limit,
+                ALGO_TEXT_SQL, sqlv[np - 4], sizeof(sqlv[0])) == -1) {
+                ctl_db_rollback(ctl);
+                return ctl_fail("limit parameter out of range");
+            }
+            params[np] = sqlv[np - 4];
+            used += (size_t)snprintf(set + used, sizeof(set) - used,
+                ",%s$%d::%s", mark, np + 1,
+                mine->kind == ALGO_KIND_RATE ? "double precision" :
+                mine->kind == ALGO_KIND_CALENDAR ? "text" : "bigint");
+            np++;
+        }
+    snprintf(sql, sizeof(sql), "UPDATE limits SET name = coalesce($2, name), "
+        "count_scope = coalesce($3, count_scope), algorithm = $4%s "
+        "WHERE id = $1::bigint", set);
+    if (ctl_db_command(ctl, sql, np, params) == -1) {
+        if (strcmp(ctl->constraint, "limits_name_unique") == 0) {
+            ctl_db_rollback(ctl);
+            return ctl_fail("rule %s already has a limit named \"%s\"",
+                rule, name);
+        }
+        goto db_err;
+    }
+    if (ctl_db_commit(ctl) == -1)
+        return ctl_db_fail(ctl);
+    s.name = name != NULL ? name : old_name;
+    s.count = count != NULL ? count : old_count;
+    s.limit.count = algo_count_parse(s.count);
+    ctl_rule_limit_describe(&s, desc, sizeof(desc));
+    values[0] = a->pos[0];
+    values[1] = rule;
+    values[2] = desc;
+    ctl_db_print_fields(names, values, 3);
+    return CTL_EXIT_OK;
+db_err:
+    ctl_db_rollback(ctl);
+    return ctl_db_fail(ctl);
+}

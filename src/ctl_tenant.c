@@ -95,6 +95,97 @@ ctl_tenant_status(struct ctl *ctl, const struct ctl_command *cmd,
     return CTL_EXIT_OK;
 }
 
+/* tenant show NAME: one tenant, with what it has. */
+int
+ctl_tenant_show(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a)
+{
+    static const char *const names[] = { "id", "name", "status", "created",
+        "keys", "revoked_keys", "rules", "limits" };
+    const char *params[1] = { a->pos[0] };
+    const char *values[8];
+    char err[256];
+    PGresult *res;
+    int rc, i;
+
+    if (validate_tenant_name("tenant name", a->pos[0], err,
+        sizeof(err)) == -1)
+        return ctl_usage_error(cmd, "%s", err);
+    if ((rc = ctl_db_connect(ctl)) != 0)
+        return rc;
+    res = ctl_db_query(ctl, "SELECT t.id, t.name, t.status, "
+        "  to_char(t.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'), "
+        "  (SELECT count(*) FROM api_keys k WHERE k.tenant_id = t.id "
+        "   AND k.status = 'active'), "
+        "  (SELECT count(*) FROM api_keys k WHERE k.tenant_id = t.id "
+        "   AND k.status <> 'active'), "
+        "  (SELECT count(*) FROM rules r WHERE r.tenant_id = t.id), "
+        "  (SELECT count(*) FROM limits l JOIN rules r ON r.id = l.rule_id "
+        "   WHERE r.tenant_id = t.id) "
+        "FROM tenants t WHERE t.name = $1", 1, params);
+    if (res == NULL)
+        return ctl_db_fail(ctl);
+    if (PQntuples(res) == 0) {
+        PQclear(res);
+        return ctl_fail("no tenant named \"%s\" (see '" CTL_NAME
+            " tenant list')", a->pos[0]);
+    }
+    for (i = 0; i < 8; i++)
+        values[i] = PQgetvalue(res, 0, i);
+    ctl_db_print_fields(names, values, 8);
+    PQclear(res);
+    return CTL_EXIT_OK;
+}
+
+/*
+ * tenant remove NAME [--force]: the tenant with its keys, rules and limits
+ * (ON DELETE CASCADE), in one statement.  While it has active keys, only
+ * with --force: a key in use would start answering 401.  Its counters in
+ * Redis are left to expire.
+ */
+int
+ctl_tenant_remove(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a)
+{
+    const char *params[2] = { a->pos[0], NULL };
+    char err[256];
+    PGresult *res;
+    int rc;
+
+    params[1] = ctl_args_flag(cmd, a, "force") ? "true" : "false";
+    if (validate_tenant_name("tenant name", a->pos[0], err,
+        sizeof(err)) == -1)
+        return ctl_usage_error(cmd, "%s", err);
+    if ((rc = ctl_db_connect(ctl)) != 0)
+        return rc;
+    /* One statement: the count and the delete see the same rows. */
+    res = ctl_db_query(ctl, "WITH t AS (SELECT id, (SELECT count(*) "
+        "  FROM api_keys k WHERE k.tenant_id = tenants.id "
+        "  AND k.status = 'active') AS active FROM tenants WHERE name = $1), "
+        "d AS (DELETE FROM tenants WHERE id IN (SELECT id FROM t "
+        "  WHERE active = 0 OR $2::boolean) RETURNING id) "
+        "SELECT t.active, (SELECT count(*) FROM d) FROM t", 2, params);
+    if (res == NULL)
+        return ctl_db_fail(ctl);
+    if (PQntuples(res) == 0) {
+        PQclear(res);
+        return ctl_fail("no tenant named \"%s\" (see '" CTL_NAME
+            " tenant list')", a->pos[0]);
+    }
+    if (strcmp(PQgetvalue(res, 0, 1), "0") == 0) {
+        fprintf(stderr, CTL_NAME ": tenant remove: %s has %s active keys, "
+            "which would start answering 401; revoke them first (key list "
+            "%s) or remove it anyway with --force\n", a->pos[0],
+            PQgetvalue(res, 0, 0), a->pos[0]);
+        PQclear(res);
+        return CTL_EXIT_USAGE;
+    }
+    PQclear(res);
+    printf("tenant %s removed, with its keys, rules and limits\n",
+        a->pos[0]);
+    return CTL_EXIT_OK;
+}
+
 /* ------------------------------------------------------------------ */
 /* Keys */
 
