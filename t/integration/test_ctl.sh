@@ -937,6 +937,84 @@ expect_fail "rule match of an unknown tenant exits 1" "no tenant named" \
     rule match nosuchtenant /x
 expect_usage "rule match without a route exits 2" "ROUTE" rule match conflict
 
+# --- the rest of the admin tool ----------------------------------------
+
+ctl tenant --help
+is "tenant --help lists the tenant commands (exit 0)" \
+    "$RC $(has out 'ratelimitctl \[-c FILE\] tenant show NAME') $(has out 'tenant remove NAME')" \
+    "0 yes yes"
+ctl rule --help
+is "rule --help lists the rule commands" "$RC $(has out 'rule match TENANT ROUTE')" "0 yes"
+ctl key --help
+is "key --help lists the key commands" "$RC $(has out 'key revoke KEY_ID')" "0 yes"
+
+ctl tenant show conflict
+is "tenant show prints the tenant with its counts" \
+    "$RC $(field name) $(field status) $(field rules) $(field limits)" \
+    "0 conflict active 5 5"
+ctl tenant show conflict --json
+is "tenant show --json is one object with stable names" \
+    "$RC $(python3 -c 'import json,sys; o=json.load(open(sys.argv[1])); print(o["name"], o["status"], sorted(o))' "$TMP/out")" \
+    "0 conflict active ['created', 'id', 'keys', 'limits', 'name', 'revoked_keys', 'rules', 'status']"
+ctl rule list conflict --json
+is "rule list --json: one object per limit, typed values" \
+    "$RC $(python3 -c '
+import json, sys
+rows = json.load(open(sys.argv[1]))
+r = [x for x in rows if x["id"] == int(sys.argv[2])][0]
+print(len(rows), r["route"], r["count"], r["note"], type(r["limit_id"]).__name__, sorted(r))
+' "$TMP/out" "${C1:-0}")" \
+    "0 5 /api/* subject shadowed by rule ${C2:-?} int ['algorithm', 'always', 'count', 'enabled', 'failure', 'id', 'limit', 'limit_id', 'note', 'parameters', 'per', 'priority', 'route', 'shadow']"
+ctl key list conflict --json
+is "key list --json of a tenant without keys is []" "$RC $(cat "$TMP/out")" "0 []"
+ctl tenant list --json
+is "tenant list --json names every tenant" \
+    "$RC $(python3 -c 'import json,sys; print(sorted(t["name"] for t in json.load(open(sys.argv[1])))[0:1])' "$TMP/out")" \
+    "0 ['acme']"
+ctl rule match conflict /api/orders --json
+is "rule match --json: the rule, its limits and the rules not used" \
+    "$RC $(python3 -c '
+import json, sys
+o = json.load(open(sys.argv[1]))
+print(o["rule"], [l["why"] for l in o["limits"]], [(n["rule"], n["shadowed_by"]) for n in o["not_used"]][0])
+' "$TMP/out")" \
+    "0 ${C2:-?} ['most-specific', 'always'] (${C1:-?}, ${C2:-?})"
+
+ctl rule set "$C4" --route '/other/*'
+is "rule set --route changes the pattern" \
+    "$RC $(field route) $(sql "SELECT route_pattern FROM rules WHERE id = ${C4:-0}")" \
+    "0 /other/* /other/*"
+L2ID=$(sql "SELECT id FROM limits WHERE rule_id = ${C2:-0}")
+ctl limit set "$L2ID" --limit 250
+is "limit set --limit keeps the window and the count" \
+    "$RC $(sql "SELECT algorithm, limit_count, window_seconds, count_scope FROM limits WHERE id = ${L2ID:-0}")" \
+    "0 sliding_window|250|60|key"
+ctl limit set "$L2ID" --algorithm gcra --limit 10 --period 1s --burst 4 \
+    --count tenant --name paced
+is "limit set --algorithm replaces the parameters (the old ones cleared)" \
+    "$RC $(sql "SELECT name, algorithm, limit_count, window_seconds IS NULL, period_us, burst, count_scope FROM limits WHERE id = ${L2ID:-0}")" \
+    "0 paced|gcra|10|t|1000000|4|tenant"
+expect_usage "limit set of another algorithm's option exits 2" \
+    "not an option of gcra" limit set "$L2ID" --window 60
+expect_usage "limit set --algorithm without its parameters exits 2" \
+    "token_bucket needs" limit set "$L2ID" --algorithm token_bucket
+expect_usage "limit set with nothing to set exits 2" "nothing to set" \
+    limit set "$L2ID"
+expect_fail "limit set of an unknown limit exits 1" "no limit with id" \
+    limit set 999999 --limit 5
+
+ctl key create conflict
+expect_usage "tenant remove with an active key exits 2" \
+    "has 1 active keys" tenant remove conflict
+ctl tenant remove conflict --force
+is "tenant remove --force removes it with its keys, rules and limits" \
+    "$RC $(sql "SELECT count(*) FROM tenants WHERE name = 'conflict'") $(sql "SELECT count(*) FROM rules WHERE id = ${C1:-0}")" \
+    "0 0 0"
+ctl tenant remove nomatch
+is "tenant remove of a tenant without keys" "$RC $(has out 'tenant nomatch removed')" "0 yes"
+expect_fail "tenant remove of an unknown tenant exits 1" "no tenant named" \
+    tenant remove nomatch
+
 # --- an unreachable database --------------------------------------------
 
 sh scripts/pg.sh stop "$TMP" >/dev/null 2>&1
