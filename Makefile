@@ -18,7 +18,7 @@ LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm
 # unit tests.
 CORE = config log util buf request algo rules cache limiter response addr fcgi shm decide authorizer validate cluster
 SERVICE = main master worker api service views redis_store pg_store listen scoreboard
-CTL = ctl ctl_args ctl_db ctl_migrate ctl_tenant ctl_rule
+CTL = ctl ctl_args ctl_db ctl_migrate ctl_tenant ctl_rule ctl_counter
 
 # The Redis script, in this order: the algorithms, the clock and the driver
 # (see lua/check.lua). $(BUILD)/check.lua, the script embedded, reads only
@@ -63,7 +63,8 @@ $(BUILD)/embedded.o: $(BUILD)/embedded.c src/ratelimit.h
 $(BUILD)/ratelimit-fcgi: $(SERVICE_OBJ) $(CORE_OBJ)
 	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LIBS)
 
-$(BUILD)/ratelimitctl: $(CTL_OBJ) $(CORE_OBJ)
+# (redis_store.o: the counter commands reach Redis as the service does)
+$(BUILD)/ratelimitctl: $(CTL_OBJ) $(CORE_OBJ) $(BUILD)/redis_store.o
 	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LIBS)
 
 # One Check binary: t/check_main.c registers the suites of t/check_*.c.

@@ -94,6 +94,14 @@ static const struct ctl_option ctl_json_options[] = {
     { NULL, 0 },
 };
 
+static const struct ctl_option ctl_counter_options[] = {
+    { "subject", 1 },
+    { "key", 1 },
+    { "address", 1 },
+    { "json", 0 },
+    { NULL, 0 },
+};
+
 static const struct ctl_option ctl_force_options[] = {
     { "force", 0 },
     { NULL, 0 },
@@ -190,6 +198,12 @@ static const struct ctl_command ctl_commands[] = {
       ctl_limit_add_options, ctl_rule_limit_set },
     { "limit", "remove", "LIMIT_ID", { "LIMIT_ID", NULL }, ctl_no_options,
       ctl_rule_limit_remove },
+    { "counter", "show", "TENANT ROUTE [--subject S] [--key KEY_ID | "
+      "--address IP] [--json]", { "TENANT", "ROUTE", NULL },
+      ctl_counter_options, ctl_counter_show },
+    { "counter", "reset", "TENANT ROUTE [--subject S] [--key KEY_ID | "
+      "--address IP]", { "TENANT", "ROUTE", NULL }, ctl_counter_options,
+      ctl_counter_reset },
 };
 
 #define CTL_NCOMMANDS (sizeof(ctl_commands) / sizeof(ctl_commands[0]))

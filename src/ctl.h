@@ -217,6 +217,17 @@ int ctl_tenant_key_list(struct ctl *ctl, const struct ctl_command *cmd,
 int ctl_tenant_key_revoke(struct ctl *ctl, const struct ctl_command *cmd,
     const struct ctl_args *a);
 
+/* The rules of tenant_id the service would use, with what matching needs
+ * (id, pattern, priority, always, number of limits).  *out is calloc()ed
+ * (free it).  0, or -1 with the error in ctl. */
+int ctl_rule_guard_load(struct ctl *ctl, const char *tenant_id,
+    struct rl_rule **out, int *n);
+
+int ctl_counter_show(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a);
+int ctl_counter_reset(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a);
+
 int ctl_rule_add(struct ctl *ctl, const struct ctl_command *cmd,
     const struct ctl_args *a);
 int ctl_rule_list(struct ctl *ctl, const struct ctl_command *cmd,

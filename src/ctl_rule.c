@@ -51,7 +51,7 @@ struct ctl_rule_guard {
  * priority, always and the number of limits.  *out is calloc()ed (free it)
  * and may be NULL when *n is 0.  Returns 0, or -1 with the error in ctl.
  */
-static int
+int
 ctl_rule_guard_load(struct ctl *ctl, const char *tenant_id,
     struct rl_rule **out, int *n)
 {

@@ -144,6 +144,25 @@ limiter_build(const char *tenant_id, const struct rl_plan *plan,
 }
 
 int
+limiter_key(const char *tenant_id, const struct rl_rule *rule,
+    const struct rl_limit *limit, const struct check_request *req,
+    char *out, size_t outlen)
+{
+    struct limiter_call call;
+    struct rl_plan plan;
+
+    memset(&plan, 0, sizeof(plan));
+    plan.n = 1;
+    plan.rule[0] = rule;
+    plan.limit[0] = limit;
+    if (limiter_build(tenant_id, &plan, req, &call) == -1 ||
+        call.argvlen[1] >= outlen)
+        return -1;
+    memcpy(out, call.argv[1], call.argvlen[1] + 1);
+    return 0;
+}
+
+int
 limiter_request_key(struct limiter_call *call, const char *id)
 {
     static const char id_chars[] = "0123456789abcdefghijklmnopqrstuvwxyz"

@@ -702,6 +702,13 @@ struct limiter_call {
 int limiter_build(const char *tenant_id, const struct rl_plan *plan,
     const struct check_request *req, struct limiter_call *call);
 
+/* The Redis key of one limit's counter for req, as limiter_build() names
+ * it (for ratelimitctl's counter commands).  Returns 0, or -1 when it does
+ * not fit in outlen or the limit is unusable. */
+int limiter_key(const char *tenant_id, const struct rl_rule *rule,
+    const struct rl_limit *limit, const struct check_request *req,
+    char *out, size_t outlen);
+
 /* Longest request id limiter_request_key() takes. */
 #define LIMITER_ID_MAX 40
 

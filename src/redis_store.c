@@ -1264,3 +1264,32 @@ redis_store_ready(struct redis_store *rs)
         return redis_node_ready(rs, &rs->node[0]);
     }
 }
+
+/* ------------------------------------------------------------ commands */
+
+redisReply *
+redis_store_command(struct redis_store *rs, const char *key, int argc,
+    const char **argv, const size_t *argvlen)
+{
+    struct redis_node *n, *to;
+    redisReply *r;
+    int redirects, asking = 0, err;
+
+    n = redis_route(rs, rs->type == REDIS_CLUSTER ?
+        cluster_keyslot(key, strlen(key)) : 0);
+    for (redirects = 0; n != NULL; redirects++) {
+        if (redis_node_connect(rs, n) != STORE_OK)
+            return NULL;
+        if ((r = redis_send(n->ctx, argc, argv, argvlen, asking,
+            &err)) == NULL) {
+            redis_node_fail(rs, n, argv[0], err, 0, 0);
+            return NULL;
+        }
+        if (r->type != REDIS_REPLY_ERROR || redirects == REDIS_MAX_REDIRECTS ||
+            (to = redis_redirect(rs, n, r, &asking)) == NULL)
+            return r;
+        freeReplyObject(r);
+        n = to;
+    }
+    return NULL;
+}

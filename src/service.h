@@ -89,6 +89,15 @@ int redis_store_check(struct redis_store *rs, struct limiter_call *call,
  * only). */
 int redis_store_ready(struct redis_store *rs);
 
+/* One command about key (argv as redisCommandArgv takes it), sent where
+ * key lives: the server, the master the sentinels name, or the cluster
+ * primary owning its slot (MOVED and ASK followed).  Returns the reply
+ * (a redisReply; freeReplyObject() it) or NULL with rs->error set.  For
+ * ratelimitctl's counter commands. */
+struct redisReply;
+struct redisReply *redis_store_command(struct redis_store *rs,
+    const char *key, int argc, const char **argv, const size_t *argvlen);
+
 /* ------------------------------------------------------------------ */
 /* pg_store.c */
 

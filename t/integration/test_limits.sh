@@ -332,6 +332,27 @@ check "count subject without a subject: 5 of 7 pass for one key ($(count_status 
 seq_checks 2 "$k2" '{"route":"/scope/subject"}'
 check "count subject without a subject: another key has its own 5" \
     eq "$(count_status 200)" 2
+# counter show / counter reset read and clear the Redis state of the
+# limits of a route: the per-key limit of k1, used up above.
+k1id=$(key_id "$k1")
+ctl counter show "$tenant" /scope/key --key "$k1id" >"$T_TMP/counter.out"
+check "counter show: the per-key counter of k1 holds 5 ($(tail -n 1 "$T_TMP/counter.out"))" \
+    matches "$(tail -n 1 "$T_TMP/counter.out")" ' sliding_window +key +[0-9]+ +.*cur=5'
+ctl counter show "$tenant" /scope/key --key "$k1id" --json >"$T_TMP/counter.json"
+check "counter show --json: the key and the state" \
+    eq "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))[0]; print(r["count"], r["state"]["cur"], r["key"].startswith("rl:{"))' "$T_TMP/counter.json")" \
+    "key 5 True"
+seq_checks 1 "$k1" "$(check_body /scope/key u1)"
+check "before the reset k1 is denied on /scope/key" eq "$(statuses)" "429 "
+ctl counter reset "$tenant" /scope/key --key "$k1id" >"$T_TMP/reset.out"
+check "counter reset clears the counter in Redis" \
+    contains "$(cat "$T_TMP/reset.out")" "1 of 1 counters cleared"
+seq_checks 6 "$k1" "$(check_body /scope/key u1)"
+check "after the reset k1 has its 5 again ($(statuses))" \
+    eq "$(statuses)" "200 200 200 200 200 429 "
+check "and k2 was not reset (still denied)" \
+    eq "$(seq_checks 1 "$k2" "$(check_body /scope/key u1)"; statuses)" "429 "
+
 ctl rule list "$tenant" >"$T_TMP/scope.list"
 check "rule list shows what each limit counts" \
     eq "$(awk '$2 == "/scope/tenant" || $2 == "/scope/key" { print $2, $12 }' \

@@ -1,0 +1,290 @@
+/*
+ * ctl_counter.c -- counter show and counter reset: the Redis state of the
+ * limits a check of a route decides.
+ *
+ * The limits are found as the service finds them (the most specific
+ * matching rule and the "always" rules that match, rules_match), and each
+ * counter's key is made by limiter_key(), the function that names it for
+ * the service: what it counts (--count) decides whether --subject, --key
+ * or --address matter.  Redis is reached with the configuration file's
+ * redis settings (single, sentinel or cluster) through redis_store.c.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <hiredis/hiredis.h>
+#include <json-c/json.h>
+
+#include "ctl.h"
+#include "service.h"
+
+struct ctl_counter {
+    long long rule_id;
+    struct rl_rule rule;        /* id and per_route */
+    struct rl_limit limit;
+    char algorithm[32];
+    char key[RL_UUID_LEN + 160];
+};
+
+/*
+ * Finds the counters a check of ROUTE (a->pos[1]) of TENANT (a->pos[0])
+ * touches, for the subject or client the options name.  *out is calloc()ed
+ * (free it).  Returns 0, or an exit status after printing why.
+ */
+static int
+ctl_counter_find(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a, struct ctl_counter **out, int *nout)
+{
+    const char *subject = ctl_args_value(cmd, a, "subject");
+    const char *key = ctl_args_value(cmd, a, "key");
+    const char *address = ctl_args_value(cmd, a, "address");
+    char id[RL_UUID_LEN + 1], err[256], ids[1024], best_id[24];
+    const char *params[3] = { id, ids, best_id };
+    struct check_request req;
+    struct rl_rule *rules = NULL;
+    struct ctl_counter *c;
+    long long key_id;
+    PGresult *res;
+    size_t used;
+    int i, n = 0, best, rc;
+
+    *out = NULL;
+    *nout = 0;
+    if (validate_tenant_name("tenant name", a->pos[0], err,
+        sizeof(err)) == -1)
+        return ctl_usage_error(cmd, "%s", err);
+    memset(&req, 0, sizeof(req));
+    if (a->pos[1][0] == '\0' || strlen(a->pos[1]) > RL_ROUTE_MAX)
+        return ctl_usage_error(cmd, "ROUTE must be 1 to %d bytes",
+            RL_ROUTE_MAX);
+    snprintf(req.route, sizeof(req.route), "%s", a->pos[1]);
+    if (subject != NULL) {
+        if (strlen(subject) > RL_SUBJECT_MAX)
+            return ctl_usage_error(cmd, "--subject is longer than %d bytes",
+                RL_SUBJECT_MAX);
+        snprintf(req.subject, sizeof(req.subject), "%s", subject);
+        req.has_subject = 1;
+    }
+    if (key != NULL && address != NULL)
+        return ctl_usage_error(cmd, "--key and --address exclude each other");
+    if (key != NULL) {
+        if (validate_id("--key", key, &key_id, err, sizeof(err)) == -1)
+            return ctl_usage_error(cmd, "%s", err);
+        snprintf(req.identity, sizeof(req.identity), "key:%lld", key_id);
+    } else if (address != NULL) {
+        if (strlen(address) > 64)
+            return ctl_usage_error(cmd, "--address is too long");
+        snprintf(req.identity, sizeof(req.identity), "addr:%s", address);
+    }
+    req.cost = 1;
+    if ((rc = ctl_db_connect(ctl)) != 0)
+        return rc;
+    if ((rc = ctl_db_tenant_id(ctl, a->pos[0], id)) != 0)
+        return rc;
+    if (ctl_rule_guard_load(ctl, id, &rules, &n) == -1)
+        return ctl_db_fail(ctl);
+    if ((best = rules_match(rules, n, req.route)) < 0) {
+        free(rules);
+        return ctl_fail("no rule of %s matches %s: it has no counters",
+            a->pos[0], req.route);
+    }
+    snprintf(best_id, sizeof(best_id), "%lld", rules[best].id);
+    ids[0] = '{';
+    used = 1;
+    for (i = 0; i < n; i++)
+        if (i == best || (rules[i].always &&
+            rules_pattern_matches(rules[i].pattern, req.route))) {
+            snprintf(ids + used, sizeof(ids) - used, "%s%lld",
+                used > 1 ? "," : "", rules[i].id);
+            used += strlen(ids + used);
+        }
+    snprintf(ids + used, sizeof(ids) - used, "}");
+    free(rules);
+    res = ctl_db_query(ctl, "SELECT r.id, r.per, l.id, l.name, l.algorithm, "
+        "coalesce(l.limit_count, 0), coalesce(l.window_seconds, 0), "
+        "coalesce(l.bucket_capacity, 0), coalesce(l.refill_rate, 0), "
+        "coalesce(l.period_us, 0), coalesce(l.burst, 0), "
+        "coalesce(l.calendar, ''), l.count_scope "
+        "FROM rules r JOIN limits l ON l.rule_id = r.id "
+        "WHERE r.tenant_id = $1::uuid AND r.id = ANY ($2::bigint[]) "
+        "ORDER BY r.id <> $3::bigint, r.id, l.id", 3, params);
+    if (res == NULL)
+        return ctl_db_fail(ctl);
+    if ((*out = calloc((size_t)PQntuples(res) + 1, sizeof(**out))) ==
+        NULL) {
+        PQclear(res);
+        return ctl_fail("out of memory");
+    }
+    for (i = 0; i < PQntuples(res); i++) {
+        c = &(*out)[i];
+        c->rule.id = strtoll(PQgetvalue(res, i, 0), NULL, 10);
+        c->rule.per_route = strcmp(PQgetvalue(res, i, 1), "route") == 0;
+        c->limit.id = strtoll(PQgetvalue(res, i, 2), NULL, 10);
+        snprintf(c->limit.name, sizeof(c->limit.name), "%s",
+            PQgetvalue(res, i, 3));
+        snprintf(c->algorithm, sizeof(c->algorithm), "%s",
+            PQgetvalue(res, i, 4));
+        c->limit.algorithm = algo_parse(c->algorithm);
+        c->limit.limit_count = strtoll(PQgetvalue(res, i, 5), NULL, 10);
+        c->limit.window_seconds = strtoll(PQgetvalue(res, i, 6), NULL, 10);
+        c->limit.bucket_capacity = strtoll(PQgetvalue(res, i, 7), NULL, 10);
+        c->limit.refill_rate = strtod(PQgetvalue(res, i, 8), NULL);
+        c->limit.period_us = strtoll(PQgetvalue(res, i, 9), NULL, 10);
+        c->limit.burst = strtoll(PQgetvalue(res, i, 10), NULL, 10);
+        c->limit.calendar = algo_calendar_parse(PQgetvalue(res, i, 11));
+        c->limit.count = algo_count_parse(PQgetvalue(res, i, 12));
+        if (limiter_key(id, &c->rule, &c->limit, &req, c->key,
+            sizeof(c->key)) == -1) {
+            PQclear(res);
+            free(*out);
+            *out = NULL;
+            return ctl_fail("limit %lld cannot be used", c->limit.id);
+        }
+    }
+    *nout = PQntuples(res);
+    PQclear(res);
+    return 0;
+}
+
+/* A connection to Redis as the configuration says. */
+static void
+ctl_counter_redis(struct ctl *ctl, struct redis_store *rs,
+    struct rl_counters *counters)
+{
+    memset(counters, 0, sizeof(*counters));
+    redis_store_init(rs, &ctl->cfg, counters);
+}
+
+/* One command about key; NULL after printing why. */
+static redisReply *
+ctl_counter_ask(struct redis_store *rs, const char *key, const char *cmd0)
+{
+    const char *argv[2] = { cmd0, key };
+    size_t argvlen[2] = { strlen(cmd0), strlen(key) };
+    redisReply *r = redis_store_command(rs, key, 2, argv, argvlen);
+
+    if (r == NULL)
+        ctl_warn("redis: %s", rs->error[0] ? rs->error :
+            "redis unreachable");
+    else if (r->type == REDIS_REPLY_ERROR) {
+        ctl_warn("redis %s: %s", cmd0, r->str);
+        freeReplyObject(r);
+        r = NULL;
+    }
+    return r;
+}
+
+int
+ctl_counter_show(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a)
+{
+    struct ctl_counter *cs;
+    struct redis_store rs;
+    struct rl_counters counters;
+    struct json_object *rows = NULL, *o, *st;
+    redisReply *r, *t;
+    char state[512];
+    size_t used, j;
+    int i, n, rc, fail = 0;
+
+    if ((rc = ctl_counter_find(ctl, cmd, a, &cs, &n)) != 0)
+        return rc;
+    ctl_counter_redis(ctl, &rs, &counters);
+    if (ctl_db_is_json())
+        rows = json_object_new_array();
+    else
+        printf("%-8s  %-16s  %-14s  %-7s  %-10s  %s\n", "LIMIT_ID", "LIMIT",
+            "ALGORITHM", "COUNT", "TTL_MS", "STATE");
+    for (i = 0; i < n && !fail; i++) {
+        if ((r = ctl_counter_ask(&rs, cs[i].key, "HGETALL")) == NULL ||
+            (t = ctl_counter_ask(&rs, cs[i].key, "PTTL")) == NULL) {
+            if (r != NULL)
+                freeReplyObject(r);
+            fail = 1;
+            break;
+        }
+        state[0] = '\0';
+        used = 0;
+        st = json_object_new_object();
+        for (j = 0; r->type == REDIS_REPLY_ARRAY && j + 1 < r->elements;
+            j += 2) {
+            used += (size_t)snprintf(state + used, used < sizeof(state) ?
+                sizeof(state) - used : 0, "%s%s=%s", j > 0 ? " " : "",
+                r->element[j]->str, r->element[j + 1]->str);
+            json_object_object_add(st, r->element[j]->str,
+                json_object_new_string(r->element[j + 1]->str));
+        }
+        if (rows != NULL) {
+            o = json_object_new_object();
+            json_object_object_add(o, "limit_id",
+                json_object_new_int64(cs[i].limit.id));
+            json_object_object_add(o, "limit",
+                json_object_new_string(cs[i].limit.name));
+            json_object_object_add(o, "rule_id",
+                json_object_new_int64(cs[i].rule.id));
+            json_object_object_add(o, "algorithm",
+                json_object_new_string(cs[i].algorithm));
+            json_object_object_add(o, "count",
+                json_object_new_string(algo_count_name(cs[i].limit.count)));
+            json_object_object_add(o, "key",
+                json_object_new_string(cs[i].key));
+            json_object_object_add(o, "ttl_ms", t->integer > 0 ?
+                json_object_new_int64(t->integer) : NULL);
+            json_object_object_add(o, "state", st);
+            json_object_array_add(rows, o);
+        } else {
+            json_object_put(st);
+            printf("%-8lld  %-16s  %-14s  %-7s  %-10lld  %s\n",
+                cs[i].limit.id, cs[i].limit.name, cs[i].algorithm,
+                algo_count_name(cs[i].limit.count),
+                t->integer > 0 ? t->integer : 0LL,
+                state[0] != '\0' ? state : "(no counter: full)");
+        }
+        freeReplyObject(r);
+        freeReplyObject(t);
+    }
+    redis_store_close(&rs);
+    free(cs);
+    if (fail) {
+        if (rows != NULL)
+            json_object_put(rows);
+        return CTL_EXIT_FAIL;
+    }
+    if (rows != NULL)
+        ctl_db_json_print(rows);
+    return CTL_EXIT_OK;
+}
+
+int
+ctl_counter_reset(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a)
+{
+    struct ctl_counter *cs;
+    struct redis_store rs;
+    struct rl_counters counters;
+    redisReply *r;
+    int i, n, rc, cleared = 0;
+
+    if ((rc = ctl_counter_find(ctl, cmd, a, &cs, &n)) != 0)
+        return rc;
+    ctl_counter_redis(ctl, &rs, &counters);
+    for (i = 0; i < n; i++) {
+        if ((r = ctl_counter_ask(&rs, cs[i].key, "DEL")) == NULL) {
+            redis_store_close(&rs);
+            free(cs);
+            return CTL_EXIT_FAIL;
+        }
+        if (r->integer > 0) {
+            cleared++;
+            printf("limit %lld (%s): counter cleared\n", cs[i].limit.id,
+                cs[i].limit.name);
+        }
+        freeReplyObject(r);
+    }
+    printf("%d of %d counters cleared (the others were full already)\n",
+        cleared, n);
+    redis_store_close(&rs);
+    free(cs);
+    return CTL_EXIT_OK;
+}
