@@ -217,6 +217,47 @@ int ctl_tenant_key_list(struct ctl *ctl, const struct ctl_command *cmd,
 int ctl_tenant_key_revoke(struct ctl *ctl, const struct ctl_command *cmd,
     const struct ctl_args *a);
 
+/* ctl_rule.c's plan guard (see there): a change of a tenant's rules in one
+ * transaction, refused when a check would need too many limits. */
+struct ctl_rule_guard {
+    char tenant_id[RL_UUID_LEN + 1];
+    struct rl_rule *before;
+    int nbefore;
+};
+
+int ctl_rule_guard_begin_tenant(struct ctl *ctl, struct ctl_rule_guard *g,
+    const char *name);
+void ctl_rule_guard_abort(struct ctl *ctl, struct ctl_rule_guard *g);
+/* Commits, or rolls back and explains; an exit status. */
+int ctl_rule_guard_end(struct ctl *ctl, struct ctl_rule_guard *g);
+
+/*
+ * One limit's checked parameters.  Its algorithm (algo.c) says which of
+ * them are set; the others stay 0 and their columns NULL.
+ */
+struct ctl_rule_limit_spec {
+    const char *name;
+    const char *count;          /* "subject", "key" or "tenant" */
+    const struct algo *algorithm;
+    struct rl_limit limit;
+};
+
+/* Inserts a limit into the rule rule_id (decimal); a result with its id
+ * (PQclear it), none when there is no such rule, or NULL (error in ctl). */
+PGresult *ctl_rule_insert_limit(struct ctl *ctl, const char *rule_id,
+    const struct ctl_rule_limit_spec *s);
+
+/* "name: algorithm parameters, counted per X", as rule add prints it. */
+void ctl_rule_limit_describe(const struct ctl_rule_limit_spec *s, char *buf,
+    size_t len);
+
+/* Rewrites limit limit_id: name and count unless NULL, the algorithm and
+ * its parameters from l (the other algorithms' columns NULL).  0, -1 (a
+ * database error, in ctl) or -2 (a parameter that cannot be written). */
+int ctl_rule_write_limit(struct ctl *ctl, const char *limit_id,
+    const char *name, const char *count, const struct algo *alg,
+    const struct rl_limit *l);
+
 /* The rules of tenant_id the service would use, with what matching needs
  * (id, pattern, priority, always, number of limits).  *out is calloc()ed
  * (free it).  0, or -1 with the error in ctl. */

@@ -38,11 +38,6 @@
  * leaves a plan too big but no bigger (a step towards repairing rules
  * written with psql) goes through.
  */
-struct ctl_rule_guard {
-    char tenant_id[RL_UUID_LEN + 1];
-    struct rl_rule *before;
-    int nbefore;
-};
 
 /*
  * Reads the rules of tenant_id that the service would use -- enabled, with
@@ -151,7 +146,7 @@ ctl_rule_guard_begin_by(struct ctl *ctl, struct ctl_rule_guard *g,
 }
 
 /* Begins a guarded change of the tenant named name. */
-static int
+int
 ctl_rule_guard_begin_tenant(struct ctl *ctl, struct ctl_rule_guard *g,
     const char *name)
 {
@@ -177,7 +172,7 @@ ctl_rule_guard_begin_rule(struct ctl *ctl, struct ctl_rule_guard *g,
 }
 
 /* Abandons a guarded change (after a failed statement, say). */
-static void
+void
 ctl_rule_guard_abort(struct ctl *ctl, struct ctl_rule_guard *g)
 {
     ctl_db_rollback(ctl);
@@ -226,7 +221,7 @@ ctl_rule_guard_explain(const struct rl_overflow *o,
  * explains.  Returns 0, CTL_EXIT_USAGE (refused) or CTL_EXIT_FAIL
  * (database error), having printed why.
  */
-static int
+int
 ctl_rule_guard_end(struct ctl *ctl, struct ctl_rule_guard *g)
 {
     struct rl_overflow *o;
@@ -284,16 +279,6 @@ ctl_rule_guard_finish(struct ctl *ctl, struct ctl_rule_guard *g,
 /* ------------------------------------------------------------------ */
 /* rule and limit */
 
-/*
- * One limit's checked parameters.  Its algorithm (algo.c) says which of
- * them are set; the others stay 0 and their columns NULL.
- */
-struct ctl_rule_limit_spec {
-    const char *name;
-    const char *count;          /* "subject", "key" or "tenant" */
-    const struct algo *algorithm;
-    struct rl_limit limit;
-};
 
 /* What "rule add" stores in rules, and its first limit. */
 struct ctl_rule_spec {
@@ -451,7 +436,7 @@ ctl_rule_limit_spec(const struct ctl_command *cmd, const struct ctl_args *a,
 }
 
 /* Describes a checked limit the way "rule list" shows it. */
-static void
+void
 ctl_rule_limit_describe(const struct ctl_rule_limit_spec *s, char *buf,
     size_t len)
 {
@@ -481,7 +466,7 @@ ctl_rule_limit_describe(const struct ctl_rule_limit_spec *s, char *buf,
  * is no such rule (the caller PQclear()s it); or NULL with the error in
  * ctl.
  */
-static PGresult *
+PGresult *
 ctl_rule_insert_limit(struct ctl *ctl, const char *rule_id,
     const struct ctl_rule_limit_spec *s)
 {
@@ -1177,6 +1162,54 @@ db_err:
 }
 
 
+int
+ctl_rule_write_limit(struct ctl *ctl, const char *limit_id, const char *name,
+    const char *count, const struct algo *alg, const struct rl_limit *l)
+{
+    const char *params[4 + 8];
+    char sqlv[8][ALGO_TEXT_MAX], sql[1024], set[512], mark[64];
+    const struct algo *other;
+    const struct algo_param *mine;
+    size_t used = 0;
+    int i, j, k, np = 4;
+
+    params[0] = limit_id;
+    params[1] = name;
+    params[2] = count;
+    params[3] = alg->name;
+    set[0] = '\0';
+    /* Every parameter column of every algorithm: this one's values, the
+     * others NULL. */
+    for (i = 0; (other = algo_at(i)) != NULL; i++)
+        for (j = 0; j < other->nparams; j++) {
+            snprintf(mark, sizeof(mark), " %s = ", other->param[j].column);
+            if (strstr(set, mark) != NULL)
+                continue;       /* a column shared by algorithms */
+            for (mine = NULL, k = 0; k < alg->nparams; k++)
+                if (strcmp(alg->param[k].column,
+                    other->param[j].column) == 0)
+                    mine = &alg->param[k];
+            if (mine == NULL) {
+                used += (size_t)snprintf(set + used, sizeof(set) - used,
+                    ",%sNULL", mark);
+                continue;
+            }
+            if (np - 4 >= 8 || algo_param_text(mine, l, ALGO_TEXT_SQL,
+                sqlv[np - 4], sizeof(sqlv[0])) == -1)
+                return -2;
+            params[np] = sqlv[np - 4];
+            used += (size_t)snprintf(set + used, sizeof(set) - used,
+                ",%s$%d::%s", mark, np + 1,
+                mine->kind == ALGO_KIND_RATE ? "double precision" :
+                mine->kind == ALGO_KIND_CALENDAR ? "text" : "bigint");
+            np++;
+        }
+    snprintf(sql, sizeof(sql), "UPDATE limits SET name = coalesce($2, name), "
+        "count_scope = coalesce($3, count_scope), algorithm = $4%s "
+        "WHERE id = $1::bigint", set);
+    return ctl_db_command(ctl, sql, np, params) == -1 ? -1 : 0;
+}
+
 /*
  * limit set LIMIT_ID [--name N] [--count C] [--algorithm A] [parameters]:
  * changes a limit in place (its counters in Redis stay, under the same
@@ -1191,17 +1224,16 @@ ctl_rule_limit_set(struct ctl *ctl, const struct ctl_command *cmd,
     const char *name = ctl_args_value(cmd, a, "name");
     const char *count = ctl_args_value(cmd, a, "count");
     const char *algorithm = ctl_args_value(cmd, a, "algorithm");
-    const char *typed[ALGO_MAX_PARAMS], *values[3], *params[4 + 8];
-    char text[ALGO_MAX_PARAMS][ALGO_TEXT_MAX], sqlv[8][ALGO_TEXT_MAX];
-    char err[256], desc[256], sql[1024], set[512], rule[24];
+    const char *typed[ALGO_MAX_PARAMS], *values[3], *params[1];
+    char text[ALGO_MAX_PARAMS][ALGO_TEXT_MAX];
+    char err[256], desc[256], rule[24];
     char old_name[RL_NAME_MAX + 1], old_count[16], old_alg[32];
     struct ctl_rule_limit_spec s;
     const struct algo *alg, *other;
-    const struct algo_param *p, *mine;
-    size_t used = 0;
+    const struct algo_param *p;
     long long id;
     PGresult *res;
-    int i, j, k, rc, given = 0, changed_alg, np;
+    int i, j, rc, given = 0, changed_alg;
 
     if (validate_id("LIMIT_ID", a->pos[0], &id, err, sizeof(err)) == -1)
         return ctl_usage_error(cmd, "%s", err);
@@ -1293,51 +1325,17 @@ ctl_rule_limit_set(struct ctl *ctl, const struct ctl_command *cmd,
         return ctl_usage_error(cmd, "%s", err);
     }
 
-    /* Every parameter column of every algorithm: this one's values, the
-     * others NULL. */
-    params[1] = name;
-    params[2] = count;
-    params[3] = alg->name;
-    np = 4;
-    set[0] = '\0';
-    for (i = 0; (other = algo_at(i)) != NULL; i++)
-        for (j = 0; j < other->nparams; j++) {
-            const char *col = other->param[j].column;
-            char mark[64];
-
-            snprintf(mark, sizeof(mark), " %s = ", col);
-            if (strstr(set, mark) != NULL)
-                continue;       /* a column shared by algorithms */
-            for (mine = NULL, k = 0; k < alg->nparams; k++)
-                if (strcmp(alg->param[k].column, col) == 0)
-                    mine = &alg->param[k];
-            if (mine == NULL) {
-                used += (size_t)snprintf(set + used, sizeof(set) - used,
-                    ",%sNULL", mark);
-                continue;
-            }
-            if (np - 4 >= 8 || algo_param_text(mine, &s.limit,
-                ALGO_TEXT_SQL, sqlv[np - 4], sizeof(sqlv[0])) == -1) {
-                ctl_db_rollback(ctl);
-                return ctl_fail("limit parameter out of range");
-            }
-            params[np] = sqlv[np - 4];
-            used += (size_t)snprintf(set + used, sizeof(set) - used,
-                ",%s$%d::%s", mark, np + 1,
-                mine->kind == ALGO_KIND_RATE ? "double precision" :
-                mine->kind == ALGO_KIND_CALENDAR ? "text" : "bigint");
-            np++;
-        }
-    snprintf(sql, sizeof(sql), "UPDATE limits SET name = coalesce($2, name), "
-        "count_scope = coalesce($3, count_scope), algorithm = $4%s "
-        "WHERE id = $1::bigint", set);
-    if (ctl_db_command(ctl, sql, np, params) == -1) {
-        if (strcmp(ctl->constraint, "limits_name_unique") == 0) {
+    if ((rc = ctl_rule_write_limit(ctl, a->pos[0], name, count, alg,
+        &s.limit)) != 0) {
+        if (rc == -1 && strcmp(ctl->constraint, "limits_name_unique") == 0) {
             ctl_db_rollback(ctl);
             return ctl_fail("rule %s already has a limit named \"%s\"",
                 rule, name);
         }
-        goto db_err;
+        if (rc == -1)
+            goto db_err;
+        ctl_db_rollback(ctl);
+        return ctl_fail("limit parameter out of range");
     }
     if (ctl_db_commit(ctl) == -1)
         return ctl_db_fail(ctl);
