@@ -102,6 +102,11 @@ static const struct ctl_option ctl_counter_options[] = {
     { NULL, 0 },
 };
 
+static const struct ctl_option ctl_apply_options[] = {
+    { "dry-run", 0 },
+    { NULL, 0 },
+};
+
 static const struct ctl_option ctl_force_options[] = {
     { "force", 0 },
     { NULL, 0 },
@@ -166,6 +171,10 @@ static const struct ctl_command ctl_commands[] = {
       ctl_tenant_show },
     { "tenant", "remove", "NAME [--force]", { "NAME", NULL },
       ctl_force_options, ctl_tenant_remove },
+    { "tenant", "export", "NAME", { "NAME", NULL }, ctl_no_options,
+      ctl_tenant_export },
+    { "tenant", "apply", "FILE [--dry-run]", { "FILE", NULL },
+      ctl_apply_options, ctl_tenant_apply },
     { "tenant", "suspend", "NAME", { "NAME", NULL }, ctl_no_options,
       ctl_tenant_status },
     { "tenant", "resume", "NAME", { "NAME", NULL }, ctl_no_options,

@@ -210,6 +210,10 @@ int ctl_tenant_show(struct ctl *ctl, const struct ctl_command *cmd,
     const struct ctl_args *a);
 int ctl_tenant_remove(struct ctl *ctl, const struct ctl_command *cmd,
     const struct ctl_args *a);
+int ctl_tenant_export(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a);
+int ctl_tenant_apply(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a);
 int ctl_tenant_key_create(struct ctl *ctl, const struct ctl_command *cmd,
     const struct ctl_args *a);
 int ctl_tenant_key_list(struct ctl *ctl, const struct ctl_command *cmd,

@@ -342,6 +342,7 @@ stack_touch
 used_at() {
     ctl key list "$tenant" | awk 'NR == 2 { print $(NF - 1), $NF }'
 }
+# shellcheck disable=SC2317 # called through retry
 used_yet() {
     ! used_at | grep -q never
 }

@@ -1015,6 +1015,76 @@ is "tenant remove of a tenant without keys" "$RC $(has out 'tenant nomatch remov
 expect_fail "tenant remove of an unknown tenant exits 1" "no tenant named" \
     tenant remove nomatch
 
+# --- tenant export / tenant apply ---------------------------------------
+
+ctl tenant export acme
+cp "$TMP/out" "$TMP/acme.json"
+is "tenant export writes the tenant's rules as JSON" \
+    "$RC $(python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+print(d["tenant"], len(d["rules"]) > 0, sorted(d["rules"][0]))
+' "$TMP/acme.json")" \
+    "0 acme True ['always', 'enabled', 'failure_mode', 'limits', 'per', 'priority', 'route', 'shadow']"
+ctl tenant apply "$TMP/acme.json"
+is "applying the export to the same tenant changes nothing" \
+    "$RC $(has out '^acme: 0 changes$')" "0 yes"
+python3 - "$TMP/acme.json" "$TMP/copy.json" "$TMP/copy2.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["tenant"] = "copy"
+json.dump(d, open(sys.argv[2], "w"))
+d["rules"][0]["limits"][0]["name"] = "renamed"
+d["rules"][0]["shadow"] = True
+d["rules"].pop()
+d["rules"].append({"route": "/applied/*", "always": True, "limits": [
+    {"name": "q", "algorithm": "fixed_window", "limit": 500,
+     "calendar": "day", "count": "tenant"}]})
+json.dump(d, open(sys.argv[3], "w"))
+PY
+n_acme=$(sql "SELECT count(*) FROM rules r JOIN tenants t ON t.id = r.tenant_id WHERE t.name = 'acme'")
+before=$(counts)
+ctl tenant apply "$TMP/copy.json" --dry-run
+is "apply --dry-run of a new tenant prints the changes and writes nothing" \
+    "$RC $(has out '^+ tenant copy$') $(grep -c '^+ rule' "$TMP/out") $(counts)" \
+    "0 yes $n_acme $before"
+ctl tenant apply "$TMP/copy.json"
+is "apply makes the tenant with the same rules" \
+    "$RC $(sql "SELECT count(*) FROM rules r JOIN tenants t ON t.id = r.tenant_id WHERE t.name = 'copy'")" \
+    "0 $n_acme"
+ctl tenant export copy
+is "the copy exports like the original (but for the name)" \
+    "$(python3 -c '
+import json, sys
+a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+print(a["rules"] == b["rules"])
+' "$TMP/acme.json" "$TMP/out")" True
+ctl tenant apply "$TMP/copy.json"
+is "applying it again changes nothing" "$RC $(has out '^copy: 0 changes$')" "0 yes"
+before=$(counts)
+ctl tenant apply "$TMP/copy2.json" --dry-run
+is "apply --dry-run of changes lists them (a limit renamed: one out, one in)" \
+    "$RC $(has out '^~ rule .*shadow on') $(has out '^+ rule .*limit renamed') $(has out '^- rule .*limit [0-9]* ') $(has out '^+ rule [0-9]* (/applied/\*, priority 0, always)')" \
+    "0 yes yes yes yes"
+is "and writes nothing" "$(counts)" "$before"
+ctl tenant apply "$TMP/copy2.json"
+is "apply writes those changes" \
+    "$RC $(sql "SELECT count(*) FROM rules r JOIN tenants t ON t.id = r.tenant_id WHERE t.name = 'copy' AND r.route_pattern = '/applied/*' AND r.always") $(sql "SELECT l.count_scope FROM limits l JOIN rules r ON r.id = l.rule_id WHERE r.route_pattern = '/applied/*'")" \
+    "0 1 tenant"
+ctl tenant apply "$TMP/copy2.json"
+is "and then nothing more" "$RC $(has out '^copy: 0 changes$')" "0 yes"
+printf '{"tenant": "copy", "rules": [{"route": "/x", "limits": []}]}' \
+    >"$TMP/bad.json"
+expect_usage "apply of a rule without limits exits 2 naming it" \
+    'rule 1: rule /x: "limits" must list 1 to 8' tenant apply "$TMP/bad.json"
+printf '{"tenant": "copy", "rules": [{"route": "/x", "limits": [{"name": "a", "algorithm": "gcra", "limit": 5}]}]}' \
+    >"$TMP/bad.json"
+expect_usage "apply of a limit without its parameters exits 2" \
+    'gcra needs "period_us"' tenant apply "$TMP/bad.json"
+printf 'not json' >"$TMP/bad.json"
+expect_fail "apply of a file that is not JSON exits 1" "bad.json" \
+    tenant apply "$TMP/bad.json"
+
 # --- an unreachable database --------------------------------------------
 
 sh scripts/pg.sh stop "$TMP" >/dev/null 2>&1

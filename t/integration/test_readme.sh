@@ -140,8 +140,8 @@ done
 commands=$(sed -n \
     's/^    ratelimitctl \[-c FILE\] \([a-z]*\)\( [a-z][a-z]*\)\{0,1\}.*/\1\2/p' \
     "$T_TMP/ctl-help.out")
-check "ratelimitctl --help lists the 18 commands of its table" \
-    eq "$(printf '%s\n' "$commands" | grep -c .)" 18
+check "ratelimitctl --help lists the 22 commands of its table" \
+    eq "$(printf '%s\n' "$commands" | grep -c .)" 22
 missing=""
 while IFS= read -r cmd; do
     # Once in the SYNOPSIS and once where the command is described.
