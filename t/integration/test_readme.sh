@@ -42,6 +42,7 @@ PY
 localize() {
     sed -e "s#ratelimitctl -c /etc/ratelimit-fcgi/ratelimit.conf#ratelimitctl#" \
         -e "s#build/ratelimitctl -c var/ratelimit.conf#ratelimitctl#" \
+        -e "s#^build/ratelimitctl #\"\$RATELIMITCTL\" #" \
         -e "s#^ratelimitctl#\"\$RATELIMITCTL\" -c \"\$CONF\"#" \
         -e "s#\$(ratelimitctl#\$(\"\$RATELIMITCTL\" -c \"\$CONF\"#g" \
         -e "s#127.0.0.1:8080#127.0.0.1:$1#g" \
@@ -51,8 +52,8 @@ localize() {
 run_block() {
     rb_script=$T_TMP/block.sh
     { echo 'set -e'; cat; } >"$rb_script"
-    CONF=$3 RATELIMITCTL=$RATELIMITCTL sh "$rb_script" >"$T_TMP/block.out" \
-        2>"$T_TMP/block.err"
+    (cd "${RB_DIR:-.}" && CONF=$3 RATELIMITCTL=$RATELIMITCTL \
+        sh "$rb_script") >"$T_TMP/block.out" 2>"$T_TMP/block.err"
     rb_rc=$?
     check "README \"$1\" block $2 runs (exit $rb_rc)" eq "$rb_rc" 0
     [ "$rb_rc" = 0 ] || sed 's/^/    /' "$T_TMP/block.err" | head -n 5
@@ -94,7 +95,11 @@ check "make run printed the demo curl example" \
 
 readme_block "The two commands" 2 | localize "$run_port" acme \
     >"$T_TMP/first.sh"
-run_block "The two commands" 2 "$run_var/ratelimit.conf" <"$T_TMP/first.sh"
+# As in the source tree after make run: var/ratelimit.conf, found without -c.
+mkdir -p "$T_TMP/tree"
+ln -sfn "$run_var" "$T_TMP/tree/var"
+RB_DIR=$T_TMP/tree run_block "The two commands" 2 "$run_var/ratelimit.conf" \
+    <"$T_TMP/first.sh"
 out=$(cat "$T_TMP/block.out")
 check "the README's curl example is allowed by the demo rules" \
     contains "$out" '"allowed":true'
@@ -164,5 +169,18 @@ for key in $keys; do
 done
 check "ratelimit-fcgi.8 describes every configuration key (missing:$missing)" \
     eq "$missing" ""
+missing=""
+for key in $keys; do
+    grep -Eq "^#?$key *=" "$ROOT/conf/ratelimit.conf" ||
+        missing="$missing $key"
+    grep -q "\`$key\`" "$ROOT/README.md" || missing="$missing README:$key"
+done
+check "conf/ratelimit.conf sets or shows every key, and the README names each (missing:$missing)" \
+    eq "$missing" ""
+# One socket path wherever ratelimit-fcgi listens itself.
+paths=$(grep -ohE '/run/[a-z_-]+/[a-z_.-]*fcgi[a-z_.-]*\.sock' \
+    "$ROOT/README.md" "$ROOT"/conf/* | sort -u | tr '\n' ' ')
+check "the README and the shipped configs use one socket path (and lighttpd's own for bin-path): $paths" \
+    eq "$paths" "/run/lighttpd/ratelimit-fcgi.sock /run/ratelimit/fcgi.sock "
 
 finish
