@@ -1,0 +1,251 @@
+#!/bin/sh
+# Starts and stops real Redis set-ups with more than one server, all on
+# 127.0.0.1 and kept under one directory: a Redis Cluster of three primaries
+# and three replicas, or a master, a replica and three sentinels.  The
+# development stack (REDIS_TYPE=cluster|sentinel) and the integration tests
+# use it.
+#
+# Usage:
+#   redis-ha.sh cluster start DIR BASEPORT    nodes on BASEPORT..BASEPORT+5
+#   redis-ha.sh cluster stop DIR
+#   redis-ha.sh cluster wait DIR              every node: cluster_state:ok
+#   redis-ha.sh cluster owner DIR KEY         port of the primary of KEY
+#   redis-ha.sh cluster primaries DIR         ports of the primaries
+#   redis-ha.sh sentinel start DIR BASEPORT   master BASEPORT, replica +1,
+#                                             sentinels +2, +3, +4
+#   redis-ha.sh sentinel stop DIR
+#   redis-ha.sh sentinel master DIR           host:port the sentinels name
+#
+# Environment:
+#   REDIS_PASSWORD  [none]      requirepass and masterauth of every data
+#                               node (and the sentinels' auth-pass)
+#   SENTINEL_NAME   [rlmaster]  the name the sentinels monitor
+#
+# A cluster node also listens on its port + 10000 (the cluster bus), which
+# must stay below 32768, out of the ephemeral range: BASEPORT + 5 + 10000
+# must be below 22768.  Timeouts are short (cluster-node-timeout and
+# down-after-milliseconds 1000) so that a failover takes seconds.  Every
+# wait is bounded; stop is safe when nothing runs.
+set -eu
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# pid_alive, wait_gone, end_pids
+# shellcheck source-path=SCRIPTDIR source=proc.sh
+. "$ROOT/scripts/proc.sh"
+
+PASSWORD=${REDIS_PASSWORD:-}
+NAME=${SENTINEL_NAME:-rlmaster}
+
+die() {
+    echo "redis-ha: $*" >&2
+    exit 1
+}
+
+# cli PORT ARGS...: redis-cli against 127.0.0.1:PORT, with the password.
+cli() {
+    cl_port=$1
+    shift
+    if [ -n "$PASSWORD" ]; then
+        redis-cli -h 127.0.0.1 -p "$cl_port" -a "$PASSWORD" \
+            --no-auth-warning "$@"
+    else
+        redis-cli -h 127.0.0.1 -p "$cl_port" "$@"
+    fi
+}
+
+# until_true TENTHS CMD...: runs CMD every 0.1 s until it succeeds, at
+# most TENTHS times.
+until_true() {
+    ut_n=$1
+    shift
+    while [ "$ut_n" -gt 0 ]; do
+        "$@" >/dev/null 2>&1 && return 0
+        ut_n=$((ut_n - 1))
+        sleep 0.1
+    done
+    return 1
+}
+
+# data_node DIR PORT [ARGS...]: one redis-server in DIR/PORT.
+data_node() {
+    dn_dir=$1/$2
+    dn_port=$2
+    shift 2
+    mkdir -p "$dn_dir"
+    set -- --bind 127.0.0.1 --port "$dn_port" --dir "$dn_dir" \
+        --pidfile "$dn_dir/pid" --logfile "$dn_dir/log" --daemonize yes \
+        --save '' --appendonly no "$@"
+    if [ -n "$PASSWORD" ]; then
+        set -- "$@" --requirepass "$PASSWORD" --masterauth "$PASSWORD"
+    fi
+    redis-server "$@" >/dev/null || die "redis-server on $dn_port failed"
+    until_true 100 pong "$dn_port" ||
+        die "redis-server on $dn_port did not answer PING in 10 s"
+}
+
+# list_of DIR NAME: the ports written in DIR/NAME at start.
+list_of() {
+    cat "$1/$2"
+}
+
+pong() {
+    [ "$(cli "$1" PING 2>/dev/null)" = PONG ]
+}
+
+# stop_all DIR: every server whose pid file is under DIR.
+stop_all() {
+    sa_pids=""
+    for sa_f in "$1"/*/pid; do
+        [ -f "$sa_f" ] || continue
+        if sa_pid=$(pid_alive "$sa_f"); then
+            sa_pids="$sa_pids $sa_pid"
+        fi
+        rm -f "$sa_f"
+    done
+    # shellcheck disable=SC2086 # a list of pids
+    [ -z "$sa_pids" ] || end_pids $sa_pids
+}
+
+# ---------------------------------------------------------------- cluster
+
+cluster_ok() {
+    for co_port in $(list_of "$1" ports); do
+        co_info=$(cli "$co_port" CLUSTER INFO 2>/dev/null | tr -d '\r')
+        case $co_info in
+        *cluster_state:ok*cluster_slots_ok:16384*) ;;
+        *) return 1 ;;
+        esac
+    done
+}
+
+cluster_start() {
+    dir=$1
+    base=$2
+    [ $((base + 5 + 10000)) -lt 22768 ] ||
+        die "cluster: base port $base puts the bus ports in the ephemeral range"
+    mkdir -p "$dir"
+    ports=""
+    for i in 0 1 2 3 4 5; do
+        port=$((base + i))
+        data_node "$dir" "$port" --cluster-enabled yes \
+            --cluster-config-file "$dir/$port/nodes.conf" \
+            --cluster-node-timeout 1000 --cluster-replica-validity-factor 0
+        ports="$ports $port"
+    done
+    echo "$ports" >"$dir/ports"
+    set --
+    for port in $ports; do
+        set -- "$@" "127.0.0.1:$port"
+    done
+    if [ -n "$PASSWORD" ]; then
+        set -- -a "$PASSWORD" --no-auth-warning "$@"
+    fi
+    redis-cli --cluster create "$@" --cluster-replicas 1 --cluster-yes \
+        >"$dir/create.log" 2>&1 ||
+        { cat "$dir/create.log" >&2; die "redis-cli --cluster create failed"; }
+    until_true 300 cluster_ok "$dir" ||
+        die "the cluster in $dir is not ok after 30 s"
+}
+
+# The port of the primary that owns the slot of key $2, as a reachable
+# node sees the cluster (CLUSTER NODES).
+cluster_owner() {
+    for co_port in $(list_of "$1" ports); do
+        co_slot=$(cli "$co_port" CLUSTER KEYSLOT "$2" 2>/dev/null) || continue
+        cli "$co_port" CLUSTER NODES 2>/dev/null | tr -d '\r' |
+            awk -v s="$co_slot" '$3 ~ /master/ && $3 !~ /fail/ {
+                for (i = 9; i <= NF; i++) {
+                    n = split($i, r, "-")
+                    if ((n == 1 && r[1] + 0 == s) ||
+                        (n == 2 && r[1] + 0 <= s && s <= r[2] + 0)) {
+                        split($2, a, "@")
+                        sub(/.*:/, "", a[1])
+                        print a[1]
+                        exit
+                    }
+                }
+            }'
+        return 0
+    done
+    return 1
+}
+
+cluster_primaries() {
+    for cp_port in $(list_of "$1" ports); do
+        if cli "$cp_port" ROLE 2>/dev/null | head -n 1 | grep -qx master; then
+            echo "$cp_port"
+        fi
+    done
+}
+
+# ---------------------------------------------------------------- sentinel
+
+sentinel_ready() {
+    for sr_port in $(list_of "$1" sentinels); do
+        sr_out=$(redis-cli -h 127.0.0.1 -p "$sr_port" SENTINEL MASTER "$NAME" \
+            2>/dev/null | tr -d '\r' | paste -d= - -)
+        printf '%s\n' "$sr_out" | grep -qx 'num-slaves=1' || return 1
+        printf '%s\n' "$sr_out" | grep -qx 'num-other-sentinels=2' || return 1
+    done
+}
+
+sentinel_start() {
+    dir=$1
+    base=$2
+    mkdir -p "$dir"
+    data_node "$dir" "$base"
+    data_node "$dir" $((base + 1)) --replicaof 127.0.0.1 "$base"
+    sentinels=""
+    for i in 2 3 4; do
+        port=$((base + i))
+        mkdir -p "$dir/$port"
+        {
+            echo "port $port"
+            echo "bind 127.0.0.1"
+            echo "daemonize yes"
+            echo "dir $dir/$port"
+            echo "pidfile $dir/$port/pid"
+            echo "logfile $dir/$port/log"
+            echo "sentinel monitor $NAME 127.0.0.1 $base 2"
+            echo "sentinel down-after-milliseconds $NAME 1000"
+            echo "sentinel failover-timeout $NAME 5000"
+            [ -z "$PASSWORD" ] || echo "sentinel auth-pass $NAME $PASSWORD"
+        } >"$dir/$port/sentinel.conf"
+        redis-server "$dir/$port/sentinel.conf" --sentinel >/dev/null ||
+            die "sentinel on $port failed"
+        sentinels="$sentinels $port"
+    done
+    echo "$sentinels" >"$dir/sentinels"
+    until_true 300 sentinel_ready "$dir" ||
+        die "the sentinels in $dir do not see the replica and each other after 30 s"
+}
+
+sentinel_master() {
+    redis-cli -h 127.0.0.1 -p "$(awk '{ print $1 }' "$1/sentinels")" \
+        SENTINEL get-master-addr-by-name "$NAME" | tr -d '\r' | paste -d: - -
+}
+
+# ---------------------------------------------------------------- commands
+
+[ $# -ge 3 ] || die "usage: redis-ha.sh cluster|sentinel start|stop|wait|owner|primaries|master DIR [ARG]"
+kind=$1
+cmd=$2
+dir=$3
+case $kind:$cmd in
+cluster:start | sentinel:start)
+    [ $# -ge 4 ] || die "$kind start needs DIR and BASEPORT"
+    "${kind}_start" "$dir" "$4"
+    ;;
+cluster:stop | sentinel:stop)
+    [ -d "$dir" ] || exit 0
+    stop_all "$dir"
+    ;;
+cluster:wait) until_true 300 cluster_ok "$dir" ;;
+cluster:owner)
+    [ $# -ge 4 ] || die "cluster owner needs DIR and KEY"
+    cluster_owner "$dir" "$4"
+    ;;
+cluster:primaries) cluster_primaries "$dir" ;;
+sentinel:master) sentinel_master "$dir" ;;
+*) die "unknown command: $kind $cmd" ;;
+esac
