@@ -11,7 +11,12 @@
 #   VAR         [var/ in the repository] where everything lives: configs,
 #                         logs, pid files (relative: to the current directory)
 #   PORT        [8080]    lighttpd
-#   REDIS_PORT  [6380]    Redis
+#   REDIS_PORT  [6380]    Redis (sentinel: the master; the replica is
+#                         REDIS_PORT+1, the sentinels +2, +3, +4)
+#   REDIS_TYPE  [single]  single, cluster (3 primaries and 3 replicas on
+#                         REDIS_CLUSTER_PORT..+5) or sentinel: see
+#                         scripts/redis-ha.sh
+#   REDIS_CLUSTER_PORT [7000]
 #   PG_PORT     [5433]    PostgreSQL
 #   BUILD       [build]   where ratelimit-fcgi and ratelimitctl are
 #   WORKERS     [4]       ratelimit-fcgi workers
@@ -36,6 +41,13 @@ case $VAR in
 esac
 PORT=${PORT:-8080}
 REDIS_PORT=${REDIS_PORT:-6380}
+REDIS_TYPE=${REDIS_TYPE:-single}
+REDIS_CLUSTER_PORT=${REDIS_CLUSTER_PORT:-7000}
+case $REDIS_TYPE in
+single | cluster | sentinel) ;;
+*) echo "dev-stack: REDIS_TYPE must be single, cluster or sentinel" >&2
+    exit 1 ;;
+esac
 PG_PORT=${PG_PORT:-5433}
 BUILD=${BUILD:-build}
 WORKERS=${WORKERS:-4}
@@ -129,10 +141,45 @@ pg_stop() {
 
 # ---------------------------------------------------------------- Redis
 
+# Whether the Redis of the type in use runs.
+redis_running() {
+    case $(redis_type) in
+    cluster) pid_alive "$VAR/redis-cluster/$REDIS_CLUSTER_PORT/pid" ;;
+    sentinel) pid_alive "$VAR/redis-sentinel/$REDIS_PORT/pid" ;;
+    *) pid_alive "$VAR/redis.pid" ;;
+    esac
+}
+
+# The type of the Redis started in VAR (it is remembered, for stop), else
+# REDIS_TYPE.
+redis_type() {
+    if [ -f "$VAR/redis-type" ]; then
+        cat "$VAR/redis-type"
+    else
+        echo "$REDIS_TYPE"
+    fi
+}
+
 redis_start() {
-    if pid_alive "$VAR/redis.pid" >/dev/null; then
+    if [ -f "$VAR/redis-type" ] && [ "$(redis_type)" != "$REDIS_TYPE" ]; then
+        redis_stop
+    fi
+    echo "$REDIS_TYPE" >"$VAR/redis-type"
+    if redis_running >/dev/null; then
         return 0
     fi
+    case $REDIS_TYPE in
+    cluster)
+        sh "$ROOT/scripts/redis-ha.sh" cluster start "$VAR/redis-cluster" \
+            "$REDIS_CLUSTER_PORT" || die "the Redis Cluster did not start"
+        return 0
+        ;;
+    sentinel)
+        sh "$ROOT/scripts/redis-ha.sh" sentinel start "$VAR/redis-sentinel" \
+            "$REDIS_PORT" || die "Redis Sentinel did not start"
+        return 0
+        ;;
+    esac
     mkdir -p "$VAR/redis"
     redis-server --bind 127.0.0.1 --port "$REDIS_PORT" \
         --save "" --appendonly no --dir "$VAR/redis" \
@@ -151,6 +198,11 @@ redis_start() {
 }
 
 redis_stop() {
+    case $(redis_type) in
+    cluster) sh "$ROOT/scripts/redis-ha.sh" cluster stop "$VAR/redis-cluster" ;;
+    sentinel) sh "$ROOT/scripts/redis-ha.sh" sentinel stop "$VAR/redis-sentinel" ;;
+    esac
+    rm -f "$VAR/redis-type"
     rs_pid=$(pid_alive "$VAR/redis.pid") || {
         rm -f "$VAR/redis.pid"
         return 0
@@ -179,9 +231,23 @@ write_conf() {
 listen|""
 workers|$WORKERS
 pg_conninfo|"host=127.0.0.1 port=$PG_PORT dbname=ratelimit user=ratelimit"
-redis|127.0.0.1:$REDIS_PORT
 log_level|info
 EOF
+        case $REDIS_TYPE in
+        cluster)
+            echo "redis_type = cluster"
+            echo "redis = 127.0.0.1:$REDIS_CLUSTER_PORT,127.0.0.1:$((REDIS_CLUSTER_PORT + 1)),127.0.0.1:$((REDIS_CLUSTER_PORT + 2))"
+            ;;
+        sentinel)
+            echo "redis_type = sentinel"
+            echo "redis = 127.0.0.1:$((REDIS_PORT + 2)),127.0.0.1:$((REDIS_PORT + 3)),127.0.0.1:$((REDIS_PORT + 4))"
+            echo "redis_sentinel_master = rlmaster"
+            ;;
+        *)
+            printf '%s\n' "$EXTRA_CONF" | grep -Eq '^[[:space:]]*redis[[:space:]]*=' ||
+                echo "redis = 127.0.0.1:$REDIS_PORT"
+            ;;
+        esac
         if [ -n "$EXTRA_CONF" ]; then
             printf '%s\n' "$EXTRA_CONF"
         fi
@@ -265,11 +331,19 @@ lighttpd_stop() {
 
 # ---------------------------------------------------------------- commands
 
+redis_summary() {
+    case $REDIS_TYPE in
+    cluster) echo "Redis Cluster 127.0.0.1:$REDIS_CLUSTER_PORT-$((REDIS_CLUSTER_PORT + 5)) (3 primaries, 3 replicas)" ;;
+    sentinel) echo "Redis master 127.0.0.1:$REDIS_PORT, replica :$((REDIS_PORT + 1)), sentinels :$((REDIS_PORT + 2))-$((REDIS_PORT + 4)) (rlmaster)" ;;
+    *) echo "Redis 127.0.0.1:$REDIS_PORT" ;;
+    esac
+}
+
 summary() {
     cat <<EOF
 dev-stack: running in $VAR
   http://127.0.0.1:$PORT  lighttpd -> ratelimit-fcgi ($WORKERS workers)
-  Redis 127.0.0.1:$REDIS_PORT, PostgreSQL 127.0.0.1:$PG_PORT (db ratelimit)
+  $(redis_summary), PostgreSQL 127.0.0.1:$PG_PORT (db ratelimit)
   logs: $VAR/ratelimit-fcgi.log $VAR/lighttpd-error.log $VAR/redis.log
 
 Try:
@@ -285,7 +359,7 @@ EOF
 cmd_start() {
     var_resolve create
     if pid_alive "$VAR/lighttpd.pid" >/dev/null &&
-        pid_alive "$VAR/redis.pid" >/dev/null; then
+        [ "$(redis_type)" = "$REDIS_TYPE" ] && redis_running >/dev/null; then
         say "already running in $VAR (http://127.0.0.1:$PORT)"
         exit 0
     fi
@@ -322,8 +396,8 @@ cmd_status() {
         say "lighttpd not running"
         st_rc=1
     fi
-    if st_pid=$(pid_alive "$VAR/redis.pid"); then
-        say "redis running (pid $st_pid)"
+    if st_pid=$(redis_running); then
+        say "redis ($(redis_type)) running (pid $st_pid)"
     else
         say "redis not running"
         st_rc=1
