@@ -11,6 +11,8 @@
 #   redis-ha.sh cluster wait DIR              every node: cluster_state:ok
 #   redis-ha.sh cluster owner DIR KEY         port of the primary of KEY
 #   redis-ha.sh cluster primaries DIR         ports of the primaries
+#   redis-ha.sh cluster revive DIR PORT       start a stopped node again
+#                                             (it rejoins, as a replica)
 #   redis-ha.sh sentinel start DIR BASEPORT   master BASEPORT, replica +1,
 #                                             sentinels +2, +3, +4
 #   redis-ha.sh sentinel stop DIR
@@ -118,6 +120,13 @@ cluster_ok() {
     done
 }
 
+# The options of cluster node $2 under $1.
+cluster_node() {
+    data_node "$1" "$2" --cluster-enabled yes \
+        --cluster-config-file "$1/$2/nodes.conf" \
+        --cluster-node-timeout 1000 --cluster-replica-validity-factor 0
+}
+
 cluster_start() {
     dir=$1
     base=$2
@@ -127,9 +136,7 @@ cluster_start() {
     ports=""
     for i in 0 1 2 3 4 5; do
         port=$((base + i))
-        data_node "$dir" "$port" --cluster-enabled yes \
-            --cluster-config-file "$dir/$port/nodes.conf" \
-            --cluster-node-timeout 1000 --cluster-replica-validity-factor 0
+        cluster_node "$dir" "$port"
         ports="$ports $port"
     done
     echo "$ports" >"$dir/ports"
@@ -246,6 +253,10 @@ cluster:owner)
     cluster_owner "$dir" "$4"
     ;;
 cluster:primaries) cluster_primaries "$dir" ;;
+cluster:revive)
+    [ $# -ge 4 ] || die "cluster revive needs DIR and PORT"
+    cluster_node "$dir" "$4"
+    ;;
 sentinel:master) sentinel_master "$dir" ;;
 *) die "unknown command: $kind $cmd" ;;
 esac

@@ -689,6 +689,48 @@ lighttpd_start() {
     done
 }
 
+# private_app NAME PORT KEY=VALUE...: an application of its own (the
+# stack's configuration with KEY=VALUEs) on the Unix socket $D/NAME.sock,
+# with a lighttpd in front on 127.0.0.1:PORT.  Sets APP_PID and LT_PID.
+private_app() {
+    pa_name=$1
+    pa_port=$2
+    shift 2
+    app_conf "$D/$pa_name.conf" "listen=unix:$D/$pa_name.sock" "$@"
+    app_start "$pa_name" "$D/$pa_name.conf"
+    pa_n=0
+    until [ -S "$D/$pa_name.sock" ] || [ "$pa_n" -gt 50 ]; do
+        pa_n=$((pa_n + 1))
+        sleep 0.1
+    done
+    printf '%s\n' "server.port = $pa_port" 'server.bind = "127.0.0.1"' \
+        "server.document-root = \"$D\"" \
+        "server.errorlog = \"$D/$pa_name-lt.log\"" \
+        'server.modules += ( "mod_fastcgi" )' \
+        "fastcgi.server = ( \"/\" => (( \"socket\" => \"$D/$pa_name.sock\", \"check-local\" => \"disable\" )) )" \
+        >"$D/$pa_name-lt.conf"
+    lighttpd_start "$D/$pa_name-lt.conf" "$D/$pa_name-lt.log" "$pa_port"
+}
+
+# stop_private: stops the last private_app (lighttpd, then the pool).
+stop_private() {
+    stop_process "$LT_PID" TERM
+    stop_process "$APP_PID" TERM
+}
+
+# avoid_edge PERIOD SECONDS: waits until at least SECONDS remain in the
+# current UTC period of PERIOD seconds (60: minute, 86400: day), so that
+# a calendar window or a sliding window's counter cannot roll over during
+# the next steps.
+avoid_edge() {
+    ae_left=$(($1 - $(date +%s) % $1))
+    if [ "$ae_left" -le "$2" ]; then
+        echo "    (waiting ${ae_left}s for the next UTC period)"
+        sleep "$ae_left"
+        sleep 0.2
+    fi
+}
+
 # stack_touch: 4 x WORKERS requests for /health/ready to the stack's
 # lighttpd, WORKERS at a time.  A worker of the stack that still holds a
 # Redis connection from before a Redis restart fails its next use of it

@@ -68,18 +68,6 @@ batch_field() {
     json_field "$2" "$(batch_body "$1")"
 }
 
-# avoid_edge PERIOD SECONDS: waits until at least SECONDS remain in the
-# current UTC period of PERIOD seconds (60: minute, 86400: day), so that
-# a calendar window or a sliding window's counter cannot roll over during
-# the next steps.
-avoid_edge() {
-    ae_left=$(($1 - $(date +%s) % $1))
-    if [ "$ae_left" -le "$2" ]; then
-        echo "    (waiting ${ae_left}s for the next UTC period)"
-        sleep "$ae_left"
-        sleep 0.2
-    fi
-}
 
 # poll_status TRIES CODE KEY BODY: repeats a check every 0.1 s until it
 # answers CODE, at most TRIES times.

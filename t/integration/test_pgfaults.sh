@@ -171,34 +171,6 @@ wait_changed() {
     done
 }
 
-# private_app NAME PORT KEY=VALUE...: an application of its own (the
-# stack's configuration with KEY=VALUEs) on the Unix socket $D/NAME.sock,
-# with a lighttpd in front on 127.0.0.1:PORT.  Sets APP_PID and LT_PID.
-private_app() {
-    pa_name=$1
-    pa_port=$2
-    shift 2
-    app_conf "$D/$pa_name.conf" "listen=unix:$D/$pa_name.sock" "$@"
-    app_start "$pa_name" "$D/$pa_name.conf"
-    pa_n=0
-    until [ -S "$D/$pa_name.sock" ] || [ "$pa_n" -gt 50 ]; do
-        pa_n=$((pa_n + 1))
-        sleep 0.1
-    done
-    printf '%s\n' "server.port = $pa_port" 'server.bind = "127.0.0.1"' \
-        "server.document-root = \"$D\"" \
-        "server.errorlog = \"$D/$pa_name-lt.log\"" \
-        'server.modules += ( "mod_fastcgi" )' \
-        "fastcgi.server = ( \"/\" => (( \"socket\" => \"$D/$pa_name.sock\", \"check-local\" => \"disable\" )) )" \
-        >"$D/$pa_name-lt.conf"
-    lighttpd_start "$D/$pa_name-lt.conf" "$D/$pa_name-lt.log" "$pa_port"
-}
-
-# stop_private: stops the last private_app (lighttpd, then the pool).
-stop_private() {
-    stop_process "$LT_PID" TERM
-    stop_process "$APP_PID" TERM
-}
 
 # ---------------------------------------------------------------- set-up
 
