@@ -76,7 +76,7 @@ data_node() {
     mkdir -p "$dn_dir"
     set -- --bind 127.0.0.1 --port "$dn_port" --dir "$dn_dir" \
         --pidfile "$dn_dir/pid" --logfile "$dn_dir/log" --daemonize yes \
-        --save '' --appendonly no "$@"
+        --save '' --appendonly no --repl-diskless-sync-delay 0 "$@"
     if [ -n "$PASSWORD" ]; then
         set -- "$@" --requirepass "$PASSWORD" --masterauth "$PASSWORD"
     fi
@@ -152,6 +152,10 @@ cluster_start() {
         { cat "$dir/create.log" >&2; die "redis-cli --cluster create failed"; }
     until_true 300 cluster_ok "$dir" ||
         die "the cluster in $dir is not ok after 30 s"
+    for port in $(cluster_primaries "$dir"); do
+        until_true 300 replica_online "$dir" "$port" ||
+            die "the replica of $port is not in sync after 30 s"
+    done
 }
 
 # The port of the primary that owns the slot of key $2, as a reachable
@@ -186,6 +190,12 @@ cluster_primaries() {
 }
 
 # ---------------------------------------------------------------- sentinel
+
+# The replica of the master on port $2 is in sync.
+replica_online() {
+    cli "$2" INFO replication 2>/dev/null | tr -d '\r' |
+        grep -q '^slave0:.*state=online'
+}
 
 sentinel_ready() {
     for sr_port in $(list_of "$1" sentinels); do
@@ -223,6 +233,8 @@ sentinel_start() {
         sentinels="$sentinels $port"
     done
     echo "$sentinels" >"$dir/sentinels"
+    until_true 300 replica_online "$dir" "$base" ||
+        die "the replica on $((base + 1)) is not in sync after 30 s"
     until_true 300 sentinel_ready "$dir" ||
         die "the sentinels in $dir do not see the replica and each other after 30 s"
 }
