@@ -35,6 +35,12 @@
 #   BENCH_NOOP_PORT    [28081]  lighttpd -> noop probe
 #   BENCH_EVALSHA_PORT [28082]  lighttpd -> evalsha probe
 #   BENCH_REDIS_PORT   [26380]  the private Redis
+#   BENCH_REDIS_TYPE   [single] cluster: the stack runs on a private Redis
+#                               Cluster (3 primaries, 3 replicas, ports
+#                               BENCH_CLUSTER_PORT..+5, default 12500), and
+#                               every Redis figure is that of the primary
+#                               owning the demo tenant's slot (the probe's
+#                               key is put in that slot too)
 #   BENCH_PG_PORT      [25433]  the private PostgreSQL
 #   BUILD              [build]  where the binaries are
 # The ports differ from those of `make run` and of the tests, so the
@@ -58,6 +64,9 @@ PORT=${BENCH_PORT:-28080}
 NOOP_PORT=${BENCH_NOOP_PORT:-28081}
 EVALSHA_PORT=${BENCH_EVALSHA_PORT:-28082}
 REDIS_PORT=${BENCH_REDIS_PORT:-26380}
+REDIS_TYPE=${BENCH_REDIS_TYPE:-single}
+CLUSTER_PORT=${BENCH_CLUSTER_PORT:-12500}
+PROBE_KEY=bench:probe
 PG_PORT=${BENCH_PG_PORT:-25433}
 DEMO_KEY=rl_demo_abc123xyz
 LIGHTTPD=/usr/sbin/lighttpd
@@ -237,6 +246,7 @@ VAR=$(mktemp -d "${TMPDIR:-/tmp}/ratelimit-bench.XXXXXX")
 # The stack's own helper, with the benchmark's ports and settings.
 stack() {
     VAR=$VAR PORT=$PORT REDIS_PORT=$REDIS_PORT PG_PORT=$PG_PORT \
+        REDIS_TYPE=$REDIS_TYPE REDIS_CLUSTER_PORT=$CLUSTER_PORT \
         BUILD=$BUILD WORKERS=$WORKERS PG_EXTRA_OPTS="-c log_statement=all" \
         EXTRA_CONF="log_level = warn
 max_requests = 0
@@ -247,6 +257,17 @@ rule_cache_ttl = 3600" sh scripts/dev-stack.sh "$@"
 say "starting PostgreSQL, Redis and lighttpd -> ratelimit-fcgi in $VAR"
 STACK_STARTED=1
 stack start >"$VAR/stack.out" 2>&1 || die "the stack did not start"
+REDIS_PID_FILE=$VAR/redis.pid
+if [ "$REDIS_TYPE" = cluster ]; then
+    # One primary holds every key of the demo tenant: measure that one.
+    DEMO_TID=$(psql -X -tA -h 127.0.0.1 -p "$PG_PORT" -U ratelimit -d ratelimit \
+        -c "SELECT id FROM tenants WHERE name = 'demo-corp'")
+    REDIS_PORT=$(sh scripts/redis-ha.sh cluster owner "$VAR/redis-cluster" \
+        "$DEMO_TID") || die "no primary owns the demo tenant's slot"
+    REDIS_PID_FILE=$VAR/redis-cluster/$REDIS_PORT/pid
+    PROBE_KEY="{$DEMO_TID}:probe"
+    say "Redis Cluster: the demo tenant lives on the primary 127.0.0.1:$REDIS_PORT"
+fi
 
 # Starts lighttpd on port $2 with the probe in mode $1 as its bin-path,
 # configured like the stack's lighttpd.
@@ -255,7 +276,7 @@ start_probe() {
     mkdir -p "$sp_dir/htdocs"
     case $1 in
     noop) sp_args="noop $WORKERS" ;;
-    *) sp_args="evalsha 127.0.0.1 $REDIS_PORT $WORKERS" ;;
+    *) sp_args="evalsha 127.0.0.1 $REDIS_PORT $WORKERS $PROBE_KEY" ;;
     esac
     cat >"$sp_dir/lighttpd.conf" <<EOF
 server.modules = ( "mod_fastcgi" )
@@ -388,7 +409,7 @@ bench_target() {
     [ -z "$bt_ours" ] || worker_rss >"$VAR/rss.$bt_ours.before"
     bt_lpid=$(lighttpd_pid "$bt_pidfile")
     bt_app=$(descendants "$bt_lpid")
-    bt_redis=$(pid_alive "$VAR/redis.pid" || true)
+    bt_redis=$(pid_alive "$REDIS_PID_FILE" || true)
     bt_evalsha0=$(redis_calls evalsha)
     bt_other0=$(redis_calls other)
     bt_usec0=$(redis_evalsha_usec)
@@ -510,6 +531,10 @@ REDIS_MEM=$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" INFO memory 2>/dev/null |
         "load average before: $LOADAVG"
     echo "ratelimit-fcgi: log_level warn, max_requests 0, cache TTLs 3600 s" \
         "(warm steady state)"
+    if [ "$REDIS_TYPE" = cluster ]; then
+        echo "Redis: a Cluster of 3 primaries and 3 replicas; the Redis figures" \
+            "are those of the primary 127.0.0.1:$REDIS_PORT, which owns the demo tenant"
+    fi
     echo "ratios are ours / probe: for req/s higher is better, for latency lower"
     echo
     awk -F'|' '

@@ -7,7 +7,7 @@
  *
  *   bench_probe noop [WORKERS]
  *       reads the request body and answers a fixed, tiny JSON 200;
- *   bench_probe evalsha HOST PORT [WORKERS]
+ *   bench_probe evalsha HOST PORT [WORKERS [KEY]]
  *       the same, plus exactly one Redis round trip per request: an EVALSHA
  *       of a one-line script (INCR of one key), SCRIPT LOADed at start.
  *       A Redis error answers 503, so the benchmark counts it.
@@ -56,6 +56,7 @@ struct probe {
     int evalsha;                /* 0: noop mode */
     const char *host;
     int port;
+    const char *key;            /* the key it increments */
     redisContext *redis;        /* NULL until connected, and after errors */
     char sha[41];
 };
@@ -67,7 +68,7 @@ static void
 usage(void)
 {
     fprintf(stderr, "usage: bench_probe noop [WORKERS]\n"
-        "       bench_probe evalsha HOST PORT [WORKERS]\n");
+        "       bench_probe evalsha HOST PORT [WORKERS [KEY]]\n");
     exit(2);
 }
 
@@ -136,7 +137,7 @@ probe_evalsha(struct probe *p)
 
     if (p->redis == NULL && probe_connect(p) != 0)
         return -1;
-    r = redisCommand(p->redis, "EVALSHA %s 1 %s", p->sha, PROBE_KEY);
+    r = redisCommand(p->redis, "EVALSHA %s 1 %s", p->sha, p->key);
     if (r == NULL) {
         fprintf(stderr, "bench_probe: EVALSHA: %s\n", p->redis->errstr);
         probe_disconnect(p);
@@ -221,13 +222,15 @@ main(int argc, char **argv)
         if (argc == 3)
             workers = parse_int(argv[2], 1, PROBE_MAX_WORKERS);
     } else if (strcmp(argv[1], "evalsha") == 0) {
-        if (argc < 4 || argc > 5)
+        if (argc < 4 || argc > 6)
             usage();
         p.evalsha = 1;
         p.host = argv[2];
         p.port = parse_int(argv[3], 1, 65535);
-        if (argc == 5)
+        if (argc >= 5)
             workers = parse_int(argv[4], 1, PROBE_MAX_WORKERS);
+        /* A key of our own: in a Redis Cluster, one that node owns. */
+        p.key = argc == 6 ? argv[5] : PROBE_KEY;
     } else {
         usage();
     }
