@@ -8,19 +8,32 @@
 # Usage:
 #   redis-ha.sh cluster start DIR BASEPORT    nodes on BASEPORT..BASEPORT+5
 #   redis-ha.sh cluster stop DIR
-#   redis-ha.sh cluster wait DIR              every node: cluster_state:ok
-#   redis-ha.sh cluster owner DIR KEY         port of the primary of KEY
+#   redis-ha.sh cluster wait-ok DIR           every node that runs says
+#                                             cluster_state:ok and 16384
+#                                             slots ok (alias: wait)
+#   redis-ha.sh cluster primary-of DIR KEY    port of the primary of KEY's
+#                                             slot (alias: owner)
 #   redis-ha.sh cluster primaries DIR         ports of the primaries
+#   redis-ha.sh cluster kill-primary DIR PORT SIGKILL to the primary on PORT
 #   redis-ha.sh cluster revive DIR PORT       start a stopped node again
 #                                             (it rejoins, as a replica)
 #   redis-ha.sh sentinel start DIR BASEPORT   master BASEPORT, replica +1,
 #                                             sentinels +2, +3, +4
 #   redis-ha.sh sentinel stop DIR
 #   redis-ha.sh sentinel master DIR           host:port the sentinels name
+#   redis-ha.sh sentinel kill-master DIR      SIGKILL to that master; prints
+#                                             its port
+#   redis-ha.sh cluster|sentinel status DIR   one line per server: port,
+#                                             role and pid, or "down";
+#                                             exits 1 when one is down
 #
 # Environment:
 #   REDIS_PASSWORD  [none]      requirepass and masterauth of every data
 #                               node (and the sentinels' auth-pass)
+#   REDIS_ACL_USER, REDIS_ACL_PASS [none]
+#                               an ACL user (on >pass ~* &* +@all) on every
+#                               data node; replication keeps using the
+#                               default user (masterauth)
 #   SENTINEL_NAME   [rlmaster]  the name the sentinels monitor
 #
 # A cluster node also listens on its port + 10000 (the cluster bus), which
@@ -37,11 +50,16 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 
 PASSWORD=${REDIS_PASSWORD:-}
 NAME=${SENTINEL_NAME:-rlmaster}
+ACL_USER=${REDIS_ACL_USER:-}
+ACL_PASS=${REDIS_ACL_PASS:-}
 
 die() {
     echo "redis-ha: $*" >&2
     exit 1
 }
+
+[ -z "$ACL_USER" ] || [ -n "$ACL_PASS" ] ||
+    die "REDIS_ACL_USER needs REDIS_ACL_PASS"
 
 # cli PORT ARGS...: redis-cli against 127.0.0.1:PORT, with the password.
 cli() {
@@ -56,11 +74,12 @@ cli() {
 }
 
 # until_true TENTHS CMD...: runs CMD every 0.1 s until it succeeds, at
-# most TENTHS times.
+# most TENTHS times and for at most about TENTHS / 10 seconds.
 until_true() {
     ut_n=$1
+    ut_end=$(($(date +%s) + ut_n / 10 + 1))
     shift
-    while [ "$ut_n" -gt 0 ]; do
+    while [ "$ut_n" -gt 0 ] && [ "$(date +%s)" -le "$ut_end" ]; do
         "$@" >/dev/null 2>&1 && return 0
         ut_n=$((ut_n - 1))
         sleep 0.1
@@ -79,6 +98,9 @@ data_node() {
         --save '' --appendonly no --repl-diskless-sync-delay 0 "$@"
     if [ -n "$PASSWORD" ]; then
         set -- "$@" --requirepass "$PASSWORD" --masterauth "$PASSWORD"
+    fi
+    if [ -n "$ACL_USER" ]; then
+        set -- "$@" --user "$ACL_USER" on ">$ACL_PASS" '~*' '&*' '+@all'
     fi
     redis-server "$@" >/dev/null || die "redis-server on $dn_port failed"
     until_true 100 pong "$dn_port" ||
@@ -110,14 +132,19 @@ stop_all() {
 
 # ---------------------------------------------------------------- cluster
 
+# Every node that runs (one killed is left out) says cluster_state:ok with
+# all 16384 slots served.
 cluster_ok() {
+    co_n=0
     for co_port in $(list_of "$1" ports); do
+        pid_alive "$1/$co_port/pid" >/dev/null || continue
         co_info=$(cli "$co_port" CLUSTER INFO 2>/dev/null | tr -d '\r')
         case $co_info in
-        *cluster_state:ok*cluster_slots_ok:16384*) ;;
+        *cluster_state:ok*cluster_slots_ok:16384*) co_n=$((co_n + 1)) ;;
         *) return 1 ;;
         esac
     done
+    [ "$co_n" -gt 0 ]
 }
 
 # The options of cluster node $2 under $1.
@@ -212,6 +239,7 @@ sentinel_start() {
     mkdir -p "$dir"
     data_node "$dir" "$base"
     data_node "$dir" $((base + 1)) --replicaof 127.0.0.1 "$base"
+    echo "$base $((base + 1))" >"$dir/ports"
     sentinels=""
     for i in 2 3 4; do
         port=$((base + i))
@@ -244,9 +272,61 @@ sentinel_master() {
         SENTINEL get-master-addr-by-name "$NAME" | tr -d '\r' | paste -d: - -
 }
 
+# ---------------------------------------------------------------- faults
+
+# kill_node DIR PORT: SIGKILL to the server on PORT; waits (at most 5 s)
+# until it is gone.
+kill_node() {
+    kn_pid=$(pid_alive "$1/$2/pid") || die "nothing runs on $2 under $1"
+    kill -KILL "$kn_pid"
+    wait_gone "$kn_pid" 50 || die "the server on $2 (pid $kn_pid) outlived SIGKILL"
+}
+
+cluster_kill_primary() {
+    cli "$2" ROLE 2>/dev/null | head -n 1 | grep -qx master ||
+        die "$2 is not a primary"
+    kill_node "$1" "$2"
+}
+
+sentinel_kill_master() {
+    skm_port=$(sentinel_master "$1" | cut -d: -f2)
+    [ -n "$skm_port" ] || die "the sentinels name no master"
+    kill_node "$1" "$skm_port"
+    echo "$skm_port"
+}
+
+# status DIR: every server started under DIR, one line each; returns 1
+# when one of them is down.
+status() {
+    st_all=$(cat "$1/ports" "$1/sentinels" 2>/dev/null || true)
+    if [ -z "$st_all" ]; then
+        echo "nothing was started under $1"
+        return 1
+    fi
+    st_rc=0
+    for st_port in $st_all; do
+        if st_pid=$(pid_alive "$1/$st_port/pid"); then
+            st_role=$(cli "$st_port" ROLE 2>/dev/null | head -n 1)
+            echo "$st_port ${st_role:-unanswered} pid $st_pid"
+        else
+            echo "$st_port down"
+            st_rc=1
+        fi
+    done
+    if [ -f "$1/ports" ] && [ ! -f "$1/sentinels" ]; then
+        for st_port in $(list_of "$1" ports); do
+            st_state=$(cli "$st_port" CLUSTER INFO 2>/dev/null | tr -d '\r' |
+                grep '^cluster_state:') || continue
+            echo "$st_state (as $st_port sees it)"
+            break
+        done
+    fi
+    return "$st_rc"
+}
+
 # ---------------------------------------------------------------- commands
 
-[ $# -ge 3 ] || die "usage: redis-ha.sh cluster|sentinel start|stop|wait|owner|primaries|master DIR [ARG]"
+[ $# -ge 3 ] || die "usage: redis-ha.sh cluster|sentinel COMMAND DIR [ARG] (see its header)"
 kind=$1
 cmd=$2
 dir=$3
@@ -259,16 +339,22 @@ cluster:stop | sentinel:stop)
     [ -d "$dir" ] || exit 0
     stop_all "$dir"
     ;;
-cluster:wait) until_true 300 cluster_ok "$dir" ;;
-cluster:owner)
-    [ $# -ge 4 ] || die "cluster owner needs DIR and KEY"
+cluster:status | sentinel:status) status "$dir" ;;
+cluster:wait-ok | cluster:wait) until_true 300 cluster_ok "$dir" ;;
+cluster:primary-of | cluster:owner)
+    [ $# -ge 4 ] || die "cluster $cmd needs DIR and KEY"
     cluster_owner "$dir" "$4"
     ;;
 cluster:primaries) cluster_primaries "$dir" ;;
+cluster:kill-primary)
+    [ $# -ge 4 ] || die "cluster kill-primary needs DIR and PORT"
+    cluster_kill_primary "$dir" "$4"
+    ;;
 cluster:revive)
     [ $# -ge 4 ] || die "cluster revive needs DIR and PORT"
     cluster_node "$dir" "$4"
     ;;
 sentinel:master) sentinel_master "$dir" ;;
+sentinel:kill-master) sentinel_kill_master "$dir" ;;
 *) die "unknown command: $kind $cmd" ;;
 esac
