@@ -163,6 +163,9 @@ cluster_start() {
     ports=""
     for i in 0 1 2 3 4 5; do
         port=$((base + i))
+        # A new cluster each time (nothing is persisted): a node that kept
+        # the nodes.conf of an earlier start would refuse to join.
+        rm -f "$dir/$port/nodes.conf"
         cluster_node "$dir" "$port"
         ports="$ports $port"
     done
