@@ -145,6 +145,11 @@ asan-test: deps
 	[ "$$rc" = 0 ] && echo "asan-test: passed, no sanitizer report"; \
 	exit $$rc
 
+# The development stack (scripts/dev-stack.sh) under VAR (var/): PORT,
+# PG_PORT, REDIS_PORT and REDIS_TYPE = single (default), cluster (3
+# primaries and 3 replicas on REDIS_CLUSTER_PORT..+5, 7000) or sentinel (a
+# master on REDIS_PORT, its replica +1, sentinels +2..+4); `make stop`
+# stops what was started, whatever its type.
 run: deps
 	$(MAKE) all
 	sh scripts/dev-stack.sh start
