@@ -359,6 +359,19 @@ main(int argc, char **argv)
 
     memset(&ctl, 0, sizeof(ctl));
     ctl.config_path = CTL_DEFAULT_CONFIG;
+    /* A command with more options than struct ctl_args holds would read
+     * past it: refuse to run at all, so that any test shows it. */
+    for (i = 0; i < (int)CTL_NCOMMANDS; i++) {
+        for (words = 0; ctl_commands[i].options[words].name != NULL; words++)
+            ;
+        if (words > CTL_MAX_OPTIONS) {
+            ctl_warn("internal error: '%s %s' has %d options, more than "
+                "CTL_MAX_OPTIONS (%d)", ctl_commands[i].noun,
+                ctl_commands[i].verb != NULL ? ctl_commands[i].verb : "",
+                words, CTL_MAX_OPTIONS);
+            return CTL_EXIT_FAIL;
+        }
+    }
 
     /* Global options come before the command. */
     for (i = 1; i < argc && argv[i][0] == '-'; i++) {

@@ -39,7 +39,7 @@
 #define CTL_EXIT_USAGE 2        /* bad command line */
 
 #define CTL_MAX_POSITIONAL 2
-#define CTL_MAX_OPTIONS 16
+#define CTL_MAX_OPTIONS 32
 
 /* ------------------------------------------------------------------ */
 /* Commands and the state of one run */
@@ -178,6 +178,18 @@ struct json_object *ctl_db_json_rows(const PGresult *res,
     const char *const *headers);
 /* Writes o as one line and frees it. */
 void ctl_db_json_print(struct json_object *o);
+
+/* The parameter columns of limits l, in the order ctl_db_limit_params
+ * reads them (7 columns). */
+#define CTL_LIMIT_PARAMS_SQL \
+    "coalesce(l.limit_count, 0), coalesce(l.window_seconds, 0), " \
+    "coalesce(l.bucket_capacity, 0), coalesce(l.refill_rate, 0), " \
+    "coalesce(l.period_us, 0), coalesce(l.burst, 0), " \
+    "coalesce(l.calendar, '')"
+
+/* Reads the CTL_LIMIT_PARAMS_SQL columns from column col of row into l. */
+void ctl_db_limit_params(const PGresult *res, int row, int col,
+    struct rl_limit *l);
 
 /* Prints "name  value" lines with the values aligned. */
 void ctl_db_print_fields(const char *const *names,

@@ -68,10 +68,7 @@ apply_load(struct ctl *ctl, const char *tenant_id, struct apply_rule *rules,
 
     res = ctl_db_query(ctl, "SELECT r.id, r.route_pattern, r.priority, "
         "r.enabled, r.always, r.shadow, r.failure_mode, r.per, l.id, l.name, "
-        "l.algorithm, coalesce(l.limit_count, 0), "
-        "coalesce(l.window_seconds, 0), coalesce(l.bucket_capacity, 0), "
-        "coalesce(l.refill_rate, 0), coalesce(l.period_us, 0), "
-        "coalesce(l.burst, 0), coalesce(l.calendar, ''), l.count_scope "
+        "l.algorithm, " CTL_LIMIT_PARAMS_SQL ", l.count_scope "
         "FROM rules r LEFT JOIN limits l ON l.rule_id = r.id "
         "WHERE r.tenant_id = $1::uuid ORDER BY r.id, l.id", 1, params);
     if (res == NULL)
@@ -100,13 +97,7 @@ apply_load(struct ctl *ctl, const char *tenant_id, struct apply_rule *rules,
         snprintf(al->name, sizeof(al->name), "%s", PQgetvalue(res, i, 9));
         al->alg = algo_find(PQgetvalue(res, i, 10));
         al->l.algorithm = al->alg != NULL ? al->alg->id : 0;
-        al->l.limit_count = strtoll(PQgetvalue(res, i, 11), NULL, 10);
-        al->l.window_seconds = strtoll(PQgetvalue(res, i, 12), NULL, 10);
-        al->l.bucket_capacity = strtoll(PQgetvalue(res, i, 13), NULL, 10);
-        al->l.refill_rate = strtod(PQgetvalue(res, i, 14), NULL);
-        al->l.period_us = strtoll(PQgetvalue(res, i, 15), NULL, 10);
-        al->l.burst = strtoll(PQgetvalue(res, i, 16), NULL, 10);
-        al->l.calendar = algo_calendar_parse(PQgetvalue(res, i, 17));
+        ctl_db_limit_params(res, i, 11, &al->l);
         al->l.count = algo_count_parse(PQgetvalue(res, i, 18));
         util_copy(al->l.name, sizeof(al->l.name), PQgetvalue(res, i, 9));
     }

@@ -20,7 +20,9 @@ ctl_args_option_index(const struct ctl_command *cmd, const char *name,
 {
     int i;
 
-    for (i = 0; cmd->options != NULL && cmd->options[i].name != NULL; i++)
+    /* (the table is checked at start: at most CTL_MAX_OPTIONS a command) */
+    for (i = 0; cmd->options != NULL && cmd->options[i].name != NULL &&
+        i < CTL_MAX_OPTIONS; i++)
         if (strlen(cmd->options[i].name) == namelen &&
             strncmp(cmd->options[i].name, name, namelen) == 0)
             return i;

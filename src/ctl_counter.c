@@ -102,10 +102,7 @@ ctl_counter_find(struct ctl *ctl, const struct ctl_command *cmd,
     snprintf(ids + used, sizeof(ids) - used, "}");
     free(rules);
     res = ctl_db_query(ctl, "SELECT r.id, r.per, l.id, l.name, l.algorithm, "
-        "coalesce(l.limit_count, 0), coalesce(l.window_seconds, 0), "
-        "coalesce(l.bucket_capacity, 0), coalesce(l.refill_rate, 0), "
-        "coalesce(l.period_us, 0), coalesce(l.burst, 0), "
-        "coalesce(l.calendar, ''), l.count_scope "
+        CTL_LIMIT_PARAMS_SQL ", l.count_scope "
         "FROM rules r JOIN limits l ON l.rule_id = r.id "
         "WHERE r.tenant_id = $1::uuid AND r.id = ANY ($2::bigint[]) "
         "ORDER BY r.id <> $3::bigint, r.id, l.id", 3, params);
@@ -126,13 +123,7 @@ ctl_counter_find(struct ctl *ctl, const struct ctl_command *cmd,
         snprintf(c->algorithm, sizeof(c->algorithm), "%s",
             PQgetvalue(res, i, 4));
         c->limit.algorithm = algo_parse(c->algorithm);
-        c->limit.limit_count = strtoll(PQgetvalue(res, i, 5), NULL, 10);
-        c->limit.window_seconds = strtoll(PQgetvalue(res, i, 6), NULL, 10);
-        c->limit.bucket_capacity = strtoll(PQgetvalue(res, i, 7), NULL, 10);
-        c->limit.refill_rate = strtod(PQgetvalue(res, i, 8), NULL);
-        c->limit.period_us = strtoll(PQgetvalue(res, i, 9), NULL, 10);
-        c->limit.burst = strtoll(PQgetvalue(res, i, 10), NULL, 10);
-        c->limit.calendar = algo_calendar_parse(PQgetvalue(res, i, 11));
+        ctl_db_limit_params(res, i, 5, &c->limit);
         c->limit.count = algo_count_parse(PQgetvalue(res, i, 12));
         if (limiter_key(id, &c->rule, &c->limit, &req, c->key,
             sizeof(c->key)) == -1) {

@@ -361,6 +361,19 @@ ctl_db_json_print(struct json_object *o)
     json_object_put(o);
 }
 
+void
+ctl_db_limit_params(const PGresult *res, int row, int col,
+    struct rl_limit *l)
+{
+    l->limit_count = strtoll(PQgetvalue(res, row, col), NULL, 10);
+    l->window_seconds = strtoll(PQgetvalue(res, row, col + 1), NULL, 10);
+    l->bucket_capacity = strtoll(PQgetvalue(res, row, col + 2), NULL, 10);
+    l->refill_rate = strtod(PQgetvalue(res, row, col + 3), NULL);
+    l->period_us = strtoll(PQgetvalue(res, row, col + 4), NULL, 10);
+    l->burst = strtoll(PQgetvalue(res, row, col + 5), NULL, 10);
+    l->calendar = algo_calendar_parse(PQgetvalue(res, row, col + 6));
+}
+
 /* Prints "name  value" lines with the values aligned. */
 void
 ctl_db_print_fields(const char *const *names,

@@ -1259,12 +1259,9 @@ ctl_rule_limit_set(struct ctl *ctl, const struct ctl_command *cmd,
     if (ctl_db_begin(ctl) == -1)
         return ctl_db_fail(ctl);
     params[0] = a->pos[0];
-    res = ctl_db_query(ctl, "SELECT rule_id, algorithm, "
-        "coalesce(limit_count, 0), coalesce(window_seconds, 0), "
-        "coalesce(bucket_capacity, 0), coalesce(refill_rate, 0), "
-        "coalesce(period_us, 0), coalesce(burst, 0), "
-        "coalesce(calendar, ''), name, count_scope "
-        "FROM limits WHERE id = $1::bigint FOR UPDATE", 1, params);
+    res = ctl_db_query(ctl, "SELECT l.rule_id, l.algorithm, "
+        CTL_LIMIT_PARAMS_SQL ", l.name, l.count_scope "
+        "FROM limits l WHERE l.id = $1::bigint FOR UPDATE", 1, params);
     if (res == NULL)
         goto db_err;
     if (PQntuples(res) == 0) {
@@ -1279,13 +1276,7 @@ ctl_rule_limit_set(struct ctl *ctl, const struct ctl_command *cmd,
     snprintf(old_count, sizeof(old_count), "%s", PQgetvalue(res, 0, 10));
     changed_alg = algorithm != NULL && strcmp(algorithm, old_alg) != 0;
     if (!changed_alg) {
-        s.limit.limit_count = strtoll(PQgetvalue(res, 0, 2), NULL, 10);
-        s.limit.window_seconds = strtoll(PQgetvalue(res, 0, 3), NULL, 10);
-        s.limit.bucket_capacity = strtoll(PQgetvalue(res, 0, 4), NULL, 10);
-        s.limit.refill_rate = strtod(PQgetvalue(res, 0, 5), NULL);
-        s.limit.period_us = strtoll(PQgetvalue(res, 0, 6), NULL, 10);
-        s.limit.burst = strtoll(PQgetvalue(res, 0, 7), NULL, 10);
-        s.limit.calendar = algo_calendar_parse(PQgetvalue(res, 0, 8));
+        ctl_db_limit_params(res, 0, 2, &s.limit);
     }
     PQclear(res);
     if ((alg = algo_find(changed_alg ? algorithm : old_alg)) == NULL) {

@@ -731,6 +731,31 @@ avoid_edge() {
     fi
 }
 
+# Milliseconds since the epoch.
+now_ms() {
+    date +%s%3N
+}
+
+# pcheck PORT KEY ROUTE SUBJECT: one check through a private front end;
+# prints "status remaining" (remaining "-" when there is none).
+pcheck() {
+    curl -s -m 5 -o "$T_TMP/pbody" -D "$T_TMP/phead" -w '%{http_code}' \
+        -X POST "http://127.0.0.1:$1/v1/check" -H "X-API-Key: $2" \
+        -H 'Content-Type: application/json' \
+        -d "{\"route\":\"$3\",\"subject\":\"$4\"}" >"$T_TMP/pstatus" 2>/dev/null
+    pc_rem=$(grep -o '"remaining":[0-9]*' "$T_TMP/pbody" 2>/dev/null |
+        head -n 1 | cut -d: -f2)
+    printf '%s %s\n' "$(cat "$T_TMP/pstatus")" "${pc_rem:--}"
+}
+
+# ready_on PORT [STATUS]: /health/ready of a private front end answers
+# STATUS (200); its body is kept in $T_TMP/ready.
+ready_on() {
+    [ "$(curl -s -m 5 -o "$T_TMP/ready" -w '%{http_code}' \
+        "http://127.0.0.1:$1/health/ready")" = "${2:-200}" ]
+}
+
+
 # stack_touch: 4 x WORKERS requests for /health/ready to the stack's
 # lighttpd, WORKERS at a time.  A worker of the stack that still holds a
 # Redis connection from before a Redis restart fails its next use of it

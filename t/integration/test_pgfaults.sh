@@ -43,10 +43,6 @@ LOOKUP_RATE=50
 
 # ---------------------------------------------------------------- helpers
 
-now_ms() {
-    date +%s%3N
-}
-
 # secs MS: milliseconds as seconds with one decimal ("1.3 s"); "never"
 # when MS is "-" (it did not happen within the wait).
 secs() {

@@ -51,30 +51,6 @@ all_nodes() {
     cat "$C/ports"
 }
 
-now_ms() {
-    date +%s%3N
-}
-
-# pcheck PORT KEY ROUTE SUBJECT: one check through a private front end;
-# prints "status remaining" (remaining "-" when there is none).
-pcheck() {
-    curl -s -m 5 -o "$T_TMP/pbody" -D "$T_TMP/phead" -w '%{http_code}' \
-        -X POST "http://127.0.0.1:$1/v1/check" -H "X-API-Key: $2" \
-        -H 'Content-Type: application/json' \
-        -d "{\"route\":\"$3\",\"subject\":\"$4\"}" >"$T_TMP/pstatus" 2>/dev/null
-    pc_rem=$(grep -o '"remaining":[0-9]*' "$T_TMP/pbody" 2>/dev/null |
-        head -n 1 | cut -d: -f2)
-    printf '%s %s\n' "$(cat "$T_TMP/pstatus")" "${pc_rem:--}"
-}
-
-# ready_on PORT [STATUS]: /health/ready of a private front end answers
-# STATUS (200); its body is kept in $T_TMP/ready.
-# shellcheck disable=SC2317 # called through retry
-ready_on() {
-    [ "$(curl -s -m 5 -o "$T_TMP/ready" -w '%{http_code}' \
-        "http://127.0.0.1:$1/health/ready")" = "${2:-200}" ]
-}
-
 metric() {
     curl -s -m 5 "http://127.0.0.1:$1/metrics" |
         awk -v m="$2" '$1 == m { print $2 }'

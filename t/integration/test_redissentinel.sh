@@ -28,28 +28,6 @@ P2=$((PORT + 96))
 SENTINELS="redis=127.0.0.1:$((BASE + 2)),127.0.0.1:$((BASE + 3)),127.0.0.1:$((BASE + 4))"
 trap '$HA sentinel stop "$S" >/dev/null 2>&1; end_pids $PIDS; rm -rf "$D"' EXIT
 
-now_ms() {
-    date +%s%3N
-}
-
-# pcheck PORT KEY SUBJECT: one check of /s/x; prints "status remaining".
-pcheck() {
-    curl -s -m 5 -o "$T_TMP/pbody" -D "$T_TMP/phead" -w '%{http_code}' \
-        -X POST "http://127.0.0.1:$1/v1/check" -H "X-API-Key: $2" \
-        -H 'Content-Type: application/json' \
-        -d "{\"route\":\"/s/x\",\"subject\":\"$3\"}" >"$T_TMP/pstatus" \
-        2>/dev/null
-    pc_rem=$(grep -o '"remaining":[0-9]*' "$T_TMP/pbody" 2>/dev/null |
-        head -n 1 | cut -d: -f2)
-    printf '%s %s\n' "$(cat "$T_TMP/pstatus")" "${pc_rem:--}"
-}
-
-# shellcheck disable=SC2317 # called through retry
-ready_on() {
-    [ "$(curl -s -m 5 -o "$T_TMP/ready" -w '%{http_code}' \
-        "http://127.0.0.1:$1/health/ready")" = "${2:-200}" ]
-}
-
 master_port() {
     $HA sentinel master "$S" | cut -d: -f2
 }
@@ -67,7 +45,7 @@ failover_window() {
         n200=0
         while [ "$(now_ms)" -lt "$end" ]; do
             t0=$(now_ms)
-            st=$(pcheck "$P1" "$KEY" fo)
+            st=$(pcheck "$P1" "$KEY" /s/x fo)
             t1=$(now_ms)
             ra=$(tr -d '\r' <"$T_TMP/phead" |
                 awk -F': ' 'tolower($1) == "retry-after" { print $2 }')
@@ -135,7 +113,7 @@ avoid_edge 86400 40
 private_app s1 "$P1" redis_type=sentinel "$SENTINELS" \
     redis_sentinel_master=rlmaster || fail "a sentinel pool starts"
 check "the sentinel pool is ready" retry 50 ready_on "$P1"
-got=$(pcheck "$P1" "$KEY" s1)
+got=$(pcheck "$P1" "$KEY" /s/x s1)
 check "a check through the master the sentinels name answers 200 ($got)" \
     eq "${got%% *}" 200
 m=$(master_port)
@@ -146,7 +124,7 @@ failover_window "Sentinel: SENTINEL FAILOVER" \
     redis-cli -p $((BASE + 2)) SENTINEL FAILOVER rlmaster
 check "the sentinels name the other node now ($m -> $(master_port))" \
     ne "$(master_port)" "$m"
-got=$(pcheck "$P1" "$KEY" s1)
+got=$(pcheck "$P1" "$KEY" /s/x s1)
 check "the count went on on the new master ($got)" eq "$got" "200 99998"
 
 # Wait until the old master is a replica of the new one, then kill the
@@ -174,7 +152,7 @@ m=$(master_port)
 private_app s3 "$P2" redis_type=sentinel "$SENTINELS" \
     redis_sentinel_master=rlmaster redis_db=3 redis_username=rl \
     redis_password=pw2 || fail "a pool with redis_db and an ACL user starts"
-got=$(pcheck "$P2" "$KEY" db3)
+got=$(pcheck "$P2" "$KEY" /s/x db3)
 check "an ACL user (redis_username, redis_password): 200 ($got)" \
     eq "${got%% *}" 200
 check "redis_db = 3: the counter is in database 3" \
@@ -183,7 +161,7 @@ stop_private
 private_app s4 "$P2" redis_type=sentinel "$SENTINELS" \
     redis_sentinel_master=rlmaster redis_username=rl redis_password=nope ||
     fail "a pool with a wrong password starts"
-got=$(pcheck "$P2" "$KEY" db3)
+got=$(pcheck "$P2" "$KEY" /s/x db3)
 check "a wrong password: 503 ($got)" eq "${got%% *}" 503
 stop_private
 
