@@ -10,6 +10,9 @@
 #   c  lighttpd -> ratelimit-fcgi  POST /v1/check, demo key, one subject
 #   d  lighttpd -> ratelimit-fcgi  the same with a new subject per request
 #                                  (new Redis keys every time)
+#   e  lighttpd -> ratelimit-fcgi  every request over the limit (a rule of
+#                                  1 per hour): 429s, answered from the
+#                                  shared over-limit cache
 #
 # a, b and c send the very same request (POST /v1/check with the demo key
 # and a small JSON body); the probes read and drop the body.  Every target
@@ -323,6 +326,15 @@ wrk.headers["Content-Type"] = "application/json"
 wrk.body = '{"route":"/bench","subject":"bench"}'
 dofile("$VAR/done.lua")
 EOF
+cat >"$VAR/over.lua" <<EOF
+-- POST /v1/check for the /bench-over rule (1 an hour): all over the limit.
+wrk.method = "POST"
+wrk.path = "/v1/check"
+wrk.headers["X-API-Key"] = "$DEMO_KEY"
+wrk.headers["Content-Type"] = "application/json"
+wrk.body = '{"route":"/bench-over","subject":"bench"}'
+dofile("$VAR/done.lua")
+EOF
 cat >"$VAR/fresh.lua" <<EOF
 -- POST /v1/check for the /bench rule with a subject never used before:
 -- "<run tag>-<thread>-<counter>".
@@ -392,6 +404,9 @@ CPUROWS=$VAR/cpurows
 # memory are measured then, the memory into $VAR/rss.TAG.before and .after).
 bench_target() {
     bt_name=$1 bt_port=$2 bt_pidfile=$3 bt_script=$4 bt_ours=$5
+    # e: every answer is a 429, and next to no request reaches Redis.
+    bt_over=0
+    [ "$bt_ours" = e ] && bt_over=1
     bt_out=$VAR/wrk-$(printf '%s' "$bt_name" | tr -c 'a-z0-9' '_').txt
     say "$bt_name: warm-up ${WARMUP_SECONDS} s, then ${BENCH_SECONDS} s"
     if ! run_wrk "$bt_port" "$WARMUP_SECONDS" "$bt_script" w "$bt_out.warm" ||
@@ -453,7 +468,15 @@ bench_target() {
         printf '%s|-|-|-|failed|-|-\n' "$bt_name" >>"$ROWS"
         return 0
     fi
-    if [ "$bt_status" -ne 0 ] || [ "$bt_sock" -ne 0 ]; then
+    if [ "$bt_over" = 1 ]; then
+        # wrk counts the 429s as status errors: all of them must be.
+        if [ "$bt_status" -lt "$bt_req" ] || [ "$bt_sock" -ne 0 ]; then
+            cat "$bt_out" >&2
+            echo "bench: $bt_name: $((bt_req - bt_status)) answers were not 429, $bt_sock socket errors" >&2
+            FAILED=1
+        fi
+        bt_status=0
+    elif [ "$bt_status" -ne 0 ] || [ "$bt_sock" -ne 0 ]; then
         cat "$bt_out" >&2
         echo "bench: $bt_name: $bt_status non-2xx answers, $bt_sock socket errors" >&2
         FAILED=1
@@ -462,7 +485,15 @@ bench_target() {
     bt_rt=- bt_pg=-
     bt_evalsha=$((bt_evalsha1 - bt_evalsha0))
     bt_other=$((bt_other1 - bt_other0))
-    if [ "$bt_evalsha" -gt 0 ] || [ -n "$bt_ours" ]; then
+    if [ "$bt_over" = 1 ]; then
+        bt_rt=$(awk -v c="$bt_evalsha" -v r="$bt_req" \
+            'BEGIN { printf "%.3f", c / r }')
+        # The cache answers all but the first denial of each worker.
+        if [ "$bt_evalsha" -gt $((WORKERS * 4 + 2 * CONNECTIONS)) ]; then
+            echo "bench: $bt_name: $bt_evalsha EVALSHA for $bt_req denials: the over-limit cache did not answer them" >&2
+            FAILED=1
+        fi
+    elif [ "$bt_evalsha" -gt 0 ] || [ -n "$bt_ours" ]; then
         bt_rt=$(awk -v c="$bt_evalsha" -v r="$bt_req" \
             'BEGIN { printf "%.3f", c / r }')
         # Up to one request per connection may still have been in flight
@@ -516,6 +547,11 @@ bench_target "c ratelimit-fcgi" "$PORT" "$VAR/lighttpd.pid" \
     "$VAR/check.lua" c
 bench_target "d ratelimit-fcgi, new subjects" "$PORT" "$VAR/lighttpd.pid" \
     "$VAR/fresh.lua" d
+"$BUILD/ratelimitctl" -c "$VAR/ratelimit.conf" rule add demo-corp \
+    --route /bench-over --algorithm sliding_window --limit 1 --window 3600 \
+    >/dev/null || die "ratelimitctl could not add the /bench-over rule"
+bench_target "e ratelimit-fcgi, over the limit" "$PORT" "$VAR/lighttpd.pid" \
+    "$VAR/over.lua" e
 REDIS_KEYS=$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" DBSIZE 2>/dev/null || echo "?")
 REDIS_MEM=$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" INFO memory 2>/dev/null |
     tr -d '\r' | sed -n 's/^used_memory_human://p')
@@ -563,6 +599,10 @@ REDIS_MEM=$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" INFO memory 2>/dev/null |
             printf "ratios d (new subjects) / c:          req/s %s, p50 %s, p99 %s\n",
                 ratio(rps["d"], rps["c"]), ratio(p50["d"], p50["c"]),
                 ratio(p99["d"], p99["c"])
+            printf "ratios d (new subjects) / b:          req/s %s\n",
+                ratio(rps["d"], rps["b"])
+            printf "ratios e (over the limit) / b:        req/s %s; / a: %s\n",
+                ratio(rps["e"], rps["b"]), ratio(rps["e"], rps["a"])
         }
     ' "$ROWS"
     echo

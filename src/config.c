@@ -126,6 +126,13 @@ static const struct config_key config_keys[] = {
       NULL, "seconds a tenant's rules are used without asking PostgreSQL" },
     { "rule_cache_size", CT_LONG, OFF(rule_cache_size), 0, 1, 1000000,
       "1000", NULL, "tenants whose rules the pool keeps in shared memory" },
+    { "overlimit_cache_size", CT_LONG, OFF(overlimit_cache_size), 0, 0,
+      10000000, "10000", NULL, "denials the pool remembers (shared by all "
+      "workers): a check of a counter known to be over its limit gets 429 "
+      "without a Redis call until the time Redis gave; 0 = off" },
+    { "overlimit_cache_min_ms", CT_LONG, OFF(overlimit_cache_min_ms), 0, 1,
+      3600000, "50", NULL, "a denial is remembered only when its "
+      "Retry-After is at least this long (milliseconds)" },
     { "max_body_size", CT_LONG, OFF(max_body_size), 0, 64, 1048576, "8192",
       NULL, "largest accepted request body (bytes); larger gets 413" },
     { "retry_after_unavailable", CT_LONG, OFF(retry_after_unavailable), 0,

@@ -273,6 +273,12 @@ ctl_counter_reset(struct ctl *ctl, const struct ctl_command *cmd,
         }
         freeReplyObject(r);
     }
+    /* The pool may remember a denial of these counters (the over-limit
+     * cache): a change notification makes every worker forget. */
+    if (ctl_db_command(ctl, "SELECT pg_notify('ratelimit_changes', "
+        "'counters:' || $1)", 1, (const char *const *)&a->pos[0]) == -1)
+        ctl_warn("the pool was not told (%s): a denial it remembers holds "
+            "until its Retry-After", PQerrorMessage(ctl->conn));
     printf("%d of %d counters cleared (the others were full already)\n",
         cleared, n);
     redis_store_close(&rs);

@@ -368,6 +368,104 @@ decide_identify(struct decider *dc, const struct http_request *req,
 }
 
 /* ------------------------------------------------------------------ */
+/* The over-limit cache */
+
+/*
+ * A denial Redis gave, remembered by the pool until the time it holds:
+ * the counters of a check are named by its call's keys, so their SHA-256
+ * is the entry's id; the entry's stamp is the monotonic time until which
+ * the denial holds (the largest Retry-After of the limits that denied),
+ * and a check of the same counters with at least the same cost before
+ * then is denied again from here, without Redis.  Only denials are kept,
+ * never past that time, and none fetched under an older generation (a
+ * change of keys or rules, a reload).
+ */
+struct overlimit {
+    long long cost;             /* denied at this cost (and more) */
+    int64_t stored_ms;          /* monotonic, when it was stored */
+    struct rl_decision d;
+};
+
+/* The id of the counters of call: SHA-256 of its keys, which
+ * limiter_build() lays out one after the other, NUL-separated. */
+static void
+decide_overlimit_id(const struct limiter_call *call, unsigned char id[32])
+{
+    int n = call->argc > 0 ? call->argv[0][0] - '0' : 0;
+    const char *first, *end;
+
+    if (n < 1 || n >= call->argc) {
+        memset(id, 0, 32);
+        return;
+    }
+    first = call->argv[1];
+    end = call->argv[n] + call->argvlen[n];
+    SHA256((const unsigned char *)first, (size_t)(end - first), id);
+}
+
+/* A remembered denial of the counters of call for cost into d, with its
+ * times counted down.  1 on a hit; id is set either way. */
+static int
+decide_overlimit_get(struct decider *dc, const struct limiter_call *call,
+    long long cost, unsigned char id[32], struct rl_decision *d)
+{
+    struct overlimit o;
+    struct shm_meta meta;
+    int64_t now, gone;
+    int i;
+
+    decide_overlimit_id(call, id);
+    if (!shm_get(dc->shm, SHM_OVERLIMIT, id, &o, sizeof(o), &meta) ||
+        meta.len != sizeof(o) || meta.generation != shm_generation(dc->shm))
+        return 0;
+    now = util_now_ms();
+    if (now >= meta.stamp || cost < o.cost)
+        return 0;
+    gone = now - o.stored_ms;
+    *d = o.d;
+    d->now_ms += gone;
+    for (i = 0; i < d->nlimits; i++) {
+        d->st[i].reset_ms = d->st[i].reset_ms > gone ?
+            d->st[i].reset_ms - gone : 0;
+        if (!d->st[i].allowed && d->st[i].retry_after_ms > 0)
+            d->st[i].retry_after_ms = d->st[i].retry_after_ms > gone ?
+                d->st[i].retry_after_ms - gone : 1;
+    }
+    return 1;
+}
+
+/* Remembers denial d of cost, when its Retry-After is long enough. */
+static void
+decide_overlimit_put(struct decider *dc, const unsigned char id[32],
+    long long cost, const struct rl_decision *d)
+{
+    struct overlimit o;
+    long long wait = 0;
+    int i, rc;
+
+    for (i = 0; i < d->nlimits; i++) {
+        if (d->st[i].allowed || d->st[i].shadow)
+            continue;
+        if (d->st[i].retry_after_ms < 0)
+            return;
+        if (d->st[i].retry_after_ms > wait)
+            wait = d->st[i].retry_after_ms;
+    }
+    if (wait < dc->cfg->overlimit_cache_min_ms)
+        return;
+    memset(&o, 0, sizeof(o));
+    o.cost = cost;
+    o.stored_ms = util_now_ms();
+    o.d = *d;
+    rc = shm_put(dc->shm, SHM_OVERLIMIT, id, &o, sizeof(o),
+        o.stored_ms + wait, shm_generation(dc->shm), (int32_t)getpid());
+    if (rc >= 0)
+        COUNT(dc, overlimit_inserts);
+    if (rc == 1)
+        COUNT(dc, overlimit_evictions);
+}
+
+/* ------------------------------------------------------------------ */
 /* Limits */
 
 int
@@ -376,7 +474,10 @@ decide_limits(struct decider *dc, const char *tenant_id,
     struct rl_decision *d)
 {
     const struct tenant_rules *tr;
-    int i, rc, fail_open;
+    struct limiter_call call;
+    unsigned char id[32];
+    int i, rc, fail_open, cache = dc->cfg->overlimit_cache_size > 0 &&
+        !creq->peek;
 
     if ((tr = decide_rules(dc, tenant_id)) == NULL)
         return DECIDE_NO_RULES;
@@ -408,7 +509,17 @@ decide_limits(struct decider *dc, const char *tenant_id,
             plan->over = i;
             return DECIDE_COST_EXCEEDS;
         }
-    rc = dc->store.script(dc->store.ctx, tenant_id, plan, creq, d);
+    if (limiter_build(tenant_id, plan, creq, &call) == -1) {
+        log_error("rule %lld: cannot build the script call",
+            plan->rule[0]->id);
+        rc = DECIDE_STORE_UNUSABLE;
+    } else if (cache && decide_overlimit_get(dc, &call, creq->cost, id, d)) {
+        /* Known to be over the limit until later: no Redis call. */
+        COUNT(dc, overlimit_hits);
+        COUNT(dc, denied);
+        return DECIDE_OK;
+    } else
+        rc = dc->store.script(dc->store.ctx, &call, plan->n, d);
     if (rc == STORE_BAD_REPLY) {
         /* Redis answered, but not what the script answers: a bug or an
          * operator's problem (e.g. out of memory), never a reason to let
@@ -440,8 +551,11 @@ decide_limits(struct decider *dc, const char *tenant_id,
     }
     if (d->allowed)
         COUNT(dc, allowed);
-    else
+    else {
         COUNT(dc, denied);
+        if (cache)
+            decide_overlimit_put(dc, id, creq->cost, d);
+    }
     return DECIDE_OK;
 }
 

@@ -314,6 +314,13 @@ master_reload(struct master *m)
         fresh.key_cache_negative_size = m->cfg->key_cache_negative_size;
         fresh.rule_cache_size = m->cfg->rule_cache_size;
     }
+    /* The over-limit table too; turning it off (0) works at once. */
+    if (fresh.overlimit_cache_size != m->cfg->overlimit_cache_size &&
+        fresh.overlimit_cache_size != 0) {
+        log_warn("SIGHUP: overlimit_cache_size can only be set to 0 "
+            "without a restart; keeping %ld", m->cfg->overlimit_cache_size);
+        fresh.overlimit_cache_size = m->cfg->overlimit_cache_size;
+    }
     *m->cfg = fresh;
     m->board->workers = (int)fresh.workers;
     /* What the pool learnt from PostgreSQL is checked again. */

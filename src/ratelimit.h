@@ -73,6 +73,8 @@ struct rl_config {
     long key_lookup_rate;       /* per second and worker; 0 = unlimited */
     long rule_cache_ttl;
     long rule_cache_size;       /* tenants */
+    long overlimit_cache_size;  /* denials remembered; 0 = off */
+    long overlimit_cache_min_ms;
     long max_body_size;         /* bytes */
     long retry_after_unavailable; /* seconds, Retry-After on 503 */
     int log_level;              /* enum rl_log_level */
@@ -581,14 +583,15 @@ size_t cache_count(const struct cache *c);
 /* ------------------------------------------------------------------ */
 /* shm.c: the segment all workers of a pool share */
 
-#define SHM_VERSION 2
+#define SHM_VERSION 3
 #define SHM_WAYS 8                  /* entries per set: a set of a full
                                        table gives up its oldest */
 #define SHM_KEY_VALUE_MAX 320       /* a struct key_info (service.h) */
 #define SHM_TENANT_VALUE_MAX 16320  /* a tenant's rules, packed */
 
+#define SHM_OVERLIMIT_VALUE_MAX 512 /* a denial (decide.c) */
 enum shm_table { SHM_KEYS = 0, SHM_UNKNOWN = 1, SHM_TENANTS = 2,
-    SHM_NTABLES = 3 };
+    SHM_OVERLIMIT = 3, SHM_NTABLES = 4 };
 
 struct shm {
     void *base;                 /* the mapped region */
@@ -634,8 +637,9 @@ int shm_get(const struct shm *m, int table, const unsigned char id[32],
 
 /* Stores value (len bytes, at most the table's value size) for id with a
  * non-zero stamp, replacing the id's entry, an empty one or the one with
- * the oldest stamp in its set.  Returns 0, or -1 when the entry is being
- * written by someone else or the value is too large. */
+ * the oldest stamp in its set.  Returns 0, 1 when that pushed out another
+ * id's entry, or -1 when the entry is being written by someone else or the
+ * value is too large. */
 int shm_put(struct shm *m, int table, const unsigned char id[32],
     const void *value, size_t len, int64_t stamp, uint64_t generation,
     int32_t pid);

@@ -31,6 +31,7 @@ scoreboard_map(struct shm *m, const struct rl_config *cfg)
     counts[SHM_KEYS] = (size_t)cfg->key_cache_size;
     counts[SHM_UNKNOWN] = (size_t)cfg->key_cache_negative_size;
     counts[SHM_TENANTS] = (size_t)cfg->rule_cache_size;
+    counts[SHM_OVERLIMIT] = (size_t)cfg->overlimit_cache_size;
     size = shm_size(sizeof(struct scoreboard), counts);
     /* Fresh anonymous pages read as zero and cost nothing until touched. */
     base = mmap(NULL, size, PROT_READ | PROT_WRITE,

@@ -38,18 +38,12 @@ service_rules(void *ctx, const char *tenant_id, struct tenant_rules **out)
 }
 
 static int
-service_script(void *ctx, const char *tenant_id, const struct rl_plan *plan,
-    const struct check_request *req, struct rl_decision *d)
+service_script(void *ctx, struct limiter_call *call, int nlimits,
+    struct rl_decision *d)
 {
     struct service *svc = ctx;
-    struct limiter_call call;
 
-    if (limiter_build(tenant_id, plan, req, &call) == -1) {
-        log_error("rule %lld: cannot build the script call",
-            plan->rule[0]->id);
-        return DECIDE_STORE_UNUSABLE;
-    }
-    return redis_store_check(&svc->redis, &call, plan->n, d);
+    return redis_store_check(&svc->redis, call, nlimits, d);
 }
 
 static int

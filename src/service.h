@@ -232,6 +232,9 @@ struct rl_counters {
     unsigned long key_lookups_limited; /* unknown keys refused unasked */
     unsigned long redis_redirects;  /* MOVED and ASK followed */
     unsigned long redis_lookups;    /* slot maps read, sentinels asked */
+    unsigned long overlimit_hits;   /* denials answered from the cache */
+    unsigned long overlimit_inserts;
+    unsigned long overlimit_evictions;
 };
 
 #define COUNT(x, field) \
@@ -250,8 +253,7 @@ struct decide_store {
     int (*key)(void *ctx, const char *hash, struct key_info *out);
     int (*tenant)(void *ctx, const char *name, struct key_info *out);
     int (*rules)(void *ctx, const char *tenant_id, struct tenant_rules **out);
-    int (*script)(void *ctx, const char *tenant_id,
-        const struct rl_plan *plan, const struct check_request *req,
+    int (*script)(void *ctx, struct limiter_call *call, int nlimits,
         struct rl_decision *d);
     int (*changed)(void *ctx);
     void (*used)(void *ctx, long long key_id);  /* a key was served */

@@ -11,6 +11,7 @@
  *   keys        API keys the pool knows           (key_cache_size entries)
  *   unknown     API keys PostgreSQL did not know  (key_cache_negative_size)
  *   tenants     tenants' rules, packed            (rule_cache_size entries)
+ *   overlimit   denials, until when they hold     (overlimit_cache_size)
  *
  * The three tables are the same kind of table: entries found by a 32-byte
  * id (a SHA-256), SHM_WAYS (8) to a set, each carrying a time stamp (when it was
@@ -30,9 +31,9 @@
  *
  * When PostgreSQL notifies a change, a worker bumps the generation, and
  * every entry fetched under an older one is stale: used only while
- * PostgreSQL cannot be asked.  Later additions to the segment (an over-
- * limit cache, the per-second history) go after the tenants table, with a
- * new version number.
+ * PostgreSQL cannot be asked.  Version 3 added the over-limit table (its
+ * stamp is the monotonic time until which a denial holds); later additions
+ * (the per-second history) go after it, with a new version number.
  */
 #include <string.h>
 
@@ -62,7 +63,7 @@ struct shm_entry {
 };
 
 static const size_t shm_value_size[SHM_NTABLES] = {
-    SHM_KEY_VALUE_MAX, 0, SHM_TENANT_VALUE_MAX
+    SHM_KEY_VALUE_MAX, 0, SHM_TENANT_VALUE_MAX, SHM_OVERLIMIT_VALUE_MAX
 };
 
 static size_t
@@ -264,7 +265,7 @@ shm_put(struct shm *m, int table, const unsigned char id[32],
 {
     struct shm_entry *e, *victim = NULL;
     uint32_t seq;
-    int way;
+    int way, evicted;
 
     if (len > shm_value_size[table] || stamp == 0)
         return -1;
@@ -281,6 +282,7 @@ shm_put(struct shm *m, int table, const unsigned char id[32],
     }
     if (shm_claim(m, victim, pid, &seq) == -1)
         return -1;
+    evicted = victim->stamp != 0 && memcmp(victim->id, id, 32) != 0;
     memcpy(victim->id, id, 32);
     victim->stamp = stamp;
     victim->generation = generation;
@@ -288,7 +290,7 @@ shm_put(struct shm *m, int table, const unsigned char id[32],
     if (len > 0)
         memcpy(shm_value(victim), value, len);
     __atomic_store_n(&victim->seq, seq + 1, __ATOMIC_RELEASE);
-    return 0;
+    return evicted;
 }
 
 void

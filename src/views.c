@@ -98,6 +98,14 @@ views_metrics(struct service *svc, struct rl_response *resp)
     views_metric(b, "ratelimit_redis_topology_refreshes_total", "Redis "
         "Cluster slot maps read and Sentinel lookups of the master.",
         "counter", "", c->redis_lookups);
+    views_metric(b, "ratelimit_overlimit_cache_total", "The shared "
+        "over-limit cache: denials answered without Redis (hit), denials "
+        "stored (insert), entries pushed out by others (eviction).",
+        "counter", "{event=\"hit\"}", c->overlimit_hits);
+    views_metric(b, "ratelimit_overlimit_cache_total", NULL, NULL,
+        "{event=\"insert\"}", c->overlimit_inserts);
+    views_metric(b, "ratelimit_overlimit_cache_total", NULL, NULL,
+        "{event=\"eviction\"}", c->overlimit_evictions);
     views_metric(b, "ratelimit_script_errors_total", "Checks whose script "
         "call Redis answered with an error (503 script_error).", "counter",
         "", c->script_errors);

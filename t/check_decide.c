@@ -10,6 +10,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <check.h>
 
@@ -25,6 +26,7 @@ struct fake {
     int pg_down;
     int script_mode;
     int key_calls, rules_calls, script_calls, tenant_calls, used_calls;
+    long long retry_ms;         /* of a denial; 0 = 1500 */
     long long used_id;
     int changed;
     struct rl_rule rules[8];
@@ -105,14 +107,13 @@ fake_rules(void *ctx, const char *tenant_id, struct tenant_rules **out)
 }
 
 static int
-fake_script(void *ctx, const char *tenant_id, const struct rl_plan *plan,
-    const struct check_request *req, struct rl_decision *d)
+fake_script(void *ctx, struct limiter_call *call, int nlimits,
+    struct rl_decision *d)
 {
     struct fake *f = ctx;
     int i;
 
-    (void)tenant_id;
-    (void)req;
+    (void)call;
     f->script_calls++;
     if (f->script_mode == SCRIPT_DOWN)
         return STORE_UNAVAILABLE;
@@ -120,14 +121,15 @@ fake_script(void *ctx, const char *tenant_id, const struct rl_plan *plan,
         return STORE_BAD_REPLY;
     memset(d, 0, sizeof(*d));
     d->now_ms = 1700000000000LL;
-    d->nlimits = plan->n;
+    d->nlimits = nlimits;
     d->allowed = f->script_mode != SCRIPT_DENY;
-    for (i = 0; i < plan->n; i++) {
+    for (i = 0; i < nlimits; i++) {
         d->st[i].allowed = f->script_mode == SCRIPT_ALLOW;
         d->st[i].limit = 10;
         d->st[i].remaining = d->st[i].allowed ? 9 : 0;
         d->st[i].reset_ms = 1000;
-        d->st[i].retry_after_ms = d->st[i].allowed ? 0 : 1500;
+        d->st[i].retry_after_ms = d->st[i].allowed ? 0 :
+            f->retry_ms > 0 ? f->retry_ms : 1500;
     }
     return STORE_OK;
 }
@@ -361,6 +363,83 @@ START_TEST(test_cost_exceeds_limit)
 }
 END_TEST
 
+/* The shared over-limit cache: a denial Redis gave is answered again
+ * without Redis until its Retry-After, for the same counters and at least
+ * the same cost; never an allowed answer, never a peek, never across a
+ * change of generation. */
+START_TEST(test_overlimit_cache)
+{
+    const char *body = "{\"route\":\"/api/x\",\"subject\":\"s\"}";
+
+    fk.script_mode = SCRIPT_ALLOW;
+    ck_assert_int_eq(check("good-key", body), 200);
+    ck_assert_int_eq(check("good-key", body), 200);
+    ck_assert_int_eq(fk.script_calls, 2);           /* never cached */
+    fk.script_mode = SCRIPT_DENY;
+    ck_assert_int_eq(check("good-key", body), 429);
+    ck_assert_int_eq(fk.script_calls, 3);
+    ck_assert_int_eq((int)counters.overlimit_inserts, 1);
+    ck_assert_int_eq(check("good-key", body), 429);
+    ck_assert_int_eq(fk.script_calls, 3);           /* from the cache */
+    ck_assert_int_eq((int)counters.overlimit_hits, 1);
+    ck_assert_ptr_nonnull(header_has("Retry-After: 2"));
+    ck_assert_ptr_nonnull(header_has("X-RateLimit-Remaining: 0"));
+    ck_assert_int_eq((int)counters.denied, 2);
+    /* Another subject is other counters. */
+    ck_assert_int_eq(check("good-key",
+        "{\"route\":\"/api/x\",\"subject\":\"t\"}"), 429);
+    ck_assert_int_eq(fk.script_calls, 4);
+    /* A larger cost is denied as well... */
+    ck_assert_int_eq(check("good-key",
+        "{\"route\":\"/api/x\",\"subject\":\"s\",\"cost\":2}"), 429);
+    ck_assert_int_eq(fk.script_calls, 4);
+    /* ...but a smaller one may pass: Redis decides. */
+    ck_assert_int_eq(check("good-key",
+        "{\"route\":\"/api/x\",\"subject\":\"c\",\"cost\":2}"), 429);
+    ck_assert_int_eq(fk.script_calls, 5);
+    ck_assert_int_eq(check("good-key",
+        "{\"route\":\"/api/x\",\"subject\":\"c\"}"), 429);
+    ck_assert_int_eq(fk.script_calls, 6);
+    ck_assert_int_eq(check("good-key",
+        "{\"route\":\"/api/x\",\"subject\":\"c\"}"), 429);
+    ck_assert_int_eq(fk.script_calls, 6);
+    /* A peek always asks Redis. */
+    ck_assert_int_eq(check("good-key",
+        "{\"route\":\"/api/x\",\"subject\":\"s\",\"peek\":true}"), 429);
+    ck_assert_int_eq(fk.script_calls, 7);
+    /* A change of keys or rules (or a reload) forgets every denial. */
+    shm_changed(&shm);
+    ck_assert_int_eq(check("good-key", body), 429);
+    ck_assert_int_eq(fk.script_calls, 8);
+    /* Never past the time Redis gave. */
+    fk.retry_ms = 60;
+    ck_assert_int_eq(check("good-key",
+        "{\"route\":\"/api/x\",\"subject\":\"u\"}"), 429);
+    ck_assert_int_eq(check("good-key",
+        "{\"route\":\"/api/x\",\"subject\":\"u\"}"), 429);
+    ck_assert_int_eq(fk.script_calls, 9);
+    usleep(80000);
+    ck_assert_int_eq(check("good-key",
+        "{\"route\":\"/api/x\",\"subject\":\"u\"}"), 429);
+    ck_assert_int_eq(fk.script_calls, 10);
+    /* A Retry-After below overlimit_cache_min_ms is not kept. */
+    fk.retry_ms = 20;
+    ck_assert_int_eq(check("good-key",
+        "{\"route\":\"/api/x\",\"subject\":\"v\"}"), 429);
+    ck_assert_int_eq(check("good-key",
+        "{\"route\":\"/api/x\",\"subject\":\"v\"}"), 429);
+    ck_assert_int_eq(fk.script_calls, 12);
+    /* Off: every check asks Redis. */
+    cfg.overlimit_cache_size = 0;
+    fk.retry_ms = 0;
+    ck_assert_int_eq(check("good-key",
+        "{\"route\":\"/api/x\",\"subject\":\"w\"}"), 429);
+    ck_assert_int_eq(check("good-key",
+        "{\"route\":\"/api/x\",\"subject\":\"w\"}"), 429);
+    ck_assert_int_eq(fk.script_calls, 14);
+}
+END_TEST
+
 START_TEST(test_misconfigured)
 {
     /* 8 limits on the /nine/ rule, and an always rule for all: 9. */
@@ -467,6 +546,7 @@ decide_suite(void)
     tcase_add_test(tc, test_fail_open_and_closed);
     tcase_add_test(tc, test_shadow);
     tcase_add_test(tc, test_cost_exceeds_limit);
+    tcase_add_test(tc, test_overlimit_cache);
     tcase_add_test(tc, test_misconfigured);
     tcase_add_test(tc, test_store_down_with_known_key);
     tcase_add_test(tc, test_key_lookups);

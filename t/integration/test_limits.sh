@@ -341,6 +341,37 @@ check "after the reset k1 has its 5 again ($(statuses))" \
 check "and k2 was not reset (still denied)" \
     eq "$(seq_checks 1 "$k2" "$(check_body /scope/key u1)"; statuses)" "429 "
 
+# The shared over-limit cache: once Redis has denied a counter, the pool
+# answers its checks 429 without Redis until the Retry-After Redis gave;
+# counter reset makes it forget at once.
+olc_hits() {
+    curl -s "$BASE_URL/metrics" |
+        awk '$1 == "ratelimit_overlimit_cache_total{event=\"hit\"}" { print $2 }'
+}
+add_rule "$tenant" --route /olc --algorithm sliding_window --limit 2 \
+    --window 3600 >/dev/null
+calls0=$(script_calls)
+hits0=$(olc_hits)
+seq_checks 22 "$k1" "$(check_body /olc o1)"
+calls1=$(script_calls)
+hits1=$(olc_hits)
+check "over-limit cache: 2 pass, 20 denied ($(count_status 200) + $(count_status 429))" \
+    eq "$(count_status 200)/$(count_status 429)" 2/20
+check "over-limit cache: at most 3 + $WORKERS script calls for 22 checks ($((calls1 - calls0)))" \
+    le $((calls1 - calls0)) $((3 + WORKERS))
+check "over-limit cache: the other denials came from the cache ($hits0 -> $hits1)" \
+    ge $((hits1 - hits0)) $((20 - 1 - WORKERS))
+check "over-limit cache: a denial from the cache has Retry-After and remaining 0" \
+    eq "$(batch_header 22 X-RateLimit-Remaining) $(is_int "$(batch_header 22 Retry-After)" && echo ra)" \
+    "0 ra"
+ctl counter reset "$tenant" /olc --subject o1 >/dev/null
+olc_passes() {
+    seq_checks 1 "$k1" "$(check_body /olc o1)"
+    [ "$(statuses)" = "200 " ]
+}
+check "over-limit cache: counter reset is seen by every worker: the next check passes" \
+    retry 30 olc_passes
+
 ctl rule list "$tenant" >"$T_TMP/scope.list"
 check "rule list shows what each limit counts" \
     eq "$(awk '$2 == "/scope/tenant" || $2 == "/scope/key" { print $2, $12 }' \
