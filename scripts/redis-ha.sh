@@ -23,6 +23,9 @@
 #   redis-ha.sh sentinel master DIR           host:port the sentinels name
 #   redis-ha.sh sentinel kill-master DIR      SIGKILL to that master; prints
 #                                             its port
+#   redis-ha.sh sentinel revive DIR PORT      start a stopped data node
+#                                             again, as a replica of the
+#                                             master the sentinels name
 #   redis-ha.sh cluster|sentinel status DIR   one line per server: port,
 #                                             role and pid, or "down";
 #                                             exits 1 when one is down
@@ -359,5 +362,11 @@ cluster:revive)
     ;;
 sentinel:master) sentinel_master "$dir" ;;
 sentinel:kill-master) sentinel_kill_master "$dir" ;;
+sentinel:revive)
+    [ $# -ge 4 ] || die "sentinel revive needs DIR and PORT"
+    master=$(sentinel_master "$dir")
+    [ -n "$master" ] || die "the sentinels name no master"
+    data_node "$dir" "$4" --replicaof "${master%:*}" "${master##*:}"
+    ;;
 *) die "unknown command: $kind $cmd" ;;
 esac

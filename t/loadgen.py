@@ -19,6 +19,12 @@ flight when the duration is over get --timeout more seconds.
         prints {"requests": n, "s200": n, "s401": n, "s503": n, "s500": n,
                 "other": n, "noanswer": n, "max_ms": x, "p99_ms": x, ...}
         for the requests that started within [--from, --to]
+    loadgen.py window FILE [--steady N]
+        prints {"first_ms": x, "back_ms": x, "window_ms": x, "late": n}
+        for an outage: when the first request not answered 200 started,
+        when the first of N (20) requests in a row answered 200 after it
+        started, the time between, and how many requests started after
+        that were not answered 200 (all 0 when every one was)
     loadgen.py keys N
         prints N random API keys, one a line
 
@@ -295,6 +301,31 @@ def cmd_stats(args):
     print(json.dumps(result))
 
 
+def cmd_window(args):
+    with open(args.file, encoding="ascii") as f:
+        answers = sorted((int(start), int(status)) for start, _, status, _
+                         in (line.rstrip("\n").split("\t", 3) for line in f))
+    first = back = candidate = None
+    run = late = 0
+    for start, status in answers:
+        if status != 200:
+            if first is None:
+                first = start
+            if back is not None:
+                late += 1
+            run = 0
+        elif first is not None and back is None:
+            if run == 0:
+                candidate = start
+            run += 1
+            if run == args.steady:
+                back = candidate
+    first = first or 0
+    back = back if back is not None else first
+    print(json.dumps({"first_ms": first, "back_ms": back,
+                      "window_ms": back - first, "late": late}))
+
+
 def cmd_keys(args):
     for _ in range(min(args.n, MAX_REQUESTS)):
         print(random_key())
@@ -323,10 +354,14 @@ def main():
     stats.add_argument("file")
     stats.add_argument("--from", dest="from_ms", type=int)
     stats.add_argument("--to", dest="to_ms", type=int)
+    window = sub.add_parser("window")
+    window.add_argument("file")
+    window.add_argument("--steady", type=int, default=20)
     keys = sub.add_parser("keys")
     keys.add_argument("n", type=int)
     args = parser.parse_args()
-    {"run": cmd_run, "stats": cmd_stats, "keys": cmd_keys}[args.cmd](args)
+    {"run": cmd_run, "stats": cmd_stats, "window": cmd_window,
+     "keys": cmd_keys}[args.cmd](args)
 
 
 if __name__ == "__main__":
