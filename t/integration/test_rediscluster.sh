@@ -174,8 +174,8 @@ for algo in token_bucket sliding_window gcra fixed_window; do
             "$front" "$key" "$algo" "$subj" >>"$T_TMP/two.conf"
         j=$((j + 1))
     done
-    curl -s --parallel --parallel-max 50 -K "$T_TMP/two.conf" \
-        >"$T_TMP/two.out" || true
+    curl -s --no-progress-meter --parallel --parallel-max 50 \
+        -K "$T_TMP/two.conf" >"$T_TMP/two.out" || true
     ok=$(grep -c '^200$' "$T_TMP/two.out")
     no=$(grep -c '^429$' "$T_TMP/two.out")
     check "two pools, one cluster, $algo: 500 concurrent checks allow exactly 100 ($ok) and deny 400 ($no)" \

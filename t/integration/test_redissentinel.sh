@@ -61,7 +61,7 @@ failover_window() {
     ) >"$T_TMP/fo.out" &
     fw_loop=$!
     sleep 0.5
-    "$@"
+    "$@" >/dev/null
     wait "$fw_loop"
     fw_first=$(awk '$3 == 503 { print $1; exit }' "$T_TMP/fo.out")
     fw_back=$(awk '$3 == 503 { s = 1 } s && $3 == 200 { print $1; exit }' \
