@@ -105,9 +105,25 @@ data_node() {
     if [ -n "$ACL_USER" ]; then
         set -- "$@" --user "$ACL_USER" on ">$ACL_PASS" '~*' '&*' '+@all'
     fi
+    port_free "$dn_port"
     redis-server "$@" >/dev/null || die "redis-server on $dn_port failed"
-    until_true 100 pong "$dn_port" ||
-        die "redis-server on $dn_port did not answer PING in 10 s"
+    until_true 100 started "$dn_dir" "$dn_port" ||
+        die "redis-server on $dn_port did not answer PING in 10 s" \
+            "($(tail -n 1 "$dn_dir/log" 2>/dev/null))"
+}
+
+# port_free PORT: nothing answers on 127.0.0.1:PORT.  A daemonized server
+# that cannot bind exits after its parent returned 0, so a server of
+# another run on the port would be taken for ours.
+port_free() {
+    if redis-cli -h 127.0.0.1 -p "$1" PING >/dev/null 2>&1; then
+        die "127.0.0.1:$1 is in use (another run on the same ports?)"
+    fi
+}
+
+# started DIR PORT: the server started in DIR runs and answers on PORT.
+started() {
+    pid_alive "$1/pid" >/dev/null && pong "$2"
 }
 
 # list_of DIR NAME: the ports written in DIR/NAME at start.
@@ -262,8 +278,12 @@ sentinel_start() {
             echo "sentinel failover-timeout $NAME 5000"
             [ -z "$PASSWORD" ] || echo "sentinel auth-pass $NAME $PASSWORD"
         } >"$dir/$port/sentinel.conf"
+        port_free "$port"
         redis-server "$dir/$port/sentinel.conf" --sentinel >/dev/null ||
             die "sentinel on $port failed"
+        until_true 100 started "$dir/$port" "$port" ||
+            die "the sentinel on $port did not answer PING in 10 s" \
+                "($(tail -n 1 "$dir/$port/log" 2>/dev/null))"
         sentinels="$sentinels $port"
     done
     echo "$sentinels" >"$dir/sentinels"
