@@ -797,7 +797,8 @@ redis_cluster_ask(struct redis_store *rs, struct redis_node *n)
 /*
  * Reads the slot map anew, at most once per REDIS_LOOKUP_MS: from a node
  * already connected if there is one, else from the known nodes and the
- * seeds in turn.  Returns 0 when the map was read.
+ * seeds in turn.  Returns 0 when the map was read, -1 when no node gave
+ * it, -2 when it is too soon to ask.
  */
 static int
 redis_cluster_lookup(struct redis_store *rs)
@@ -807,7 +808,7 @@ redis_cluster_lookup(struct redis_store *rs)
     int i, pass;
 
     if (now_ms < rs->lookup_at_ms)
-        return -1;
+        return -2;
     rs->lookup_at_ms = now_ms + REDIS_LOOKUP_MS;
     __atomic_add_fetch(&rs->counters->redis_lookups, 1, __ATOMIC_RELAXED);
     for (pass = 0; pass < 3; pass++)
@@ -841,6 +842,22 @@ redis_cluster_lookup(struct redis_store *rs)
 }
 
 /* ------------------------------------------------------------ checks */
+
+/* After a node failed under a check: the topology is to be looked up
+ * again at once (not waiting for REDIS_LOOKUP_MS), once.  Returns 1 when
+ * a lookup found where to go (the caller routes again). */
+static int
+redis_reroute(struct redis_store *rs)
+{
+    /* Not more than one lookup per 10 ms, whatever fails. */
+    if (util_now_ms() < rs->lookup_at_ms - REDIS_LOOKUP_MS + 10)
+        return 0;
+    redis_topology_stale(rs);
+    rs->lookup_at_ms = 0;
+    if (rs->type == REDIS_SENTINEL)
+        return redis_sentinel_lookup(rs) == STORE_OK;
+    return redis_cluster_lookup(rs) == 0;
+}
 
 /* The node a check of slot goes to; NULL with rs->error set. */
 static struct redis_node *
@@ -1034,6 +1051,7 @@ redis_store_check(struct redis_store *rs, struct limiter_call *call,
     redisReply *r = NULL;
     int64_t first_ms = 0, deadline_ms;
     int tries = 0, redirects = 0, asking = 0, rc, err = 0, keyed, resent = 0;
+    int rerouted = 0;
     unsigned slot = 0;
 
     snprintf(id, sizeof(id), "%s.%llx", rs->id_prefix, rs->id_next++);
@@ -1048,6 +1066,14 @@ redis_store_check(struct redis_store *rs, struct limiter_call *call,
         if (n == NULL && (n = redis_route(rs, slot)) == NULL)
             return STORE_UNAVAILABLE;
         rc = redis_node_connect(rs, n);
+        if (rc == STORE_UNAVAILABLE && rs->type != REDIS_SINGLE &&
+            !rerouted && redis_reroute(rs)) {
+            /* The node is gone: it may have been replaced already (a
+             * pool idle through a failover finds out only now). */
+            rerouted = 1;
+            n = NULL;
+            continue;
+        }
         if (rc == STORE_UNAVAILABLE)
             return STORE_UNAVAILABLE;
         if (rc == REDIS_CLOSED) {
@@ -1077,6 +1103,13 @@ redis_store_check(struct redis_store *rs, struct limiter_call *call,
             redis_node_close(n);
             limiter_resend(call);
             resent = 1;
+            /* Where the keys live now: the same node, or the replica that
+             * took its place (its copy of the replay key, if the first
+             * send ran and was replicated, keeps the resend exact). */
+            if (rs->type != REDIS_SINGLE && !rerouted && redis_reroute(rs)) {
+                rerouted = 1;
+                n = NULL;
+            }
             continue;
         }
         if (r->type != REDIS_REPLY_ERROR)
@@ -1209,7 +1242,7 @@ redis_store_ready(struct redis_store *rs)
     struct redis_node *n;
     unsigned char used[REDIS_MAX_NODES];
     redisReply *r;
-    int i, master;
+    int i, master, rc;
 
     switch (rs->type) {
     case REDIS_SENTINEL:
@@ -1235,8 +1268,11 @@ redis_store_ready(struct redis_store *rs)
         /* The map as the cluster has it now (at most one lookup per
          * REDIS_LOOKUP_MS), all slots served, every primary that checks
          * needed reachable. */
-        if (redis_cluster_lookup(rs) == -1 && !rs->map_loaded) {
-            if (rs->error[0] == '\0')
+        /* No node gave the map just now (all down, say): not ready,
+         * whatever the map learnt before says. */
+        rc = redis_cluster_lookup(rs);
+        if (rc == -1 || (rc == -2 && !rs->map_loaded)) {
+            if (rc == -2 || rs->error[0] == '\0')
                 snprintf(rs->error, sizeof(rs->error), "redis cluster "
                     "unreachable");
             return STORE_UNAVAILABLE;
@@ -1292,4 +1328,16 @@ redis_store_command(struct redis_store *rs, const char *key, int argc,
         n = to;
     }
     return NULL;
+}
+
+void
+redis_store_tick(struct redis_store *rs)
+{
+    /* Sentinel: the sentinels may have named another master while the
+     * old one still takes writes (a planned failover demotes it only
+     * seconds later, and what it took then is lost): ask again, at most
+     * every REDIS_LOOKUP_MS, on the sentinel connection already open. */
+    if (rs->type == REDIS_SENTINEL && rs->master_known &&
+        rs->sentinel != NULL && util_now_ms() >= rs->lookup_at_ms)
+        redis_sentinel_lookup(rs);
 }

@@ -97,5 +97,6 @@ void
 service_tick(struct service *svc, int idle)
 {
     pg_store_tick(&svc->pg, idle);
+    redis_store_tick(&svc->redis);
     decide_sync(&svc->decider);
 }

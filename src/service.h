@@ -89,6 +89,11 @@ int redis_store_check(struct redis_store *rs, struct limiter_call *call,
  * only). */
 int redis_store_ready(struct redis_store *rs);
 
+/* Between requests: in sentinel mode, asks the sentinel already connected
+ * whether the master is still the one in use (at most every 100 ms), and
+ * follows a new one before the next check. */
+void redis_store_tick(struct redis_store *rs);
+
 /* One command about key (argv as redisCommandArgv takes it), sent where
  * key lives: the server, the master the sentinels name, or the cluster
  * primary owning its slot (MOVED and ASK followed).  Returns the reply

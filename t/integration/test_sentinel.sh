@@ -228,8 +228,19 @@ check "pool 1 answers 200 on every worker after the planned failover" \
     retry 20 healthy "$P1"
 allowed=$(awk -F'\t' '$3 == 200' "$T_TMP/lg.out" | wc -l)
 after=$(pcheck "$P1" "$KEY" /s/load load)
-check "no allowed check lost across the planned failover: $allowed allowed under load, remaining ${before#* } -> ${after#* } (expected $(( ${before#* } - allowed - 1 )))" \
-    eq "${after#* }" "$(( ${before#* } - allowed - 1 ))"
+# Replication is asynchronous and SENTINEL FAILOVER does not pause the old
+# master: what it takes after the replica's promotion is lost when it is
+# demoted.  Each worker asks the sentinel at most every 100 ms whether the
+# master changed, which bounds the loss to about that much traffic (before,
+# workers followed only when the old master refused writes, seconds later,
+# and most of the allowed checks under load were lost).
+lost=$(( ${before#* } - allowed - 1 - ${after#* } ))
+[ "$lost" -ge 0 ] || lost=$((-lost))
+echo "    planned failover: $allowed allowed under load, $lost not counted on the new master"
+fault_row "Sentinel: SENTINEL FAILOVER, allowed checks not counted after" \
+    "$allowed" "$lost" -
+check "the planned failover loses at most a fifth of the allowed checks ($lost of $allowed)" \
+    le $((lost * 5)) "$allowed"
 
 # ---------------------------------------------------------------- sentinels down
 
