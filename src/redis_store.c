@@ -1136,6 +1136,16 @@ redis_store_check(struct redis_store *rs, struct limiter_call *call,
             freeReplyObject(r);
             return STORE_UNAVAILABLE;
         }
+        if (strncmp(r->str, "TRYAGAIN", 8) == 0 && keyed && !resent &&
+            limiter_unkey(call) == 0) {
+            /* A slot being migrated: a node runs a call only with all its
+             * keys, and the request key is new by nature; without it the
+             * counters may all be here (no replay for this call then). */
+            keyed = 0;
+            freeReplyObject(r);
+            asking = 0;
+            continue;
+        }
         if (strncmp(r->str, "TRYAGAIN", 8) == 0 &&
             util_now_ms() + REDIS_TRYAGAIN_MS < deadline_ms) {
             /* A slot half moved: the migration goes on meanwhile. */
