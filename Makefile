@@ -187,13 +187,41 @@ lint:
 	cppcheck --enable=warning,portability,performance --error-exitcode=1 \
 		--inline-suppr -q --std=c11 -I src src/
 
+# make install [DESTDIR=...] [PREFIX=/usr/local] [SYSCONFDIR=/etc]
+# [SYSTEMDDIR=/lib/systemd/system]: the binaries, the manual pages, the
+# example configuration (and /etc/ratelimit-fcgi/ratelimit.conf when there
+# is none: an existing one is never overwritten), the systemd units and the
+# mod_fcgid wrapper with this PREFIX's paths, and bash completion.
+SYSCONFDIR ?= /etc
+SYSTEMDDIR ?= /lib/systemd/system
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/ratelimit-fcgi \
-		$(DESTDIR)$(PREFIX)/share/man/man8
+		$(DESTDIR)$(PREFIX)/share/man/man8 \
+		$(DESTDIR)$(PREFIX)/lib/ratelimit-fcgi \
+		$(DESTDIR)$(PREFIX)/share/bash-completion/completions \
+		$(DESTDIR)$(SYSCONFDIR)/ratelimit-fcgi $(DESTDIR)$(SYSTEMDDIR)
 	install -m 755 $(BUILD)/ratelimit-fcgi $(BUILD)/ratelimitctl $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 conf/ratelimit.conf $(DESTDIR)$(PREFIX)/share/ratelimit-fcgi/
 	install -m 644 src/ratelimit-fcgi.8 src/ratelimitctl.8 \
 		$(DESTDIR)$(PREFIX)/share/man/man8/
+	@if [ -e $(DESTDIR)$(SYSCONFDIR)/ratelimit-fcgi/ratelimit.conf ]; then \
+	    echo "install: keeping $(DESTDIR)$(SYSCONFDIR)/ratelimit-fcgi/ratelimit.conf (the example is in $(PREFIX)/share/ratelimit-fcgi)"; \
+	else \
+	    install -m 640 conf/ratelimit.conf $(DESTDIR)$(SYSCONFDIR)/ratelimit-fcgi/ratelimit.conf; \
+	fi
+	for unit in ratelimit-fcgi.service ratelimit-fcgi.socket; do \
+	    sed -e 's|/usr/local/bin/|$(PREFIX)/bin/|g' \
+	        -e 's|/etc/ratelimit-fcgi/|$(SYSCONFDIR)/ratelimit-fcgi/|g' \
+	        conf/$$unit >$(DESTDIR)$(SYSTEMDDIR)/$$unit.tmp && \
+	    chmod 644 $(DESTDIR)$(SYSTEMDDIR)/$$unit.tmp && \
+	    mv $(DESTDIR)$(SYSTEMDDIR)/$$unit.tmp $(DESTDIR)$(SYSTEMDDIR)/$$unit; \
+	done
+	sed -e 's|@BINARY@|$(PREFIX)/bin/ratelimit-fcgi|' \
+	    -e 's|@CONFIG@|$(SYSCONFDIR)/ratelimit-fcgi/fcgid.conf|' \
+	    conf/apache-fcgid-wrapper.sh >$(DESTDIR)$(PREFIX)/lib/ratelimit-fcgi/fcgid-wrapper
+	chmod 755 $(DESTDIR)$(PREFIX)/lib/ratelimit-fcgi/fcgid-wrapper
+	install -m 644 conf/ratelimitctl.bash-completion \
+		$(DESTDIR)$(PREFIX)/share/bash-completion/completions/ratelimitctl
 
 clean:
 	rm -rf build build-asan

@@ -141,6 +141,38 @@ for name in ratelimitctl ratelimit-fcgi; do
         eq "$(printf '%s\n' "$text" | grep -c '^NAME$\|^EXIT STATUS$')" 2
 done
 
+# What else make install puts in place, with this PREFIX's paths; an
+# existing configuration is kept.
+for f in etc/ratelimit-fcgi/ratelimit.conf lib/systemd/system/ratelimit-fcgi.service \
+    lib/systemd/system/ratelimit-fcgi.socket usr/lib/ratelimit-fcgi/fcgid-wrapper \
+    usr/share/bash-completion/completions/ratelimitctl \
+    usr/share/ratelimit-fcgi/ratelimit.conf; do
+    check "make install put $f in place" test -s "$man_dest/$f"
+done
+check "the installed unit starts the installed binary" \
+    grep -q '^ExecStart=/usr/bin/ratelimit-fcgi -c /etc/ratelimit-fcgi/ratelimit.conf$' \
+    "$man_dest/lib/systemd/system/ratelimit-fcgi.service"
+check "the installed mod_fcgid wrapper is executable and filled in" \
+    eq "$([ -x "$man_dest/usr/lib/ratelimit-fcgi/fcgid-wrapper" ] && tail -n 1 "$man_dest/usr/lib/ratelimit-fcgi/fcgid-wrapper")" \
+    "exec /usr/bin/ratelimit-fcgi -c /etc/ratelimit-fcgi/fcgid.conf"
+echo "# mine" >>"$man_dest/etc/ratelimit-fcgi/ratelimit.conf"
+(cd "$ROOT" && make install DESTDIR="$man_dest" PREFIX=/usr BUILD="$BUILD") \
+    >"$T_TMP/make-install2.out" 2>&1
+check "a second make install keeps the configuration there" \
+    eq "$(tail -n 1 "$man_dest/etc/ratelimit-fcgi/ratelimit.conf")" "# mine"
+complete_words() {
+    bash -c '. "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1));
+        _ratelimitctl; echo "${COMPREPLY[*]}"' sh \
+        "$man_dest/usr/share/bash-completion/completions/ratelimitctl" \
+        "$RATELIMITCTL" "$@"
+}
+check "bash completion: the nouns ($(complete_words ''))" \
+    contains "$(complete_words '')" "counter key limit migrate rule tenant"
+check "bash completion: a noun's commands ($(complete_words rule ''))" \
+    eq "$(complete_words rule '')" "add list match set remove"
+check "bash completion: a command's options ($(complete_words counter show --s))" \
+    eq "$(complete_words counter show --s)" "--subject"
+
 "$RATELIMITCTL" --help >"$T_TMP/ctl-help.out" 2>&1
 commands=$(sed -n \
     's/^    ratelimitctl \[-c FILE\] \([a-z]*\)\( [a-z][a-z]*\)\{0,1\}.*/\1\2/p' \
