@@ -47,12 +47,53 @@ api_ready(struct service *svc, const struct http_request *req,
     views_ready(svc, resp);
 }
 
+/*
+ * Whether the client may read a pool's inner state: its address is in
+ * nets (status_allow, metrics_allow), or it shows an admin key.  Else the
+ * answer is written (401 for a bad key, 403) and 0 returned.
+ */
+static int
+api_allowed(struct service *svc, const struct http_request *req,
+    const struct addr_net *nets, int n, const char *key,
+    struct rl_response *resp)
+{
+    struct key_info ki;
+    char msg[160];
+
+    if (req->remote_addr != NULL && n > 0 &&
+        addr_match(nets, n, req->remote_addr))
+        return 1;
+    if (req->x_api_key == NULL && req->authorization == NULL) {
+        snprintf(msg, sizeof(msg), "this address is not in %s; an admin key "
+            "may read it from anywhere", key);
+        response_error(resp, 403, "forbidden", msg);
+        return 0;
+    }
+    if (decide_identify(&svc->decider, req, 0, &ki, resp) == -1)
+        return 0;
+    if (!ki.admin) {
+        response_error(resp, 403, "forbidden", "an admin key is needed");
+        return 0;
+    }
+    return 1;
+}
+
 static void
 api_metrics(struct service *svc, const struct http_request *req,
     struct rl_response *resp)
 {
-    (void)req;
-    views_metrics(svc, resp);
+    if (api_allowed(svc, req, svc->cfg->metrics_nets, svc->cfg->nmetrics,
+        "metrics_allow", resp))
+        views_metrics(svc, resp);
+}
+
+static void
+api_status(struct service *svc, const struct http_request *req,
+    struct rl_response *resp)
+{
+    if (api_allowed(svc, req, svc->cfg->status_nets, svc->cfg->nstatus,
+        "status_allow", resp))
+        views_status(svc, req, resp);
 }
 
 static const struct api_route api_routes[] = {
@@ -60,7 +101,7 @@ static const struct api_route api_routes[] = {
     { "/health/live", 0, API_GET, api_live },
     { "/health/ready", 0, API_GET, api_ready },
     { "/metrics", 0, API_GET, api_metrics },
-    { "/status", 0, API_GET, views_status },
+    { "/status", 0, API_GET, api_status },
     { "/v1/config/tenants", 1, API_GET, views_config },
 };
 

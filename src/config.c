@@ -159,6 +159,14 @@ static const struct config_key config_keys[] = {
       SZ(anonymous_tenant), 0, 0, "", NULL,
       "tenant whose rules apply to authorizer requests without an API key, "
       "counted per client address; empty = such requests get 401" },
+    { "status_allow", CT_STRING, OFF(status_allow), SZ(status_allow), 0, 0,
+      "127.0.0.0/8, ::1", NULL, "client addresses or networks that may "
+      "read /status (an admin key may from anywhere); empty = admin keys "
+      "only" },
+    { "metrics_allow", CT_STRING, OFF(metrics_allow), SZ(metrics_allow), 0,
+      0, "127.0.0.0/8, ::1", NULL, "client addresses or networks that may "
+      "read /metrics (an admin key may from anywhere); empty = admin keys "
+      "only" },
     { "trusted_proxies", CT_STRING, OFF(trusted_proxies),
       SZ(trusted_proxies), 0, 0, "", NULL,
       "addresses or networks (\"127.0.0.1, 10.0.0.0/8, ::1\") whose "
@@ -344,6 +352,13 @@ config_defaults(struct rl_config *cfg)
     for (i = 0; i < NKEYS; i++)
         (void)config_apply(cfg, &config_keys[i], config_keys[i].def, err,
             sizeof(err));
+    /* Defaults that are parsed further (lists of networks). */
+    for (i = 0; i < NKEYS; i++)
+        if (config_keys[i].def[0] != '\0' &&
+            (strcmp(config_keys[i].name, "status_allow") == 0 ||
+            strcmp(config_keys[i].name, "metrics_allow") == 0))
+            (void)config_set(cfg, config_keys[i].name, config_keys[i].def,
+                err, sizeof(err));
 }
 
 /*
@@ -424,17 +439,21 @@ config_set_one(struct rl_config *cfg, const struct config_key *k,
         return config_check_address(key, value, 1, err, errlen);
     if (strcmp(key, "redis") == 0)
         return config_check_redis_list(value, err, errlen);
-    if (strcmp(key, "trusted_proxies") == 0) {
+    if (strcmp(key, "trusted_proxies") == 0 ||
+        strcmp(key, "status_allow") == 0 ||
+        strcmp(key, "metrics_allow") == 0) {
+        struct addr_net *nets = key[0] == 't' ? cfg->trusted :
+            key[0] == 's' ? cfg->status_nets : cfg->metrics_nets;
+        int *count = key[0] == 't' ? &cfg->ntrusted :
+            key[0] == 's' ? &cfg->nstatus : &cfg->nmetrics;
         char msg[128];
-        int n = addr_parse_list(value, cfg->trusted,
-            (int)(sizeof(cfg->trusted) / sizeof(cfg->trusted[0])), msg,
-            sizeof(msg));
+        int n = addr_parse_list(value, nets, 32, msg, sizeof(msg));
 
         if (n == -1) {
-            errf(err, errlen, "trusted_proxies: %s", msg);
+            errf(err, errlen, "%s: %s", key, msg);
             return -1;
         }
-        cfg->ntrusted = n;
+        *count = n;
     }
     if (strcmp(key, "anonymous_tenant") == 0 && value[0] != '\0' &&
         validate_tenant_name(key, value, err, errlen) == -1)

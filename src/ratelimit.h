@@ -90,6 +90,12 @@ struct rl_config {
         unsigned char addr[16];
         int prefix;
     } trusted[32];
+    char status_allow[1024];    /* who may read /status (and /metrics) */
+    struct addr_net status_nets[32];
+    int nstatus;
+    char metrics_allow[1024];
+    struct addr_net metrics_nets[32];
+    int nmetrics;
 };
 
 /* Fills cfg with the default of every key. */

@@ -403,6 +403,26 @@ START_TEST(test_load_redis_combinations)
 }
 END_TEST
 
+/* status_allow and metrics_allow: loopback by default, parsed. */
+START_TEST(test_allow_defaults)
+{
+    struct rl_config cfg;
+
+    config_defaults(&cfg);
+    ck_assert_int_eq(cfg.nstatus, 2);
+    ck_assert_int_eq(addr_match(cfg.status_nets, cfg.nstatus, "127.0.0.1"),
+        1);
+    ck_assert_int_eq(addr_match(cfg.metrics_nets, cfg.nmetrics, "::1"), 1);
+    ck_assert_int_eq(addr_match(cfg.status_nets, cfg.nstatus, "10.1.2.3"),
+        0);
+    set_ok(&cfg, "status_allow", "");
+    ck_assert_int_eq(cfg.nstatus, 0);
+    set_ok(&cfg, "metrics_allow", "10.0.0.0/8");
+    ck_assert_int_eq(addr_match(cfg.metrics_nets, cfg.nmetrics, "10.1.2.3"),
+        1);
+}
+END_TEST
+
 /* A password is never written out, only that there is one. */
 START_TEST(test_dump_hides_passwords)
 {
@@ -669,6 +689,7 @@ config_suite(void)
     tcase_add_test(tc, test_dump_round_trip);
     tcase_add_test(tc, test_dump_defaults_round_trip);
     tcase_add_test(tc, test_dump_hides_passwords);
+    tcase_add_test(tc, test_allow_defaults);
     suite_add_tcase(s, tc);
     return s;
 }

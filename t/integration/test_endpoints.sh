@@ -92,4 +92,30 @@ check "config: no key is 401" eq "$STATUS" 401
 req GET "/v1/config/tenants/$tid/other" - "X-API-Key: $key"
 check "config: an unknown path below it is 404" eq "$STATUS" 404
 
+# Who may read /status and /metrics: status_allow and metrics_allow (by
+# default loopback only), or an admin key from anywhere.
+serve_dir ratelimit-endpoints
+PA=$((PORT + 97))
+private_app sa "$PA" "status_allow=10.0.0.0/8" "metrics_allow=" ||
+    fail "a pool with status_allow and metrics_allow starts"
+code_of() {
+    curl -s -o "$T_TMP/sa.body" -w '%{http_code}' "$@"
+}
+check "status_allow = 10.0.0.0/8: /status from 127.0.0.1 is 403" \
+    eq "$(code_of "http://127.0.0.1:$PA/status")" 403
+check "and the body says which key to set" \
+    contains "$(cat "$T_TMP/sa.body")" status_allow
+check "an admin key may read /status from anywhere" \
+    eq "$(code_of -H "X-API-Key: $DEMO_ADMIN_KEY" "http://127.0.0.1:$PA/status")" 200
+check "a check key may not (403)" \
+    eq "$(code_of -H "X-API-Key: $key" "http://127.0.0.1:$PA/status")" 403
+check "an unknown key gets 401" \
+    eq "$(code_of -H "X-API-Key: rl_nope" "http://127.0.0.1:$PA/status")" 401
+check "metrics_allow empty: /metrics only with an admin key (403, then 200)" \
+    eq "$(code_of "http://127.0.0.1:$PA/metrics") $(code_of -H "X-API-Key: $DEMO_ADMIN_KEY" "http://127.0.0.1:$PA/metrics")" \
+    "403 200"
+check "the stack's defaults (loopback) let 127.0.0.1 read both" \
+    eq "$(code_of "$BASE_URL/status") $(code_of "$BASE_URL/metrics")" "200 200"
+stop_private
+
 finish
