@@ -1117,6 +1117,11 @@ redis_store_check(struct redis_store *rs, struct limiter_call *call,
         if ((to = redis_redirect(rs, n, r, &asking)) != NULL &&
             redirects < REDIS_MAX_REDIRECTS) {
             redirects++;
+            /* Sent back and forth: the nodes do not agree yet on who has
+             * the slot (a resharding half told); give them a moment. */
+            if (redirects >= 2 &&
+                util_now_ms() + REDIS_TRYAGAIN_MS < deadline_ms)
+                poll(NULL, 0, REDIS_TRYAGAIN_MS);
             /* The target of an ASK is importing the slot: it runs a call
              * only if it has every key, and the request key is new. */
             if (asking && keyed && !resent && limiter_unkey(call) == 0)

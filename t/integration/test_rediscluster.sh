@@ -207,7 +207,10 @@ start_move() {
 }
 end_move() {
     em_id=$(node_id "$3")
-    for em_port in $(all_nodes); do
+    # The destination first, then the source, then the others, as a
+    # resharding does: the other way round, the source would send MOVED to
+    # a destination that still sends it back.
+    for em_port in "$3" "$2" $(all_nodes); do
         ccli "$em_port" CLUSTER SETSLOT "$1" NODE "$em_id" >/dev/null 2>&1 ||
             true
     done
