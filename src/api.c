@@ -27,6 +27,7 @@ static void
 api_check(struct service *svc, const struct http_request *req,
     struct rl_response *resp)
 {
+    svc->decider.trace.check = 1;
     decide_check(&svc->decider, req, resp);
 }
 
@@ -96,12 +97,22 @@ api_status(struct service *svc, const struct http_request *req,
         views_status(svc, req, resp);
 }
 
+static void
+api_dashboard(struct service *svc, const struct http_request *req,
+    struct rl_response *resp)
+{
+    if (api_allowed(svc, req, svc->cfg->status_nets, svc->cfg->nstatus,
+        "status_allow", resp))
+        views_dashboard(resp);
+}
+
 static const struct api_route api_routes[] = {
     { "/v1/check", 0, API_POST, api_check },
     { "/health/live", 0, API_GET, api_live },
     { "/health/ready", 0, API_GET, api_ready },
     { "/metrics", 0, API_GET, api_metrics },
     { "/status", 0, API_GET, api_status },
+    { "/dashboard", 0, API_GET, api_dashboard },
     { "/v1/config/tenants", 1, API_GET, views_config },
 };
 
@@ -141,6 +152,7 @@ api_handle(struct service *svc, const struct http_request *req,
         return;
     }
     if (req->authorizer || req->auth_subrequest) {
+        svc->decider.trace.check = 1;
         authorizer_decide(&svc->decider, req, resp);
         if (req->auth_subrequest)
             authorizer_nginx(resp);

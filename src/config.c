@@ -143,9 +143,28 @@ static const struct config_key config_keys[] = {
       SZ(ready_requires_postgresql), 0, 0, "off", "off|on",
       "on: /health/ready answers 503 while PostgreSQL is unreachable; off: "
       "200 with status \"degraded\", since known keys are still served" },
-    { "log", CT_ENUM, OFF(log_target), SZ(log_target), 0, 0, "stderr",
-      "stderr|syslog", "where log lines go: stderr (the web server's error "
-      "log) or syslog (facility daemon)" },
+    { "log", CT_STRING, OFF(log_target), SZ(log_target), 1, 0, "stderr",
+      NULL, "where log lines go: stderr (the web server's error log), "
+      "syslog (facility daemon) or an absolute file path (appended to, "
+      "reopened on SIGUSR1)" },
+    { "access_log", CT_STRING, OFF(access_log), SZ(access_log), 1, 0, "off",
+      NULL, "one line per check and authorizer request: off, stderr, "
+      "syslog or an absolute file path (reopened on SIGUSR1)" },
+    { "access_log_format", CT_ENUM, OFF(access_log_format),
+      SZ(access_log_format), 0, 0, "logfmt", "logfmt|json",
+      "the access log's lines: logfmt (key=value) or json (one object a "
+      "line)" },
+    { "slowlog_ms", CT_LONG, OFF(slowlog_ms), 0, 0, 600000, "0", NULL,
+      "log (at warn) every check slower than this, with where its time "
+      "went, and count it in /status \"slow requests\"; 0 = off" },
+    { "denial_log_rate", CT_LONG, OFF(denial_log_rate), 0, 0, 100000, "10",
+      NULL, "denials logged at info a second, across the pool; beyond it "
+      "they are counted and a \"suppressed N\" line follows; 0 = none" },
+    { "metrics_tenants", CT_STRING, OFF(metrics_tenants),
+      SZ(metrics_tenants), 1, 0, "top:10", NULL, "per-tenant and per-rule "
+      "series in /metrics: off, top:N (the N tenants with the most "
+      "checks, N 1-1000) or all (every pair the pool counts, at most "
+      "1024)" },
     { "authorizer_path", CT_STRING, OFF(authorizer_path),
       SZ(authorizer_path), 0, 0, "/_ratelimit/auth", NULL,
       "a Responder request for this path is answered as an authorizer "
@@ -356,7 +375,8 @@ config_defaults(struct rl_config *cfg)
     for (i = 0; i < NKEYS; i++)
         if (config_keys[i].def[0] != '\0' &&
             (strcmp(config_keys[i].name, "status_allow") == 0 ||
-            strcmp(config_keys[i].name, "metrics_allow") == 0))
+            strcmp(config_keys[i].name, "metrics_allow") == 0 ||
+            strcmp(config_keys[i].name, "metrics_tenants") == 0))
             (void)config_set(cfg, config_keys[i].name, config_keys[i].def,
                 err, sizeof(err));
 }
@@ -428,6 +448,64 @@ config_check_redis_list(const char *v, char *err, size_t errlen)
     return 0;
 }
 
+/* "log" and "access_log": stderr, syslog, an absolute path whose directory
+ * exists, or (access_log only) off. */
+static int
+config_check_log(const char *key, const char *v, char *err, size_t errlen)
+{
+    char dir[256];
+    const char *slash;
+
+    if (strcmp(v, "stderr") == 0 || strcmp(v, "syslog") == 0 ||
+        (key[0] == 'a' && strcmp(v, "off") == 0))
+        return 0;
+    if (v[0] != '/') {
+        errf(err, errlen, "%s: \"%s\" is not %sstderr, syslog or an "
+            "absolute file path", key, v, key[0] == 'a' ? "off, " : "");
+        return -1;
+    }
+    slash = strrchr(v, '/');
+    if (slash[1] == '\0') {
+        errf(err, errlen, "%s: \"%s\" names a directory, not a file", key, v);
+        return -1;
+    }
+    snprintf(dir, sizeof(dir), "%.*s", slash == v ? 1 : (int)(slash - v), v);
+    if (!util_is_dir(dir)) {
+        errf(err, errlen, "%s: directory %s does not exist", key, dir);
+        return -1;
+    }
+    return 0;
+}
+
+/* "metrics_tenants": off, all or top:N (1-1000). */
+static int
+config_check_top(struct rl_config *cfg, const char *v, char *err,
+    size_t errlen)
+{
+    char *end;
+    long n;
+
+    if (strcmp(v, "off") == 0) {
+        cfg->metrics_top = 0;
+        return 0;
+    }
+    if (strcmp(v, "all") == 0) {
+        cfg->metrics_top = -1;
+        return 0;
+    }
+    if (strncmp(v, "top:", 4) == 0 && v[4] >= '0' && v[4] <= '9') {
+        errno = 0;
+        n = strtol(v + 4, &end, 10);
+        if (errno == 0 && *end == '\0' && n >= 1 && n <= 1000) {
+            cfg->metrics_top = n;
+            return 0;
+        }
+    }
+    errf(err, errlen, "metrics_tenants: \"%s\" is not off, all or top:N "
+        "with N from 1 to 1000", v);
+    return -1;
+}
+
 /* Applies one key to cfg and runs its cross checks. */
 static int
 config_set_one(struct rl_config *cfg, const struct config_key *k,
@@ -455,6 +533,10 @@ config_set_one(struct rl_config *cfg, const struct config_key *k,
         }
         *count = n;
     }
+    if (strcmp(key, "log") == 0 || strcmp(key, "access_log") == 0)
+        return config_check_log(key, value, err, errlen);
+    if (strcmp(key, "metrics_tenants") == 0)
+        return config_check_top(cfg, value, err, errlen);
     if (strcmp(key, "anonymous_tenant") == 0 && value[0] != '\0' &&
         validate_tenant_name(key, value, err, errlen) == -1)
         return -1;

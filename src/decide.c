@@ -39,6 +39,20 @@
 _Static_assert(sizeof(struct key_info) <= SHM_KEY_VALUE_MAX,
     "struct key_info must fit in a shared key entry");
 
+#define STAT(dc, field) do { if ((dc)->stats != NULL) \
+    __atomic_add_fetch(&(dc)->stats->field, 1, __ATOMIC_RELAXED); } while (0)
+
+/* Adds the time since t0 to the request's PostgreSQL time. */
+static void
+decide_pg_time(struct decider *dc, int64_t t0)
+{
+    int64_t us = util_now_us() - t0;
+
+    dc->trace.pg_us += us;
+    if (dc->stats != NULL)
+        stats_hist_add(&dc->stats->pg, (uint64_t)us);
+}
+
 void
 decide_rules_free(void *p)
 {
@@ -126,9 +140,9 @@ decide_lookup(struct decider *dc, const unsigned char id[32], const char *arg,
 {
     struct key_info known, fresh;
     struct shm_meta meta, nmeta;
-    int64_t now = util_now_ms();
+    int64_t now = util_now_ms(), t0;
     uint64_t gen;
-    int have;
+    int have, rc;
 
     decide_sync(dc);
     gen = shm_generation(dc->shm);
@@ -136,6 +150,7 @@ decide_lookup(struct decider *dc, const unsigned char id[32], const char *arg,
         meta.len == sizeof(known);
     if (have && meta.generation == gen &&
         now - meta.stamp < 1000 * dc->cfg->key_cache_ttl) {
+        STAT(dc, key_hits);
         *info = known;
         return decide_result(&known);
     }
@@ -148,7 +163,11 @@ decide_lookup(struct decider *dc, const unsigned char id[32], const char *arg,
         return AUTH_UNKNOWN;
     }
     COUNT(dc, key_lookups);
-    if (lookup(dc->store.ctx, arg, &fresh) != STORE_OK) {
+    STAT(dc, key_misses);
+    t0 = util_now_us();
+    rc = lookup(dc->store.ctx, arg, &fresh);
+    decide_pg_time(dc, t0);
+    if (rc != STORE_OK) {
         if (have) {
             log_debug("%.10s...: using what the pool knew while the key "
                 "store is unavailable", known.key_prefix);
@@ -236,29 +255,36 @@ decide_rules(struct decider *dc, const char *tenant_id)
     struct tenant_rules *tr, *fresh;
     struct shm_meta meta;
     unsigned char id[32];
-    int64_t now = util_now_ms(), ttl = 1000 * dc->cfg->rule_cache_ttl;
+    int64_t now = util_now_ms(), ttl = 1000 * dc->cfg->rule_cache_ttl, t0;
     uint64_t gen;
     long len;
-    int stale = 0, shared;
+    int stale = 0, shared, rc;
 
     /* No decide_sync here: every caller has just identified the tenant
      * through decide_key or decide_tenant, which took the notifications
      * in; one more look at the socket per check would be a wasted read. */
     gen = shm_generation(dc->shm);
     tr = cache_get(dc->rules, tenant_id, now, &stale);
-    if (tr != NULL && !stale && tr->generation == gen)
+    if (tr != NULL && !stale && tr->generation == gen) {
+        STAT(dc, rule_hits);
         return tr;
+    }
     decide_rules_id(tenant_id, id);
     shared = shm_get(dc->shm, SHM_TENANTS, id, blob, sizeof(blob), &meta);
     if (shared && meta.generation == gen && now - meta.stamp < ttl &&
         (fresh = decide_rules_unpack(blob, meta.len, gen)) != NULL) {
         /* Another worker fetched them: ours until theirs expire. */
+        STAT(dc, rule_hits);
         if (cache_put(dc->rules, tenant_id, fresh, now,
             ttl - (now - meta.stamp)) == -1)
             return NULL;
         return fresh;
     }
-    if (dc->store.rules(dc->store.ctx, tenant_id, &fresh) != STORE_OK) {
+    STAT(dc, rule_misses);
+    t0 = util_now_us();
+    rc = dc->store.rules(dc->store.ctx, tenant_id, &fresh);
+    decide_pg_time(dc, t0);
+    if (rc != STORE_OK) {
         /* The store is down: stale rules beat no rules. */
         if (tr != NULL)
             return tr;
@@ -355,6 +381,12 @@ decide_identify(struct decider *dc, const struct http_request *req,
         ki->anonymous = 1;
     } else
         rc = AUTH_NO_KEY;
+    if (rc != AUTH_UNAVAILABLE && ki->found) {
+        memcpy(dc->trace.tenant_id, ki->tenant_id, sizeof(ki->tenant_id));
+        memcpy(dc->trace.tenant, ki->tenant_name, sizeof(ki->tenant_name));
+        memcpy(dc->trace.key_prefix, ki->key_prefix,
+            sizeof(ki->key_prefix));
+    }
     if (decide_auth_answer(dc, resp, rc) == -1)
         return -1;
     if (!ki->anonymous && ki->key_id > 0 && dc->store.used != NULL)
@@ -468,6 +500,26 @@ decide_overlimit_put(struct decider *dc, const unsigned char id[32],
 /* ------------------------------------------------------------------ */
 /* Limits */
 
+/* Notes in the trace what decision d was, and which limit denied. */
+static void
+decide_trace_decision(struct decider *dc, const struct rl_plan *plan,
+    const struct rl_decision *d)
+{
+    struct rl_trace *t = &dc->trace;
+    int i;
+
+    t->outcome = d->allowed ? OUT_ALLOWED : OUT_DENIED;
+    for (i = 0; i < d->nlimits && i < plan->n; i++) {
+        if (d->allowed || (!d->st[i].allowed && !d->st[i].shadow)) {
+            t->rule = plan->rule[i]->id;
+            snprintf(t->limit, sizeof(t->limit), "%s", plan->name[i]);
+            t->remaining = d->st[i].remaining;
+            t->retry_after_ms = d->st[i].retry_after_ms;
+            return;
+        }
+    }
+}
+
 int
 decide_limits(struct decider *dc, const char *tenant_id,
     const struct check_request *creq, struct rl_plan *plan,
@@ -476,14 +528,17 @@ decide_limits(struct decider *dc, const char *tenant_id,
     const struct tenant_rules *tr;
     struct limiter_call call;
     unsigned char id[32];
+    int64_t t0;
     int i, rc, fail_open, cache = dc->cfg->overlimit_cache_size > 0 &&
         !creq->peek;
 
     if ((tr = decide_rules(dc, tenant_id)) == NULL)
         return DECIDE_NO_RULES;
+    dc->trace.check = 1;
     switch (rules_plan(tr->rules, tr->n, creq->route, plan)) {
     case 0:
         COUNT(dc, no_rule);
+        dc->trace.outcome = OUT_NO_RULE;
         return DECIDE_NO_RULE;
     case -1:
         /* Deciding on some of the limits would let through what the rest
@@ -500,6 +555,7 @@ decide_limits(struct decider *dc, const char *tenant_id,
         }
         return DECIDE_MISCONFIGURED;
     }
+    dc->trace.rule = plan->rule[0]->id;
     /* A cost above what an enforced limit lets through at once can never
      * pass: no answer with a time to wait, no script call.  (A shadow
      * limit decides nothing.) */
@@ -517,9 +573,16 @@ decide_limits(struct decider *dc, const char *tenant_id,
         /* Known to be over the limit until later: no Redis call. */
         COUNT(dc, overlimit_hits);
         COUNT(dc, denied);
+        dc->trace.cached = 1;
+        decide_trace_decision(dc, plan, d);
         return DECIDE_OK;
-    } else
+    } else {
+        t0 = util_now_us();
         rc = dc->store.script(dc->store.ctx, &call, plan->n, d);
+        dc->trace.redis_us = util_now_us() - t0;
+        if (dc->stats != NULL)
+            stats_hist_add(&dc->stats->redis, (uint64_t)dc->trace.redis_us);
+    }
     if (rc == STORE_BAD_REPLY) {
         /* Redis answered, but not what the script answers: a bug or an
          * operator's problem (e.g. out of memory), never a reason to let
@@ -535,6 +598,7 @@ decide_limits(struct decider *dc, const char *tenant_id,
             fail_open = fail_open && plan->rule[i]->fail_open;
         if (fail_open) {
             COUNT(dc, fail_open);
+            dc->trace.outcome = OUT_FAIL_OPEN;
             log_warn("redis unavailable: rule %lld fails open",
                 plan->rule[0]->id);
             return DECIDE_FAIL_OPEN;
@@ -546,7 +610,8 @@ decide_limits(struct decider *dc, const char *tenant_id,
         for (i = 0; i < plan->n; i++)
             if (d->st[i].shadow && !d->st[i].allowed)
                 log_info("shadow: tenant %s rule %lld limit \"%s\" would "
-                    "have denied", tenant_id, plan->rule[i]->id,
+                    "have denied", dc->trace.tenant[0] != '\0' ?
+                    dc->trace.tenant : tenant_id, plan->rule[i]->id,
                     plan->name[i]);
     }
     if (d->allowed)
@@ -556,6 +621,7 @@ decide_limits(struct decider *dc, const char *tenant_id,
         if (cache)
             decide_overlimit_put(dc, id, creq->cost, d);
     }
+    decide_trace_decision(dc, plan, d);
     return DECIDE_OK;
 }
 

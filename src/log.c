@@ -1,8 +1,13 @@
 /*
- * log.c -- one line per event, to stderr or syslog.
+ * log.c -- one line per event, to stderr, a file or syslog; and the access
+ * log.
  *
  * Under a web server stderr is its error log (lighttpd and mod_fcgid pass
- * theirs to the process), so stderr is the default.  Every line carries a
+ * theirs to the process), so stderr is the default.  A file ("log =
+ * /var/log/...") is opened in append mode onto fd 2, so that what else
+ * writes to stderr lands there too, and opened again on SIGUSR1 after
+ * logrotate moved it.  The access log (one line per check, formatted by
+ * the caller) has a destination of its own, reopened alike.  Every line carries a
  * level and the source file and line that emitted it; under stderr it also
  * carries a UTC timestamp and the pid.  Callers never pass raw API keys
  * here: only their SHA-256 prefix.
@@ -14,6 +19,8 @@
  * site has gone quiet, in a summary line written before the next line of
  * any site, and by log_flush().  Each process keeps its own table.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -28,8 +35,28 @@ static int log_syslog;
 static const char *log_ident = "ratelimit-fcgi";
 static const char *const log_names[] = { "error", "warn", "info", "debug" };
 static struct log_limit log_sites;
+static char log_file[256];          /* the error log's file, or "" */
+static char access_target[256];     /* "", "stderr", "syslog" or a file */
+static int access_fd = -1;
 
-void
+/* Opens path for appending onto fd (or a new descriptor when fd is -1).
+ * Returns the descriptor, or -1 with errno set. */
+static int
+log_open_onto(const char *path, int fd)
+{
+    int nfd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+
+    if (nfd == -1 || fd == -1 || nfd == fd)
+        return nfd;
+    if (dup2(nfd, fd) == -1) {
+        close(nfd);
+        return -1;
+    }
+    close(nfd);
+    return fd;
+}
+
+int
 log_init(const char *ident, const char *target, int level)
 {
     log_ident = ident;
@@ -37,16 +64,83 @@ log_init(const char *ident, const char *target, int level)
     log_syslog = target != NULL && strcmp(target, "syslog") == 0;
     if (log_syslog)
         openlog(ident, LOG_PID | LOG_NDELAY, LOG_DAEMON);
+    log_file[0] = '\0';
+    if (target != NULL && target[0] == '/') {
+        if (log_open_onto(target, STDERR_FILENO) == -1) {
+            fprintf(stderr, "ratelimit-fcgi: log %s: %s\n", target,
+                strerror(errno));
+            return -1;
+        }
+        snprintf(log_file, sizeof(log_file), "%s", target);
+    }
+    return 0;
+}
+
+int
+log_access_open(const char *target)
+{
+    if (access_fd > STDERR_FILENO)
+        close(access_fd);
+    access_fd = -1;
+    access_target[0] = '\0';
+    if (target == NULL || strcmp(target, "off") == 0 || target[0] == '\0')
+        return 0;
+    snprintf(access_target, sizeof(access_target), "%s", target);
+    if (strcmp(target, "stderr") == 0)
+        access_fd = STDERR_FILENO;
+    else if (strcmp(target, "syslog") == 0) {
+        if (!log_syslog)
+            openlog(log_ident, LOG_PID | LOG_NDELAY, LOG_DAEMON);
+    } else if ((access_fd = log_open_onto(target, -1)) == -1) {
+        log_error("access_log %s: %s", target, strerror(errno));
+        access_target[0] = '\0';
+        return -1;
+    }
+    return 0;
+}
+
+int
+log_access_on(void)
+{
+    return access_target[0] != '\0';
+}
+
+void
+log_access(const char *line, size_t len)
+{
+    if (access_target[0] == '\0')
+        return;
+    if (access_fd == -1) {
+        syslog(LOG_INFO, "%.*s", (int)len, line);
+        return;
+    }
+    /* One write(2) of a whole line to an O_APPEND file: the lines of
+     * several workers do not mix. */
+    if (write(access_fd, line, len) == -1)
+        log_warn("access log: %s", strerror(errno));
 }
 
 void
 log_reopen(void)
 {
-    /* stderr belongs to whoever started us (the web server's error log):
-     * nothing to reopen there.  The syslog socket is opened afresh. */
-    if (log_syslog) {
+    /* stderr that belongs to whoever started us (the web server's error
+     * log) is not ours to reopen.  A file is opened again by name, after
+     * logrotate moved it; should that fail, the old one is kept.  The
+     * syslog socket is opened afresh. */
+    if (log_syslog || strcmp(access_target, "syslog") == 0) {
         closelog();
         openlog(log_ident, LOG_PID | LOG_NDELAY, LOG_DAEMON);
+    }
+    if (log_file[0] != '\0' &&
+        log_open_onto(log_file, STDERR_FILENO) == -1)
+        log_error("reopening log %s: %s; still writing to the old file",
+            log_file, strerror(errno));
+    if (access_fd > STDERR_FILENO) {
+        int fd = log_open_onto(access_target, access_fd);
+
+        if (fd == -1)
+            log_error("reopening access_log %s: %s; still writing to the "
+                "old file", access_target, strerror(errno));
     }
 }
 
@@ -177,12 +271,13 @@ log_emit(int level, const char *file, int line, const char *fmt, ...)
     int64_t now_ms;
     va_list ap;
     size_t i;
-    int slot = -1;
+    int slot = -1, unlimited = level & RL_LOG_UNLIMITED;
 
+    level &= ~RL_LOG_UNLIMITED;
     if (level > log_level)
         return;
     now_ms = util_now_ms();
-    if (level < RL_LOG_DEBUG &&
+    if (level < RL_LOG_DEBUG && !unlimited &&
         (slot = log_limit_event(&log_sites, file, line, now_ms,
         &repeated)) == -1)
         return;

@@ -199,6 +199,7 @@ master_reap(struct master *m, int stopping)
                 break;
         if (i == RL_MAX_WORKERS)
             continue;
+        scoreboard_exited(m->board, &m->board->slots[i], status);
         m->board->slots[i].pid = 0;
         m->board->slots[i].state = SLOT_IDLE;
         ms = &m->slot[i];
@@ -261,6 +262,7 @@ master_enforce_timeout(struct master *m)
                 m->cfg->fcgi_read_timeout_ms);
         } else
             continue;
+        s->leaving = EXIT_TIMEOUT;
         kill(s->pid, SIGKILL);
         s->state = SLOT_IDLE;
     }
@@ -414,6 +416,7 @@ master_run(struct rl_config *cfg, int listen_fd)
                     kill(m.board->slots[i].pid, SIGTERM);
         }
         master_enforce_timeout(&m);
+        scoreboard_sample(m.board, m.listen_fd, util_now_ms());
         /* Who started us may change (a shell exits, init adopts us). */
         m.board->master_parent = getppid();
         if (!stopping && m.watch > 1 && kill(m.watch, 0) == -1 &&
@@ -440,6 +443,7 @@ master_run(struct rl_config *cfg, int listen_fd)
             master_reload(&m);
         else if (sig == SIGUSR1) {
             log_reopen();
+            master_signal_all(&m, SIGUSR1);
             log_info("master: SIGUSR1, logs reopened");
         } else if (sig > 0 && sig != SIGCHLD && sig != SIGHUP &&
             sig != SIGUSR2)

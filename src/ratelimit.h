@@ -78,7 +78,13 @@ struct rl_config {
     long max_body_size;         /* bytes */
     long retry_after_unavailable; /* seconds, Retry-After on 503 */
     int log_level;              /* enum rl_log_level */
-    char log_target[16];        /* "stderr" or "syslog" */
+    char log_target[256];       /* "stderr", "syslog" or a file */
+    char access_log[256];       /* "off", "stderr", "syslog" or a file */
+    char access_log_format[8];  /* "logfmt" or "json" */
+    long slowlog_ms;            /* 0 = off */
+    long denial_log_rate;       /* denial lines a second, pool-wide */
+    char metrics_tenants[16];   /* "off", "top:N" or "all" */
+    long metrics_top;           /* from it: 0 off, -1 all, else N */
     char authorizer_path[256];  /* Responder path answering as authorizer */
     char authorizer_route[16];  /* "path" or "method_path" */
     char ready_requires_postgresql[4]; /* "off" or "on" */
@@ -120,10 +126,23 @@ void config_help(FILE *fp);
 /* ------------------------------------------------------------------ */
 /* log.c */
 
-void log_init(const char *ident, const char *target, int level);
+/* target: "stderr", "syslog" or a file (opened onto fd 2).  -1 when the
+ * file cannot be opened (said on stderr). */
+int log_init(const char *ident, const char *target, int level);
 
-/* Reopens where log lines go (SIGUSR1, after logrotate). */
+/* Reopens where log lines go, the access log too (SIGUSR1, after
+ * logrotate). */
 void log_reopen(void);
+
+/* The access log: "off", "stderr", "syslog" or a file; 0 or -1 (logged).
+ * log_access writes one whole line (with its newline). */
+int log_access_open(const char *target);
+int log_access_on(void);
+void log_access(const char *line, size_t len);
+
+/* Or'ed into a level: the line is not held back by the per-site limit
+ * (the caller bounds it itself). */
+#define RL_LOG_UNLIMITED 0x100
 void log_set_level(int level);
 
 /* Writes one line, unless the same call site (file:line) already wrote one
@@ -248,7 +267,11 @@ int util_split_list(const char *list, char (*out)[RL_REDIS_ADDR_MAX],
 
 /* Monotonic milliseconds and wall-clock seconds. */
 int64_t util_now_ms(void);
+int64_t util_now_us(void);     /* monotonic, microseconds */
 int64_t util_wall_s(void);
+
+/* Whether path names a directory (following links). */
+int util_is_dir(const char *path);
 
 /* Reads /dev/urandom (getrandom); returns 0 or -1. */
 int util_random(void *out, size_t n);
@@ -589,7 +612,7 @@ size_t cache_count(const struct cache *c);
 /* ------------------------------------------------------------------ */
 /* shm.c: the segment all workers of a pool share */
 
-#define SHM_VERSION 3
+#define SHM_VERSION 4
 #define SHM_WAYS 8                  /* entries per set: a set of a full
                                        table gives up its oldest */
 #define SHM_KEY_VALUE_MAX 320       /* a struct key_info (service.h) */
@@ -659,6 +682,113 @@ long shm_rules_pack(const struct rl_rule *rules, int n, void *out,
     size_t cap);
 int shm_rules_unpack(const void *in, size_t len, struct rl_rule *rules,
     int max);
+
+/* ------------------------------------------------------------------ */
+/* stats.c: what the pool has done, in the shared segment */
+
+/* Latency buckets: upper bounds in microseconds; the last is +Inf. */
+#define STATS_BUCKETS 20
+extern const uint32_t stats_bucket_us[STATS_BUCKETS - 1];
+
+#define STATS_HISTORY 900           /* seconds of per-second history */
+#define STATS_WINDOW 60             /* seconds of the top-N window */
+#define STATS_PAIRS 1024            /* (tenant, rule) pairs counted */
+#define STATS_PROBE 16              /* slots a pair may be placed in */
+
+/* The outcomes of a check, as the history counts them. */
+enum stats_outcome { OUT_ALLOWED = 0, OUT_DENIED, OUT_NO_RULE, OUT_FAIL_OPEN,
+    OUT_UNAVAILABLE, OUT_OTHER_4XX, OUT_N };
+extern const char *const stats_outcome_name[OUT_N];
+
+/* HTTP statuses counted one by one; anything else is "other". */
+#define STATS_STATUSES 14
+extern const int stats_status_code[STATS_STATUSES - 1];
+
+/* Why a worker left (the master counts exits by cause). */
+enum stats_exit { EXIT_STOPPED = 0, EXIT_MAX_REQUESTS, EXIT_MEMORY,
+    EXIT_TIMEOUT, EXIT_CRASH, EXIT_N };
+extern const char *const stats_exit_name[EXIT_N];
+
+struct stats_hist {
+    uint64_t count;
+    uint64_t sum_us;
+    uint64_t bucket[STATS_BUCKETS];     /* not cumulative */
+};
+
+struct stats_second {
+    uint64_t second;                    /* wall clock; 0 = never used */
+    uint32_t outcome[OUT_N];
+    uint32_t bucket[STATS_BUCKETS];     /* check latency */
+};
+
+struct stats_pair {
+    uint64_t hash;                      /* 0 = free; set once */
+    uint32_t ready;                     /* the names below are written */
+    uint32_t pad;
+    long long rule;
+    char tenant_id[RL_UUID_LEN + 1];
+    char tenant[129];
+    uint64_t allowed;
+    uint64_t denied;
+    int64_t remaining;                  /* at the last denial */
+    uint32_t win_second[STATS_WINDOW];  /* which second a count is of */
+    uint32_t win_denied[STATS_WINDOW];
+};
+
+/*
+ * Everything here is written with atomic adds or compare-and-swap, never
+ * under a lock, so a worker killed at any instruction leaves it usable.
+ */
+struct rl_stats {
+    uint64_t status[STATS_STATUSES];
+    struct stats_hist check, redis, pg;
+    uint64_t key_hits, key_misses, rule_hits, rule_misses;
+    uint64_t slow;                      /* checks over slowlog_ms */
+    uint64_t worker_starts;
+    uint64_t exits[EXIT_N];
+    uint64_t pairs_full;                /* checks no pair slot was left for */
+    /* Sampled by the master once a second (php-fpm's pool fields). */
+    uint64_t listen_queue, listen_queue_len, max_listen_queue;
+    uint64_t max_active, max_children_reached;
+    /* The pool-wide bound on denial log lines. */
+    uint64_t deny_second;
+    uint32_t deny_lines, deny_suppressed;
+    struct stats_second history[STATS_HISTORY];
+    struct stats_pair pairs[STATS_PAIRS];
+};
+
+/* Index of status in rl_stats.status. */
+int stats_status_index(int status);
+
+/* Adds one observation of us microseconds. */
+void stats_hist_add(struct stats_hist *h, uint64_t us);
+
+/* Counts one check of outcome at wall second now_s taking us. */
+void stats_record(struct rl_stats *st, int64_t now_s, int outcome,
+    uint64_t us);
+
+/* The history row of second s, or NULL when nothing was counted then. */
+const struct stats_second *stats_second_at(const struct rl_stats *st,
+    int64_t s);
+
+/* The q-quantile (0..1) of bucket counts, in microseconds, interpolated
+ * within its bucket; -1 when there are no observations. */
+double stats_quantile(const uint32_t bucket[STATS_BUCKETS], double q);
+
+/* Counts a decision for (tenant, rule) at wall second now_s; remaining is
+ * recorded with a denial.  Returns 0, or -1 when the table is full. */
+int stats_pair_count(struct rl_stats *st, const char *tenant_id,
+    const char *tenant, long long rule, int denied, long long remaining,
+    int64_t now_s);
+
+/* Denials of a pair over the STATS_WINDOW seconds up to now_s. */
+uint64_t stats_pair_recent(const struct stats_pair *p, int64_t now_s);
+
+/* Whether a denial may be logged in second now_s, at most per_second lines
+ * a second across the pool.  *suppressed gets the lines held back in the
+ * second before, reported once (then reset). */
+int stats_deny_log(struct rl_stats *st, int64_t now_s, long per_second,
+    unsigned long *suppressed);
 
 /* ------------------------------------------------------------------ */
 /* limiter.c: the decision, as Redis reported it */

@@ -11,7 +11,17 @@
 #include <errno.h>
 #include <signal.h>
 #include <string.h>
+#include <unistd.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
+#include <linux/sock_diag.h>
+#include <linux/unix_diag.h>
 
 #include "service.h"
 
@@ -79,5 +89,134 @@ scoreboard_count(const struct scoreboard *b, unsigned long *live,
         (*live)++;
         st = b->slots[i].state;
         *active += st == SLOT_READING || st == SLOT_BUSY;
+    }
+}
+
+void
+scoreboard_exited(struct scoreboard *b, const struct scoreboard_slot *s,
+    int status)
+{
+    int cause;
+
+    if (WIFSIGNALED(status))
+        cause = s->leaving == EXIT_TIMEOUT ? EXIT_TIMEOUT : EXIT_CRASH;
+    else if (WEXITSTATUS(status) != 0)
+        cause = EXIT_CRASH;
+    else if (s->leaving >= 0 && s->leaving < EXIT_N)
+        cause = s->leaving;
+    else
+        cause = EXIT_STOPPED;
+    __atomic_add_fetch(&b->stats.exits[cause], 1, __ATOMIC_RELAXED);
+}
+
+/* A Unix listening socket's queue, from the kernel's socket diagnostics
+ * (the same numbers `ss -xl` shows): pending connections and backlog. */
+static int
+scoreboard_unix_queue(int fd, unsigned long *queue, unsigned long *backlog)
+{
+    struct {
+        struct nlmsghdr nlh;
+        struct unix_diag_req r;
+    } req;
+    union {
+        struct nlmsghdr nlh;
+        char bytes[4096];
+    } ans;
+    struct unix_diag_msg *msg;
+    struct unix_diag_rqlen *rq;
+    struct rtattr *rta;
+    struct stat sb;
+    ssize_t n;
+    int nl, len, found = -1;
+
+    if (fstat(fd, &sb) == -1 ||
+        (nl = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC,
+        NETLINK_SOCK_DIAG)) == -1)
+        return -1;
+    memset(&req, 0, sizeof(req));
+    req.nlh.nlmsg_len = sizeof(req);
+    req.nlh.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+    req.nlh.nlmsg_flags = NLM_F_REQUEST;
+    req.r.sdiag_family = AF_UNIX;
+    req.r.udiag_states = ~0u;
+    req.r.udiag_ino = (uint32_t)sb.st_ino;
+    req.r.udiag_show = UDIAG_SHOW_RQLEN;
+    req.r.udiag_cookie[0] = req.r.udiag_cookie[1] = ~0u;
+    if (send(nl, &req, sizeof(req), 0) != (ssize_t)sizeof(req) ||
+        (n = recv(nl, &ans, sizeof(ans), 0)) < (ssize_t)NLMSG_LENGTH(
+        sizeof(*msg)) || !NLMSG_OK(&ans.nlh, (size_t)n) ||
+        ans.nlh.nlmsg_type != SOCK_DIAG_BY_FAMILY) {
+        close(nl);
+        return -1;
+    }
+    close(nl);
+    msg = NLMSG_DATA(&ans.nlh);
+    rta = (struct rtattr *)(msg + 1);
+    len = (int)(ans.nlh.nlmsg_len - NLMSG_LENGTH(sizeof(*msg)));
+    for (; RTA_OK(rta, len); rta = RTA_NEXT(rta, len))
+        if (rta->rta_type == UNIX_DIAG_RQLEN &&
+            RTA_PAYLOAD(rta) >= sizeof(*rq)) {
+            rq = RTA_DATA(rta);
+            *queue = rq->udiag_rqueue;
+            *backlog = rq->udiag_wqueue;
+            found = 0;
+        }
+    return found;
+}
+
+int
+scoreboard_listen_queue(int listen_fd, unsigned long *queue,
+    unsigned long *backlog)
+{
+    struct sockaddr_storage ss;
+    struct tcp_info ti;
+    socklen_t len = sizeof(ss);
+
+    *queue = 0;
+    *backlog = 0;
+    if (listen_fd < 0 || getsockname(listen_fd, (struct sockaddr *)&ss,
+        &len) == -1)
+        return -1;
+    if (ss.ss_family == AF_UNIX)
+        return scoreboard_unix_queue(listen_fd, queue, backlog);
+    len = sizeof(ti);
+    memset(&ti, 0, sizeof(ti));
+    if (getsockopt(listen_fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == -1)
+        return -1;
+    /* On a listening socket: the accept queue and its bound. */
+    *queue = ti.tcpi_unacked;
+    *backlog = ti.tcpi_sacked;
+    return 0;
+}
+
+static void
+scoreboard_max(uint64_t *p, uint64_t v)
+{
+    uint64_t was = __atomic_load_n(p, __ATOMIC_RELAXED);
+
+    while (v > was && !__atomic_compare_exchange_n(p, &was, v, 0,
+        __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        ;
+}
+
+void
+scoreboard_sample(struct scoreboard *b, int listen_fd, int64_t now_ms)
+{
+    static int64_t last_ms;
+    unsigned long live, active, queue, backlog;
+
+    if (now_ms - last_ms < 1000)
+        return;
+    last_ms = now_ms;
+    scoreboard_count(b, &live, &active);
+    scoreboard_max(&b->stats.max_active, active);
+    if (b->workers > 0 && active >= (unsigned long)b->workers)
+        __atomic_add_fetch(&b->stats.max_children_reached, 1,
+            __ATOMIC_RELAXED);
+    if (scoreboard_listen_queue(listen_fd, &queue, &backlog) == 0) {
+        __atomic_store_n(&b->stats.listen_queue, queue, __ATOMIC_RELAXED);
+        __atomic_store_n(&b->stats.listen_queue_len, backlog,
+            __ATOMIC_RELAXED);
+        scoreboard_max(&b->stats.max_listen_queue, queue);
     }
 }

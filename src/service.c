@@ -82,7 +82,10 @@ service_init(struct service *svc, const struct rl_config *cfg,
     store.script = service_script;
     store.changed = service_changed;
     store.used = service_used;
-    return decide_init(&svc->decider, cfg, svc->counters, shm, &store);
+    if (decide_init(&svc->decider, cfg, svc->counters, shm, &store) == -1)
+        return -1;
+    svc->decider.stats = &svc->board->stats;
+    return 0;
 }
 
 void

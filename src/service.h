@@ -213,6 +213,7 @@ struct http_request {
     const char *x_forwarded_for;
     int nul_in_key;             /* the key's parameter held a NUL byte */
     int nul_in_param;           /* another parameter held a NUL byte */
+    const char *request_id;     /* the web server's, for the access log */
 };
 
 /* ------------------------------------------------------------------ */
@@ -266,9 +267,31 @@ struct decide_store {
 
 #define DECIDE_STORE_UNUSABLE (-3)
 
+/*
+ * What one request came to, for the access log, the slow log, the
+ * per-tenant counters and the history: filled by decide.c as it goes,
+ * cleared by the worker before each request.
+ */
+struct rl_trace {
+    int check;                  /* a check or an authorizer decision */
+    int outcome;                /* enum stats_outcome; -1: from the status */
+    char tenant_id[RL_UUID_LEN + 1];
+    char tenant[129];
+    char key_prefix[16];
+    long long rule;             /* the rule that decided; 0: none */
+    char limit[RL_NAME_MAX + 24];   /* the limit that denied */
+    long long remaining;
+    long long retry_after_ms;
+    int64_t redis_us;           /* in the script call */
+    int64_t pg_us;              /* in key and rule lookups */
+    int cached;                 /* denied from the over-limit cache */
+};
+
 struct decider {
     const struct rl_config *cfg;
     struct rl_counters *counters;
+    struct rl_stats *stats;     /* NULL: not counted (unit tests) */
+    struct rl_trace trace;
     struct shm *shm;            /* keys, unknown keys, rules of the pool */
     struct decide_store store;
     struct cache *rules;        /* tenant id -> struct tenant_rules */
@@ -362,6 +385,7 @@ void authorizer_nginx(struct rl_response *resp);
 /* service.c: a worker's stores plugged into the decision */
 
 struct scoreboard;
+struct scoreboard_slot;
 
 struct service {
     const struct rl_config *cfg;
@@ -398,6 +422,21 @@ void views_status(struct service *svc, const struct http_request *req,
     struct rl_response *resp);
 void views_config(struct service *svc, const struct http_request *req,
     struct rl_response *resp);
+void views_dashboard(struct rl_response *resp);
+
+/* ------------------------------------------------------------------ */
+/* observe.c: after each request, the counters, history and logs */
+
+/* Counts what req came to (resp, the decider's trace) in the pool's
+ * statistics, writes its access log line, its denial and slow log lines,
+ * and notes it in slot (may be NULL).  total_us: from its first byte read
+ * to its answer made. */
+void observe_request(struct service *svc, const struct http_request *req,
+    const struct rl_response *resp, int64_t total_us,
+    struct scoreboard_slot *slot);
+
+/* Clears the trace before a request. */
+void observe_begin(struct service *svc);
 
 /* ------------------------------------------------------------------ */
 /* listen.c */
@@ -424,6 +463,15 @@ struct scoreboard_slot {
     int state;                  /* enum slot_state */
     int64_t state_since_ms;     /* monotonic */
     unsigned long requests;
+    int64_t start_s;            /* when the worker started (wall clock) */
+    int leaving;                /* enum stats_exit: why it is leaving */
+    /* The request in hand, or else the last one (/status?full).  Read
+     * without a lock: a reader may see a mix of two requests' texts. */
+    int64_t request_us;         /* how long the last one took */
+    long content_length;
+    char method[8];
+    char uri[64];
+    char tenant[64];
 };
 
 struct scoreboard {
@@ -435,11 +483,25 @@ struct scoreboard {
     pid_t master_parent;        /* who started the master (its parent) */
     struct rl_counters counters;
     struct scoreboard_slot slots[RL_MAX_WORKERS];
+    struct rl_stats stats;
 };
 
 /* Counts the live workers and those on a request (reading or busy). */
 void scoreboard_count(const struct scoreboard *b, unsigned long *live,
     unsigned long *active);
+
+/* The master's bookkeeping: a worker in slot s exited with status (a
+ * waitpid status), counted by cause; and, at most once a second, the
+ * samples of php-fpm's pool fields (active processes, the listen queue of
+ * listen_fd) at monotonic time now_ms. */
+void scoreboard_exited(struct scoreboard *b, const struct scoreboard_slot *s,
+    int status);
+void scoreboard_sample(struct scoreboard *b, int listen_fd, int64_t now_ms);
+
+/* The listen queue of listen_fd now and its backlog: 0 and -1 when the
+ * socket's kind does not tell. */
+int scoreboard_listen_queue(int listen_fd, unsigned long *queue,
+    unsigned long *backlog);
 
 /* Maps the pool's shared segment for cfg (scoreboard and tables) into m.
  * Returns 0, or -1 with a message logged. */

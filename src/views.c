@@ -65,17 +65,169 @@ views_metric(struct rl_buf *b, const char *name, const char *help,
     buf_printf(b, "%s%s %lu\n", name, labels, v);
 }
 
+/* Writes a label value with \, " and newline escaped. */
+static void
+views_label(struct rl_buf *b, const char *v)
+{
+    for (; *v != '\0'; v++) {
+        if (*v == '\\' || *v == '"')
+            buf_printf(b, "\\%c", *v);
+        else if (*v == '\n')
+            buf_puts(b, "\\n");
+        else
+            buf_printf(b, "%c", *v);
+    }
+}
+
+/* A histogram of microseconds, in seconds. */
+static void
+views_histogram(struct rl_buf *b, const char *name, const char *help,
+    const struct stats_hist *h)
+{
+    uint64_t cum = 0;
+    int i;
+
+    buf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    for (i = 0; i < STATS_BUCKETS; i++) {
+        cum += __atomic_load_n(&h->bucket[i], __ATOMIC_RELAXED);
+        if (i < STATS_BUCKETS - 1)
+            buf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name,
+                stats_bucket_us[i] / 1e6, (unsigned long long)cum);
+        else
+            buf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n", name,
+                (unsigned long long)cum);
+    }
+    buf_printf(b, "%s_sum %.6f\n%s_count %llu\n", name,
+        (double)__atomic_load_n(&h->sum_us, __ATOMIC_RELAXED) / 1e6, name,
+        (unsigned long long)cum);
+}
+
+/* A pair's tenant, for grouping: the pairs ready, by tenant id. */
+static int
+views_pair_cmp(const void *a, const void *b)
+{
+    const struct stats_pair *x = *(const struct stats_pair *const *)a;
+    const struct stats_pair *y = *(const struct stats_pair *const *)b;
+    int c = strcmp(x->tenant_id, y->tenant_id);
+
+    return c != 0 ? c : (x->rule > y->rule) - (x->rule < y->rule);
+}
+
+struct views_tenant {
+    int first, n;               /* its pairs in the sorted list */
+    uint64_t allowed, denied;
+};
+
+static int
+views_tenant_cmp(const void *a, const void *b)
+{
+    const struct views_tenant *x = a, *y = b;
+    uint64_t tx = x->allowed + x->denied, ty = y->allowed + y->denied;
+
+    return (ty > tx) - (ty < tx);
+}
+
+/* The ready pairs of the table, by tenant; returns how many. */
+static int
+views_pairs(const struct rl_stats *st, const struct stats_pair **out)
+{
+    int i, n = 0;
+
+    for (i = 0; i < STATS_PAIRS; i++)
+        if (__atomic_load_n(&st->pairs[i].ready, __ATOMIC_ACQUIRE))
+            out[n++] = &st->pairs[i];
+    qsort(out, (size_t)n, sizeof(*out), views_pair_cmp);
+    return n;
+}
+
+/*
+ * ratelimit_tenant_checks_total and ratelimit_rule_checks_total, for the
+ * tenants metrics_tenants lets through: none, the top N by checks, or all
+ * the pool counts (at most STATS_PAIRS pairs).  Tenants are named by name;
+ * a series may vanish when its tenant drops out of the top N.
+ */
+static void
+views_tenant_metrics(struct service *svc, struct rl_buf *b)
+{
+    static const struct stats_pair *pairs[STATS_PAIRS];
+    static struct views_tenant ten[STATS_PAIRS];
+    const struct stats_pair *p;
+    long top = svc->cfg->metrics_top;
+    int n, nt = 0, i, j, k;
+
+    if (top == 0)
+        return;
+    n = views_pairs(&svc->board->stats, pairs);
+    for (i = 0; i < n; i++) {
+        if (nt == 0 || strcmp(pairs[i]->tenant_id,
+            pairs[ten[nt - 1].first]->tenant_id) != 0) {
+            memset(&ten[nt], 0, sizeof(ten[nt]));
+            ten[nt++].first = i;
+        }
+        ten[nt - 1].n++;
+        ten[nt - 1].allowed += __atomic_load_n(&pairs[i]->allowed,
+            __ATOMIC_RELAXED);
+        ten[nt - 1].denied += __atomic_load_n(&pairs[i]->denied,
+            __ATOMIC_RELAXED);
+    }
+    qsort(ten, (size_t)nt, sizeof(ten[0]), views_tenant_cmp);
+    if (top > 0 && nt > top)
+        nt = (int)top;
+    buf_puts(b, "# HELP ratelimit_tenant_checks_total Decisions per tenant "
+        "(metrics_tenants bounds which tenants).\n"
+        "# TYPE ratelimit_tenant_checks_total counter\n");
+    for (i = 0; i < nt; i++)
+        for (k = 0; k < 2; k++) {
+            buf_puts(b, "ratelimit_tenant_checks_total{tenant=\"");
+            views_label(b, pairs[ten[i].first]->tenant);
+            buf_printf(b, "\",result=\"%s\"} %llu\n", k ? "denied" :
+                "allowed", (unsigned long long)(k ? ten[i].denied :
+                ten[i].allowed));
+        }
+    buf_puts(b, "# HELP ratelimit_rule_checks_total Decisions per rule "
+        "of those tenants.\n# TYPE ratelimit_rule_checks_total counter\n");
+    for (i = 0; i < nt; i++)
+        for (j = ten[i].first; j < ten[i].first + ten[i].n; j++) {
+            p = pairs[j];
+            for (k = 0; k < 2; k++) {
+                buf_puts(b, "ratelimit_rule_checks_total{tenant=\"");
+                views_label(b, p->tenant);
+                buf_printf(b, "\",rule=\"%lld\",result=\"%s\"} %llu\n",
+                    p->rule, k ? "denied" : "allowed",
+                    (unsigned long long)__atomic_load_n(k ? &p->denied :
+                    &p->allowed, __ATOMIC_RELAXED));
+            }
+        }
+}
+
 void
 views_metrics(struct service *svc, struct rl_response *resp)
 {
     const struct rl_counters *c = svc->counters;
+    const struct rl_stats *st = &svc->board->stats;
     struct rl_buf *b = &resp->body;
     unsigned long live, busy;
+    char label[32];
+    int i;
 
     scoreboard_count(svc->board, &live, &busy);
     resp->content_type = "text/plain; version=0.0.4";
+    buf_printf(b, "# HELP ratelimit_build_info The version running.\n"
+        "# TYPE ratelimit_build_info gauge\n"
+        "ratelimit_build_info{version=\"%s\"} 1\n", RL_VERSION);
     views_metric(b, "ratelimit_requests_total", "FastCGI requests accepted.",
         "counter", "", c->requests);
+    for (i = 0; i < STATS_STATUSES; i++) {
+        if (i < STATS_STATUSES - 1)
+            snprintf(label, sizeof(label), "{status=\"%d\"}",
+                stats_status_code[i]);
+        else
+            snprintf(label, sizeof(label), "{status=\"other\"}");
+        views_metric(b, "ratelimit_responses_total", i == 0 ? "Answers, by "
+            "HTTP status." : NULL, i == 0 ? "counter" : NULL, label,
+            (unsigned long)__atomic_load_n(&st->status[i],
+            __ATOMIC_RELAXED));
+    }
     views_metric(b, "ratelimit_checks_total", "Decisions, by result.",
         "counter", "{result=\"allowed\"}", c->allowed);
     views_metric(b, "ratelimit_checks_total", NULL, NULL,
@@ -84,6 +236,16 @@ views_metrics(struct service *svc, struct rl_response *resp)
         "{result=\"no_rule\"}", c->no_rule);
     views_metric(b, "ratelimit_checks_total", NULL, NULL,
         "{result=\"fail_open\"}", c->fail_open);
+    views_histogram(b, "ratelimit_check_duration_seconds", "Time to answer "
+        "a check or an authorizer request, from its first byte read.",
+        &st->check);
+    views_histogram(b, "ratelimit_redis_duration_seconds", "Time of the "
+        "script call in Redis, round trip included.", &st->redis);
+    views_histogram(b, "ratelimit_postgresql_duration_seconds", "Time of "
+        "a key or rule lookup in PostgreSQL.", &st->pg);
+    views_metric(b, "ratelimit_slow_checks_total", "Checks slower than "
+        "slowlog_ms.", "counter", "", (unsigned long)st->slow);
+    views_tenant_metrics(svc, b);
     views_metric(b, "ratelimit_unavailable_total",
         "Answers 503 because a store was unreachable.", "counter", "",
         c->unavailable);
@@ -106,6 +268,16 @@ views_metrics(struct service *svc, struct rl_response *resp)
         "{event=\"insert\"}", c->overlimit_inserts);
     views_metric(b, "ratelimit_overlimit_cache_total", NULL, NULL,
         "{event=\"eviction\"}", c->overlimit_evictions);
+    views_metric(b, "ratelimit_cache_lookups_total", "Lookups in the "
+        "pool's key and rule caches: hit (no PostgreSQL query) or miss.",
+        "counter", "{cache=\"key\",result=\"hit\"}",
+        (unsigned long)st->key_hits);
+    views_metric(b, "ratelimit_cache_lookups_total", NULL, NULL,
+        "{cache=\"key\",result=\"miss\"}", (unsigned long)st->key_misses);
+    views_metric(b, "ratelimit_cache_lookups_total", NULL, NULL,
+        "{cache=\"rule\",result=\"hit\"}", (unsigned long)st->rule_hits);
+    views_metric(b, "ratelimit_cache_lookups_total", NULL, NULL,
+        "{cache=\"rule\",result=\"miss\"}", (unsigned long)st->rule_misses);
     views_metric(b, "ratelimit_script_errors_total", "Checks whose script "
         "call Redis answered with an error (503 script_error).", "counter",
         "", c->script_errors);
@@ -115,6 +287,14 @@ views_metrics(struct service *svc, struct rl_response *resp)
     views_metric(b, "ratelimit_fcgi_refused_total", "FastCGI connections "
         "dropped for malformed or refused records.", "counter", "",
         c->fcgi_refused);
+    views_metric(b, "ratelimit_worker_starts_total", "Worker processes "
+        "started.", "counter", "", (unsigned long)st->worker_starts);
+    for (i = 0; i < EXIT_N; i++) {
+        snprintf(label, sizeof(label), "{cause=\"%s\"}", stats_exit_name[i]);
+        views_metric(b, "ratelimit_worker_exits_total", i == 0 ? "Worker "
+            "processes that ended, by cause." : NULL, i == 0 ? "counter" :
+            NULL, label, (unsigned long)st->exits[i]);
+    }
     views_metric(b, "ratelimit_worker_crashes_total", "Workers that died "
         "abnormally (signal or non-zero status).", "counter", "",
         c->worker_crashes);
@@ -220,53 +400,3 @@ views_config(struct service *svc, const struct http_request *req,
     response_json(resp, o);
 }
 
-/* php-fpm's pool status fields, as text or (?json) JSON. */
-void
-views_status(struct service *svc, const struct http_request *req,
-    struct rl_response *resp)
-{
-    const struct scoreboard *b = svc->board;
-    struct json_object *o;
-    unsigned long total, active;
-    char start[64];
-    time_t t = (time_t)b->start_s;
-    struct tm tm;
-
-    scoreboard_count(b, &total, &active);
-    gmtime_r(&t, &tm);
-    strftime(start, sizeof(start), "%d/%b/%Y:%H:%M:%S +0000", &tm);
-    if (strcmp(req->query, "json") == 0) {
-        o = json_object_new_object();
-        json_object_object_add(o, "pool",
-            json_object_new_string("ratelimit-fcgi"));
-        json_object_object_add(o, "process manager",
-            json_object_new_string(b->workers == 0 ? "none" : "static"));
-        json_object_object_add(o, "start time",
-            json_object_new_int64(b->start_s));
-        json_object_object_add(o, "start since",
-            json_object_new_int64(util_wall_s() - b->start_s));
-        json_object_object_add(o, "accepted conn",
-            json_object_new_int64((int64_t)b->accepted));
-        json_object_object_add(o, "idle processes",
-            json_object_new_int64((int64_t)(total - active)));
-        json_object_object_add(o, "active processes",
-            json_object_new_int64((int64_t)active));
-        json_object_object_add(o, "total processes",
-            json_object_new_int64((int64_t)total));
-        response_json(resp, o);
-        return;
-    }
-    resp->content_type = "text/plain";
-    buf_printf(&resp->body,
-        "pool:                 ratelimit-fcgi\n"
-        "process manager:      %s\n"
-        "start time:           %s\n"
-        "start since:          %lld\n"
-        "accepted conn:        %lu\n"
-        "idle processes:       %lu\n"
-        "active processes:     %lu\n"
-        "total processes:      %lu\n",
-        b->workers == 0 ? "none" : "static", start,
-        (long long)(util_wall_s() - b->start_s), b->accepted, total - active,
-        active, total);
-}

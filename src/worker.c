@@ -75,6 +75,14 @@ struct worker {
 
 static volatile sig_atomic_t worker_stop;
 static volatile sig_atomic_t worker_orphaned;
+static volatile sig_atomic_t worker_reopen;
+
+static void
+worker_on_reopen(int sig)
+{
+    (void)sig;
+    worker_reopen = 1;
+}
 
 static void
 worker_on_stop(int sig)
@@ -110,8 +118,11 @@ worker_signals(sigset_t *stopset)
     sa.sa_flags = SA_RESTART;
     sigaction(SIGPIPE, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
-    sigaction(SIGUSR1, &sa, NULL);
     sigaction(SIGUSR2, &sa, NULL);
+    /* The master passes SIGUSR1 on: the logs are reopened between
+     * requests. */
+    sa.sa_handler = worker_on_reopen;
+    sigaction(SIGUSR1, &sa, NULL);
     sigemptyset(stopset);
     sigaddset(stopset, SIGTERM);
     sigaddset(stopset, SIGINT);
@@ -138,6 +149,7 @@ worker_should_leave(struct worker *w)
             "max_worker_rss_mb (%ld); exiting to be replaced",
             (long)getpid(), ru.ru_maxrss / 1024, cfg->max_worker_rss_mb);
         COUNT(&w->svc, worker_rss_exits);
+        w->slot->leaving = EXIT_MEMORY;
         return 1;
     }
     if (cfg->max_requests <= 0 || w->served < (unsigned long)cfg->max_requests)
@@ -151,6 +163,7 @@ worker_should_leave(struct worker *w)
     }
     log_info("worker %ld: served max_requests (%ld); exiting to be "
         "replaced", (long)getpid(), cfg->max_requests);
+    w->slot->leaving = EXIT_MAX_REQUESTS;
     return 1;
 }
 
@@ -234,6 +247,11 @@ worker_request(const struct rl_config *cfg, FCGX_Request *fr,
     req->authorization = FCGX_GetParam("HTTP_AUTHORIZATION", fr->envp);
     req->remote_addr = FCGX_GetParam("REMOTE_ADDR", fr->envp);
     req->x_forwarded_for = FCGX_GetParam("HTTP_X_FORWARDED_FOR", fr->envp);
+    if (log_access_on()) {
+        req->request_id = FCGX_GetParam("REQUEST_ID", fr->envp);
+        if (req->request_id == NULL)
+            req->request_id = FCGX_GetParam("HTTP_X_REQUEST_ID", fr->envp);
+    }
     /* An nginx auth_request subrequest: REQUEST_URI is the original
      * request's, while the subrequest's own location is DOCUMENT_URI. */
     if (!req->authorizer && cfg->authorizer_path[0] != '\0') {
@@ -466,6 +484,7 @@ worker_serve(struct worker *w, const struct fcgi_scan *s)
 {
     struct http_request req;
     FCGX_Request *fr = &w->fr;
+    int64_t t0 = util_now_us();
     int too_large = 0;
 
     __atomic_add_fetch(&w->board->accepted, 1, __ATOMIC_RELAXED);
@@ -480,7 +499,9 @@ worker_serve(struct worker *w, const struct fcgi_scan *s)
     req.body_too_large = too_large;
     worker_state(w->slot, SLOT_BUSY);
     response_reset(&w->resp);
+    observe_begin(&w->svc);
     api_handle(&w->svc, &req, &w->resp);
+    observe_request(&w->svc, &req, &w->resp, util_now_us() - t0, w->slot);
     worker_write(fr, &w->resp, strcmp(req.method, "HEAD") == 0);
 }
 
@@ -607,6 +628,9 @@ worker_run(const struct rl_config *cfg, int listen_fd,
     }
     response_init(&w.resp);
     FCGX_InitRequest(&w.fr, -1, 0);
+    w.slot->start_s = util_wall_s();
+    __atomic_add_fetch(&w.board->stats.worker_starts, 1, __ATOMIC_RELAXED);
+    (void)log_access_open(cfg->access_log);
     log_debug("worker %ld ready", (long)getpid());
     while (!worker_stop && !worker_should_leave(&w)) {
         fd = worker_accept(&w, &ss, &fatal);
@@ -616,6 +640,10 @@ worker_run(const struct rl_config *cfg, int listen_fd,
                 break;
             }
             service_tick(&w.svc, 1);
+            if (worker_reopen) {
+                worker_reopen = 0;
+                log_reopen();
+            }
             continue;
         }
         sigprocmask(SIG_BLOCK, &w.stopset, NULL);
@@ -631,6 +659,10 @@ worker_run(const struct rl_config *cfg, int listen_fd,
         }
         sigprocmask(SIG_UNBLOCK, &w.stopset, NULL);
         service_tick(&w.svc, 0);
+        if (worker_reopen) {
+            worker_reopen = 0;
+            log_reopen();
+        }
     }
     FCGX_Free(&w.fr, 0);
     response_free(&w.resp);

@@ -29,6 +29,7 @@ Suite *fcgi_suite(void);
 Suite *shm_suite(void);
 Suite *validate_suite(void);
 Suite *cluster_suite(void);
+Suite *stats_suite(void);
 Suite *decide_suite(void);
 Suite *algo_suite(void);
 

@@ -1,0 +1,240 @@
+/*
+ * observe.c -- what happens after each request: the pool's statistics,
+ * the access log, the denial log and the slow log.
+ *
+ * decide.c leaves a trace of the request (who, which rule and limit, what
+ * came of it, the time spent in PostgreSQL and Redis); the worker hands it
+ * here with the answer and the total time.  Everything counted goes to
+ * the shared segment (stats.c), so /metrics, /status and /dashboard show
+ * the pool, not one worker.
+ *
+ * Denials are logged at info, at most denial_log_rate lines a second
+ * across the pool; the lines held back are counted and said in one line
+ * the next second a denial is logged.  A check slower than slowlog_ms is
+ * logged at warn with where its time went.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <sys/time.h>
+
+#include "service.h"
+
+void
+observe_begin(struct service *svc)
+{
+    struct rl_trace *t = &svc->decider.trace;
+
+    memset(t, 0, sizeof(*t));
+    t->outcome = -1;
+}
+
+/* The outcome of a check for the history: the decision when there was
+ * one, else what the status says. */
+static int
+observe_outcome(const struct rl_trace *t, int status)
+{
+    if (t->outcome >= 0)
+        return t->outcome;
+    if (status >= 500)
+        return OUT_UNAVAILABLE;
+    if (status >= 400)
+        return OUT_OTHER_4XX;
+    return -1;
+}
+
+static const char *
+observe_decision(const struct rl_trace *t, int status)
+{
+    int o = observe_outcome(t, status);
+
+    if (o < 0)
+        return "none";
+    if (o == OUT_OTHER_4XX)
+        return "refused";
+    return stats_outcome_name[o];
+}
+
+/* Appends s as a logfmt value: bare when it is a plain word, else quoted
+ * with '"' and '\' escaped and control bytes dropped. */
+static void
+observe_logfmt_value(struct rl_buf *b, const char *s)
+{
+    const unsigned char *p;
+    int plain = s[0] != '\0';
+
+    for (p = (const unsigned char *)s; *p != '\0' && plain; p++)
+        plain = *p > ' ' && *p != '"' && *p != '=' && *p != '\\' &&
+            *p < 0x7f;
+    if (plain) {
+        buf_puts(b, s);
+        return;
+    }
+    buf_puts(b, "\"");
+    for (p = (const unsigned char *)s; *p != '\0'; p++) {
+        if (*p == '"' || *p == '\\')
+            buf_printf(b, "\\%c", *p);
+        else if (*p >= ' ' && *p != 0x7f)
+            buf_printf(b, "%c", *p);
+    }
+    buf_puts(b, "\"");
+}
+
+/* Appends s as a JSON string. */
+static void
+observe_json_string(struct rl_buf *b, const char *s)
+{
+    const unsigned char *p;
+
+    buf_puts(b, "\"");
+    for (p = (const unsigned char *)s; *p != '\0'; p++) {
+        if (*p == '"' || *p == '\\')
+            buf_printf(b, "\\%c", *p);
+        else if (*p < ' ')
+            buf_printf(b, "\\u%04x", *p);
+        else
+            buf_printf(b, "%c", *p);
+    }
+    buf_puts(b, "\"");
+}
+
+/* One field of the access line, as text. */
+static void
+observe_field(struct rl_buf *b, int json, int *first, const char *name,
+    const char *value)
+{
+    buf_puts(b, *first ? "" : json ? "," : " ");
+    *first = 0;
+    if (json) {
+        buf_printf(b, "\"%s\":", name);
+        observe_json_string(b, value);
+    } else {
+        buf_printf(b, "%s=", name);
+        observe_logfmt_value(b, value);
+    }
+}
+
+static void
+observe_number(struct rl_buf *b, int json, int *first, const char *name,
+    long long v)
+{
+    buf_puts(b, *first ? "" : json ? "," : " ");
+    *first = 0;
+    buf_printf(b, json ? "\"%s\":%lld" : "%s=%lld", name, v);
+}
+
+/*
+ * The access log line: time, request id, tenant name, key prefix (never
+ * the key), rule id, limit, decision, status, Redis and total
+ * microseconds, plus the method and path.
+ */
+static void
+observe_access(struct service *svc, const struct http_request *req,
+    const struct rl_response *resp, int64_t total_us)
+{
+    static struct rl_buf line;
+    const struct rl_trace *t = &svc->decider.trace;
+    int json = strcmp(svc->cfg->access_log_format, "json") == 0, first = 1;
+    char stamp[40], path[RL_ROUTE_MAX + 1];
+    struct timeval tv;
+    struct tm tm;
+    size_t n;
+
+    gettimeofday(&tv, NULL);
+    gmtime_r(&tv.tv_sec, &tm);
+    n = strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(stamp + n, sizeof(stamp) - n, ".%03ldZ",
+        (long)(tv.tv_usec / 1000));
+    n = req->path_len < RL_ROUTE_MAX ? req->path_len : RL_ROUTE_MAX;
+    memcpy(path, req->path, n);
+    path[n] = '\0';
+    buf_reset(&line);
+    if (json)
+        buf_puts(&line, "{");
+    observe_field(&line, json, &first, "time", stamp);
+    observe_field(&line, json, &first, "request_id",
+        req->request_id != NULL ? req->request_id : "");
+    observe_field(&line, json, &first, "method", req->method);
+    observe_field(&line, json, &first, "path", path);
+    observe_field(&line, json, &first, "tenant", t->tenant);
+    observe_field(&line, json, &first, "key", t->key_prefix);
+    observe_number(&line, json, &first, "rule", t->rule);
+    observe_field(&line, json, &first, "limit", t->limit);
+    observe_field(&line, json, &first, "decision",
+        observe_decision(t, resp->status));
+    observe_number(&line, json, &first, "status", resp->status);
+    observe_number(&line, json, &first, "remaining", t->remaining);
+    observe_number(&line, json, &first, "redis_us", t->redis_us);
+    observe_number(&line, json, &first, "pg_us", t->pg_us);
+    observe_number(&line, json, &first, "total_us", total_us);
+    buf_puts(&line, json ? "}\n" : "\n");
+    if (line.data != NULL)
+        log_access(line.data, line.len);
+}
+
+static void
+observe_denial(struct service *svc, const struct rl_trace *t, int64_t now_s)
+{
+    unsigned long suppressed;
+    int ok = stats_deny_log(&svc->board->stats, now_s,
+        svc->cfg->denial_log_rate, &suppressed);
+
+    if (suppressed > 0)
+        log_emit(RL_LOG_INFO | RL_LOG_UNLIMITED, __FILE__, __LINE__,
+            "denials: suppressed %lu lines in the second before "
+            "(denial_log_rate = %ld)", suppressed, svc->cfg->denial_log_rate);
+    if (ok)
+        log_emit(RL_LOG_INFO | RL_LOG_UNLIMITED, __FILE__, __LINE__,
+            "denied: tenant %s key %s rule %lld limit \"%s\" retry after "
+            "%lld ms%s", t->tenant, t->key_prefix[0] ? t->key_prefix : "-",
+            t->rule, t->limit, t->retry_after_ms,
+            t->cached ? " (over-limit cache)" : "");
+}
+
+void
+observe_request(struct service *svc, const struct http_request *req,
+    const struct rl_response *resp, int64_t total_us,
+    struct scoreboard_slot *slot)
+{
+    struct rl_stats *st = &svc->board->stats;
+    const struct rl_trace *t = &svc->decider.trace;
+    int64_t now_s = util_wall_s();
+    int outcome;
+    size_t n;
+
+    __atomic_add_fetch(&st->status[stats_status_index(resp->status)], 1,
+        __ATOMIC_RELAXED);
+    if (slot != NULL) {
+        slot->request_us = total_us;
+        n = req->path_len < sizeof(slot->uri) - 1 ? req->path_len :
+            sizeof(slot->uri) - 1;
+        memcpy(slot->uri, req->path, n);
+        slot->uri[n] = '\0';
+        snprintf(slot->method, sizeof(slot->method), "%s", req->method);
+        snprintf(slot->tenant, sizeof(slot->tenant), "%.*s",
+            (int)sizeof(slot->tenant) - 1, t->tenant);
+        slot->content_length = (long)req->body_len;
+    }
+    if (!t->check)
+        return;
+    stats_hist_add(&st->check, (uint64_t)total_us);
+    if ((outcome = observe_outcome(t, resp->status)) >= 0)
+        stats_record(st, now_s, outcome, (uint64_t)total_us);
+    if (t->rule > 0 && (outcome == OUT_ALLOWED || outcome == OUT_DENIED))
+        stats_pair_count(st, t->tenant_id, t->tenant, t->rule,
+            outcome == OUT_DENIED, t->remaining, now_s);
+    if (outcome == OUT_DENIED)
+        observe_denial(svc, t, now_s);
+    if (svc->cfg->slowlog_ms > 0 && total_us >= 1000 * svc->cfg->slowlog_ms) {
+        __atomic_add_fetch(&st->slow, 1, __ATOMIC_RELAXED);
+        log_warn("slow check: %lld us in all (PostgreSQL %lld us, Redis "
+            "%lld us, the rest %lld us); tenant %s rule %lld status %d "
+            "(slowlog_ms = %ld)", (long long)total_us, (long long)t->pg_us,
+            (long long)t->redis_us,
+            (long long)(total_us - t->pg_us - t->redis_us),
+            t->tenant[0] ? t->tenant : "-", t->rule, resp->status,
+            svc->cfg->slowlog_ms);
+    }
+    if (log_access_on())
+        observe_access(svc, req, resp, total_us);
+}

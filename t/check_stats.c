@@ -1,0 +1,196 @@
+/*
+ * check_stats.c -- tests of src/stats.c: latency buckets and quantiles,
+ * the per-second history ring, the (tenant, rule) table and its minute
+ * window, and the pool-wide bound on denial log lines.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <check.h>              /* t/check.h: the suites, then Check */
+
+#include "ratelimit.h"
+
+static struct rl_stats *
+stats_new(void)
+{
+    struct rl_stats *st = calloc(1, sizeof(*st));
+
+    ck_assert_ptr_nonnull(st);
+    return st;
+}
+
+START_TEST(test_status_index)
+{
+    ck_assert_int_eq(stats_status_code[stats_status_index(200)], 200);
+    ck_assert_int_eq(stats_status_code[stats_status_index(429)], 429);
+    ck_assert_int_eq(stats_status_code[stats_status_index(503)], 503);
+    ck_assert_int_eq(stats_status_index(418), STATS_STATUSES - 1);
+}
+END_TEST
+
+START_TEST(test_hist_buckets)
+{
+    struct rl_stats *st = stats_new();
+
+    stats_hist_add(&st->check, 0);          /* first bucket */
+    stats_hist_add(&st->check, 50);         /* on the bound: still first */
+    stats_hist_add(&st->check, 51);         /* second */
+    stats_hist_add(&st->check, 1000000);    /* the last bound */
+    stats_hist_add(&st->check, 1000001);    /* +Inf */
+    ck_assert_uint_eq(st->check.bucket[0], 2);
+    ck_assert_uint_eq(st->check.bucket[1], 1);
+    ck_assert_uint_eq(st->check.bucket[STATS_BUCKETS - 2], 1);
+    ck_assert_uint_eq(st->check.bucket[STATS_BUCKETS - 1], 1);
+    ck_assert_uint_eq(st->check.count, 5);
+    ck_assert_uint_eq(st->check.sum_us, 2000102);
+    free(st);
+}
+END_TEST
+
+START_TEST(test_quantile)
+{
+    uint32_t b[STATS_BUCKETS];
+
+    memset(b, 0, sizeof(b));
+    ck_assert(stats_quantile(b, 0.5) < 0);
+    /* 100 observations in (100, 200] us: the median is halfway. */
+    b[2] = 100;
+    ck_assert(stats_quantile(b, 0.5) > 149.0 &&
+        stats_quantile(b, 0.5) < 151.0);
+    ck_assert(stats_quantile(b, 0.99) > 197.0 &&
+        stats_quantile(b, 0.99) <= 200.0);
+    /* One slow one among 100: p99 stays low, the max bucket is seen
+     * only above it. */
+    b[2] = 99;
+    b[12] = 1;                              /* (7500, 10000] */
+    ck_assert(stats_quantile(b, 0.99) <= 200.0);
+    ck_assert(stats_quantile(b, 1.0) > 7500.0);
+    /* All in +Inf: its lower bound is the answer. */
+    memset(b, 0, sizeof(b));
+    b[STATS_BUCKETS - 1] = 3;
+    ck_assert(stats_quantile(b, 0.5) == 1000000.0);
+}
+END_TEST
+
+START_TEST(test_history_ring)
+{
+    struct rl_stats *st = stats_new();
+    const struct stats_second *row;
+    int64_t t = 1800000000;
+
+    stats_record(st, t, OUT_ALLOWED, 120);
+    stats_record(st, t, OUT_ALLOWED, 130);
+    stats_record(st, t, OUT_DENIED, 90);
+    stats_record(st, t + 1, OUT_UNAVAILABLE, 5000);
+    row = stats_second_at(st, t);
+    ck_assert_ptr_nonnull(row);
+    ck_assert_uint_eq(row->outcome[OUT_ALLOWED], 2);
+    ck_assert_uint_eq(row->outcome[OUT_DENIED], 1);
+    ck_assert_uint_eq(row->bucket[1], 1);   /* 90 us */
+    ck_assert_uint_eq(row->bucket[2], 2);   /* 120, 130 us */
+    row = stats_second_at(st, t + 1);
+    ck_assert_ptr_nonnull(row);
+    ck_assert_uint_eq(row->outcome[OUT_UNAVAILABLE], 1);
+    ck_assert_uint_eq(row->outcome[OUT_ALLOWED], 0);
+    /* A second nobody wrote reads as nothing. */
+    ck_assert_ptr_null(stats_second_at(st, t - 5));
+    /* STATS_HISTORY seconds later the row is reused, and zeroed. */
+    stats_record(st, t + STATS_HISTORY, OUT_NO_RULE, 10);
+    ck_assert_ptr_null(stats_second_at(st, t));
+    row = stats_second_at(st, t + STATS_HISTORY);
+    ck_assert_ptr_nonnull(row);
+    ck_assert_uint_eq(row->outcome[OUT_ALLOWED], 0);
+    ck_assert_uint_eq(row->outcome[OUT_NO_RULE], 1);
+    /* The clock going back does not overwrite a newer row. */
+    stats_record(st, t, OUT_ALLOWED, 10);
+    ck_assert_ptr_null(stats_second_at(st, t));
+    free(st);
+}
+END_TEST
+
+START_TEST(test_pairs)
+{
+    struct rl_stats *st = stats_new();
+    const char *id = "00000000-0000-0000-0000-000000000001";
+    int64_t t = 1800000000;
+    int i, found = 0;
+
+    ck_assert_int_eq(stats_pair_count(st, id, "acme", 7, 0, 0, t), 0);
+    ck_assert_int_eq(stats_pair_count(st, id, "acme", 7, 1, 0, t), 0);
+    ck_assert_int_eq(stats_pair_count(st, id, "acme", 7, 1, 0, t + 30), 0);
+    ck_assert_int_eq(stats_pair_count(st, id, "acme", 8, 1, 3, t), 0);
+    for (i = 0; i < STATS_PAIRS; i++) {
+        const struct stats_pair *p = &st->pairs[i];
+
+        if (!p->ready || p->rule != 7)
+            continue;
+        found++;
+        ck_assert_str_eq(p->tenant, "acme");
+        ck_assert_str_eq(p->tenant_id, id);
+        ck_assert_uint_eq(p->allowed, 1);
+        ck_assert_uint_eq(p->denied, 2);
+        ck_assert_uint_eq(stats_pair_recent(p, t + 30), 2);
+        /* The first denial has left the minute. */
+        ck_assert_uint_eq(stats_pair_recent(p, t + 60), 1);
+        ck_assert_uint_eq(stats_pair_recent(p, t + 200), 0);
+    }
+    ck_assert_int_eq(found, 1);
+    free(st);
+}
+END_TEST
+
+START_TEST(test_pairs_full)
+{
+    struct rl_stats *st = stats_new();
+    char id[RL_UUID_LEN + 1];
+    int i, refused = 0;
+
+    for (i = 0; i < STATS_PAIRS + 100; i++) {
+        snprintf(id, sizeof(id), "%036d", i);
+        refused += stats_pair_count(st, id, "t", 1, 0, 0, 1) == -1;
+    }
+    ck_assert_int_ge(refused, 100);
+    ck_assert_uint_eq(st->pairs_full, (uint64_t)refused);
+    free(st);
+}
+END_TEST
+
+START_TEST(test_deny_log_bound)
+{
+    struct rl_stats *st = stats_new();
+    unsigned long suppressed, total = 0;
+    int i, logged = 0;
+
+    for (i = 0; i < 25; i++) {
+        logged += stats_deny_log(st, 100, 10, &suppressed);
+        total += suppressed;
+    }
+    ck_assert_int_eq(logged, 10);
+    ck_assert_uint_eq(total, 0);
+    /* The next second: allowed again, and told what was held back. */
+    ck_assert_int_eq(stats_deny_log(st, 101, 10, &suppressed), 1);
+    ck_assert_uint_eq(suppressed, 15);
+    ck_assert_int_eq(stats_deny_log(st, 101, 10, &suppressed), 1);
+    ck_assert_uint_eq(suppressed, 0);
+    /* 0: never. */
+    ck_assert_int_eq(stats_deny_log(st, 102, 0, &suppressed), 0);
+    free(st);
+}
+END_TEST
+
+Suite *
+stats_suite(void)
+{
+    Suite *s = suite_create("stats");
+    TCase *tc = tcase_create("stats");
+
+    tcase_add_test(tc, test_status_index);
+    tcase_add_test(tc, test_hist_buckets);
+    tcase_add_test(tc, test_quantile);
+    tcase_add_test(tc, test_history_ring);
+    tcase_add_test(tc, test_pairs);
+    tcase_add_test(tc, test_pairs_full);
+    tcase_add_test(tc, test_deny_log_bound);
+    suite_add_tcase(s, tc);
+    return s;
+}
