@@ -12,7 +12,7 @@ set -eu
 PACKAGES="build-essential pkg-config libfcgi-dev libhiredis-dev libpq-dev
 libjson-c-dev libssl-dev check libsubunit-dev redis-server postgresql
 lighttpd curl wrk procps nginx-light apache2 libapache2-mod-fcgid spawn-fcgi
-python3 clang shellcheck cppcheck mandoc nodejs npm"
+python3 clang shellcheck cppcheck mandoc nodejs npm prometheus"
 
 # Packages that start a system-wide service when installed: the package,
 # its service and the pid files the Debian package uses, as "pkg:svc:glob".
@@ -20,7 +20,8 @@ SERVICES="redis-server:redis-server:/run/redis/redis-server.pid
 lighttpd:lighttpd:/run/lighttpd.pid
 nginx-light:nginx:/run/nginx.pid
 apache2:apache2:/run/apache2/apache2.pid
-postgresql:postgresql:/run/postgresql/*.pid"
+postgresql:postgresql:/run/postgresql/*.pid
+prometheus:prometheus:/run/prometheus/*.pid"
 
 # One dpkg-query call for all packages; unknown ones are simply not listed.
 # shellcheck disable=SC2086
