@@ -51,8 +51,10 @@ $(BUILD)/check.lua: $(LUA) | $(BUILD)
 $(BUILD)/check_test.lua: $(LUA_TEST) | $(BUILD)
 	cat $(LUA_TEST) > $@.tmp && mv $@.tmp $@
 
-$(BUILD)/embedded.c: $(BUILD)/check.lua $(MIGRATIONS) scripts/embed.sh | $(BUILD)
-	sh scripts/embed.sh $(BUILD)/check.lua "$(MIGRATIONS)" > $@.tmp && mv $@.tmp $@
+$(BUILD)/embedded.c: $(BUILD)/check.lua $(MIGRATIONS) www/dashboard.html \
+		scripts/embed.sh | $(BUILD)
+	sh scripts/embed.sh $(BUILD)/check.lua "$(MIGRATIONS)" \
+		www/dashboard.html > $@.tmp && mv $@.tmp $@
 
 $(BUILD)/%.o: src/%.c $(HEADERS) | $(BUILD)
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<

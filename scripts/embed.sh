@@ -1,9 +1,10 @@
 #!/bin/sh
 # Writes a C file that embeds the Redis script (one file, the Makefile's
-# $(BUILD)/check.lua: lua/*.lua concatenated with the production clock) and
-# the numbered SQL migrations. The script's text is embedded byte for byte
-# (every line ends in a newline), so its SHA1 is that of the file.
-# Usage: embed.sh script.lua "migration files" > embedded.c
+# $(BUILD)/check.lua: lua/*.lua concatenated with the production clock),
+# the numbered SQL migrations and the page GET /dashboard serves
+# (www/dashboard.html). The script's text is embedded byte for byte (every
+# line ends in a newline), so its SHA1 is that of the file; so is the page.
+# Usage: embed.sh script.lua "migration files" dashboard.html > embedded.c
 set -eu
 
 cstring() {
@@ -36,3 +37,7 @@ for f in $2; do
 done
 echo '    { 0, NULL, NULL }'
 echo '};'
+echo
+echo 'const char embedded_dashboard_html[] ='
+cstring "$3"
+echo '    ;'

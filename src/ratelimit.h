@@ -1037,6 +1037,7 @@ int validate_per(const char *what, const char *s, char *err, size_t errlen);
  * algorithms, lua/clock.lua, lua/check.lua): the one script every check
  * runs. */
 extern const char embedded_check_lua[];
+extern const char embedded_dashboard_html[];
 
 struct embedded_migration {
     int version;                /* from the file name: 001_init.sql -> 1 */
