@@ -10,7 +10,9 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <grp.h>
 #include <limits.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -47,6 +49,18 @@ static const struct config_key config_keys[] = {
       "", NULL, "group of a Unix listen socket (empty = ours)" },
     { "listen_backlog", CT_LONG, OFF(listen_backlog), 0, 1, 65535, "1024",
       NULL, "listen(2) backlog of a socket we bind" },
+    { "user", CT_STRING, OFF(user), SZ(user), 0, 0, "", NULL,
+      "started as root: the user the master and the workers run as, once "
+      "the socket is bound and the pid and log files are opened; empty = "
+      "stay who started us" },
+    { "group", CT_STRING, OFF(group), SZ(group), 0, 0, "", NULL,
+      "the group to run as (empty = the primary group of user)" },
+    { "allow_root", CT_ENUM, OFF(allow_root), SZ(allow_root), 0, 0, "off",
+      "off|on", "off: started as root without user, refuse to start; on: "
+      "let the workers run as root" },
+    { "pid_file", CT_STRING, OFF(pid_file), SZ(pid_file), 0, 0, "", NULL,
+      "absolute path where the master writes its pid (removed at exit; a "
+      "start is refused while it names a running master); empty = none" },
     { "workers", CT_LONG, OFF(workers), 0, 0, 256, "4", NULL,
       "worker processes; 0 = serve in one process without forking "
       "(Apache mod_fcgid)" },
@@ -506,6 +520,56 @@ config_check_top(struct rl_config *cfg, const char *v, char *err,
     return -1;
 }
 
+/* The directory part of an absolute path must exist: "what" names the
+ * key.  Returns 0 or -1 with a message. */
+static int
+config_check_dir_of(const char *what, const char *path, char *err,
+    size_t errlen)
+{
+    char dir[256];
+    const char *slash = strrchr(path, '/');
+
+    if (path[0] != '/' || slash == NULL) {
+        errf(err, errlen, "%s: \"%s\" is not an absolute path", what, path);
+        return -1;
+    }
+    if (slash[1] == '\0') {
+        errf(err, errlen, "%s: \"%s\" names a directory, not a file", what,
+            path);
+        return -1;
+    }
+    snprintf(dir, sizeof(dir), "%.*s", slash == path ? 1 :
+        (int)(slash - path), path);
+    if (!util_is_dir(dir)) {
+        errf(err, errlen, "%s: directory %s does not exist", what, dir);
+        return -1;
+    }
+    return 0;
+}
+
+/* One process key: a user and a group must exist, and so must the
+ * directory of pid_file and of a Unix listen socket. */
+static int
+config_check_process_key(const char *key, const char *v, char *err,
+    size_t errlen)
+{
+    if (v[0] == '\0')
+        return 0;
+    if (strcmp(key, "user") == 0 && getpwnam(v) == NULL) {
+        errf(err, errlen, "user: no user \"%s\" on this system", v);
+        return -1;
+    }
+    if (strcmp(key, "group") == 0 && getgrnam(v) == NULL) {
+        errf(err, errlen, "group: no group \"%s\" on this system", v);
+        return -1;
+    }
+    if (strcmp(key, "pid_file") == 0)
+        return config_check_dir_of(key, v, err, errlen);
+    if (strcmp(key, "listen") == 0 && strncmp(v, "unix:", 5) == 0)
+        return config_check_dir_of(key, v + 5, err, errlen);
+    return 0;
+}
+
 /* Applies one key to cfg and runs its cross checks. */
 static int
 config_set_one(struct rl_config *cfg, const struct config_key *k,
@@ -659,6 +723,25 @@ config_check_redis(const struct rl_config *cfg, const unsigned *seen,
             config_line(seen, "redis_sentinel_username"));
 }
 
+int
+config_check_process(const struct rl_config *cfg, char *err, size_t errlen)
+{
+    const char *const keys[] = { "listen", "user", "group", "pid_file" };
+    const char *const vals[] = { cfg->listen, cfg->user, cfg->group,
+        cfg->pid_file };
+    const unsigned lines[] = { cfg->line_listen, cfg->line_user,
+        cfg->line_group, cfg->line_pid_file };
+    char msg[512];
+    int i, nerr = err[0] != '\0', before = nerr;
+
+    for (i = 0; i < 4; i++)
+        if (config_check_process_key(keys[i], vals[i], msg, sizeof(msg)) ==
+            -1)
+            config_error(err, errlen, &nerr, "%s:%u: %s", cfg->loaded_from,
+                lines[i], msg);
+    return nerr > before ? -1 : 0;
+}
+
 static char *
 trim(char *s)
 {
@@ -738,6 +821,11 @@ config_load(struct rl_config *cfg, const char *path, char *err, size_t errlen)
     if (ferror(fp))
         config_error(err, errlen, &nerr, "%s: %s", path, strerror(errno));
     fclose(fp);
+    cfg->line_listen = config_line(seen, "listen");
+    cfg->line_user = config_line(seen, "user");
+    cfg->line_group = config_line(seen, "group");
+    cfg->line_pid_file = config_line(seen, "pid_file");
+    util_copy(cfg->loaded_from, sizeof(cfg->loaded_from), path);
     if (nerr == 0)
         config_check_redis(cfg, seen, path, err, errlen, &nerr);
     if (nerr > 0)

@@ -4,10 +4,15 @@
  * Read as a checklist: parse flags, load and (with -t) test the
  * configuration, open or inherit the listening socket, start the pool.
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <grp.h>
+#include <pwd.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "service.h"
@@ -30,6 +35,243 @@ usage(FILE *fp)
 "The configuration keys, signals and files: man ratelimit-fcgi\n");
 }
 
+/* Who the pool will run as: the uid and gid of "user" and "group", or -1
+ * to keep them. */
+struct main_identity {
+    uid_t uid;
+    gid_t gid;
+};
+
+/*
+ * Decides, before anything is opened, who the pool runs as, and whether
+ * that is allowed: started as root, "user" names the account to switch to
+ * and without it we refuse (unless allow_root = on); started as anyone
+ * else, "user" and "group" can only name who we already are.  Returns 0,
+ * 1 (a warning in err: root is allowed), or -1 with the reason in err.
+ */
+static int
+main_identity(const struct rl_config *cfg, struct main_identity *id,
+    char *err, size_t errlen)
+{
+    struct passwd *pw = NULL;
+    struct group *gr;
+    int allow = strcmp(cfg->allow_root, "on") == 0;
+
+    id->uid = (uid_t)-1;
+    id->gid = (gid_t)-1;
+    if (cfg->user[0] != '\0') {
+        if ((pw = getpwnam(cfg->user)) == NULL) {
+            snprintf(err, errlen, "user: no user \"%s\"", cfg->user);
+            return -1;
+        }
+        id->uid = pw->pw_uid;
+        id->gid = pw->pw_gid;
+    }
+    if (cfg->group[0] != '\0') {
+        if ((gr = getgrnam(cfg->group)) == NULL) {
+            snprintf(err, errlen, "group: no group \"%s\"", cfg->group);
+            return -1;
+        }
+        id->gid = gr->gr_gid;
+    }
+    if (geteuid() != 0) {
+        if ((id->uid != (uid_t)-1 && id->uid != geteuid()) ||
+            (id->gid != (gid_t)-1 && id->gid != getegid())) {
+            snprintf(err, errlen, "user = %s, group = %s: only a master "
+                "started as root can switch to them (running as uid %ld, "
+                "gid %ld)", cfg->user[0] ? cfg->user : "(empty)",
+                cfg->group[0] ? cfg->group : "(empty)", (long)geteuid(),
+                (long)getegid());
+            return -1;
+        }
+        id->uid = (uid_t)-1;    /* already there: nothing to switch */
+        id->gid = (gid_t)-1;
+        return 0;
+    }
+    if (id->uid == (uid_t)-1 || id->uid == 0) {
+        if (!allow) {
+            snprintf(err, errlen, "started as root%s: the workers would "
+                "serve requests as root; set \"user\" to the account they "
+                "should run as (user = ratelimit), or allow_root = on",
+                id->uid == 0 ? " with user = root" : " without \"user\"");
+            return -1;
+        }
+        snprintf(err, errlen, "the workers run as root (allow_root = on)");
+        return 1;
+    }
+    return 0;
+}
+
+/*
+ * Switches to id for good: supplementary groups, gid, then uid, and makes
+ * sure root cannot be regained.  Returns 0 or -1 with the reason in err.
+ */
+static int
+main_drop_privileges(const struct rl_config *cfg,
+    const struct main_identity *id, char *err, size_t errlen)
+{
+    if (id->gid != (gid_t)-1) {
+        if ((id->uid != (uid_t)-1 ?
+            initgroups(cfg->user, id->gid) : setgroups(1, &id->gid)) == -1 ||
+            setgid(id->gid) == -1) {
+            snprintf(err, errlen, "cannot switch to group %ld: %s",
+                (long)id->gid, strerror(errno));
+            return -1;
+        }
+    }
+    if (id->uid != (uid_t)-1) {
+        if (setuid(id->uid) == -1) {
+            snprintf(err, errlen, "cannot switch to user %s: %s", cfg->user,
+                strerror(errno));
+            return -1;
+        }
+        if (id->uid != 0 && (setuid(0) != -1 || seteuid(0) != -1 ||
+            geteuid() == 0 || getuid() == 0)) {
+            snprintf(err, errlen, "switched to user %s, but root can be "
+                "regained: refusing to run", cfg->user);
+            return -1;
+        }
+    }
+    if (id->gid != (gid_t)-1 && id->gid != 0 &&
+        (setgid(0) != -1 || getegid() == 0)) {
+        snprintf(err, errlen, "switched to group %ld, but gid 0 can be "
+            "regained: refusing to run", (long)id->gid);
+        return -1;
+    }
+    return 0;
+}
+
+/* The pid a pid file names, or 0 when it names none. */
+static pid_t
+main_pid_read(const char *path)
+{
+    char buf[32];
+    ssize_t n;
+    int fd;
+
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) == -1)
+        return 0;
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    return (pid_t)atol(buf);
+}
+
+/* Whether pid is a running ratelimit-fcgi (a pid reused by another
+ * program since a crash does not count). */
+static int
+main_pid_running(pid_t pid)
+{
+    char path[64], comm[32];
+    ssize_t n;
+    int fd;
+
+    if (pid <= 0 || pid == getpid() || (kill(pid, 0) == -1 &&
+        errno == ESRCH))
+        return 0;
+    snprintf(path, sizeof(path), "/proc/%ld/comm", (long)pid);
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) == -1)
+        return 1;
+    n = read(fd, comm, sizeof(comm) - 1);
+    close(fd);
+    if (n <= 0)
+        return 1;
+    comm[n] = '\0';
+    comm[strcspn(comm, "\n")] = '\0';
+    return strcmp(comm, "ratelimit-fcgi") == 0;
+}
+
+/*
+ * Writes our pid to cfg->pid_file, owned by id (so that the master can
+ * still remove or rewrite it after dropping privileges).  A file naming a
+ * running master refuses the start; one left by a crash is replaced.  With
+ * id NULL it only checks.  Returns 0 or -1 with the reason in err.
+ */
+static int
+main_pid_write(const struct rl_config *cfg, const struct main_identity *id,
+    char *err, size_t errlen)
+{
+    char buf[32];
+    pid_t old;
+    int fd, n;
+
+    if (cfg->pid_file[0] == '\0')
+        return 0;
+    old = main_pid_read(cfg->pid_file);
+    if (main_pid_running(old)) {
+        snprintf(err, errlen, "pid_file: %s names process %ld, a running "
+            "ratelimit-fcgi: stop it first (or remove the file if it is "
+            "not ours)", cfg->pid_file, (long)old);
+        return -1;
+    }
+    if (id == NULL)
+        return 0;
+    if (old > 0)
+        log_info("pid_file: %s named process %ld, which is gone; replacing "
+            "it", cfg->pid_file, (long)old);
+    fd = open(cfg->pid_file, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW,
+        0644);
+    if (fd == -1) {
+        snprintf(err, errlen, "pid_file: %s: %s", cfg->pid_file,
+            strerror(errno));
+        return -1;
+    }
+    n = snprintf(buf, sizeof(buf), "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) == -1 || write(fd, buf, (size_t)n) != n ||
+        ((id->uid != (uid_t)-1 || id->gid != (gid_t)-1) &&
+        fchown(fd, id->uid, id->gid) == -1)) {
+        snprintf(err, errlen, "pid_file: %s: %s", cfg->pid_file,
+            strerror(errno));
+        close(fd);
+        return -1;
+    }
+    close(fd);
+    return 0;
+}
+
+/* Removes the pid file at exit, if it is still ours; when its directory
+ * does not let us (we are no longer root), empties it instead. */
+static void
+main_pid_remove(const struct rl_config *cfg)
+{
+    int fd;
+
+    if (cfg->pid_file[0] == '\0' || main_pid_read(cfg->pid_file) !=
+        getpid())
+        return;
+    if (unlink(cfg->pid_file) == 0)
+        return;
+    if ((fd = open(cfg->pid_file, O_WRONLY | O_TRUNC | O_CLOEXEC |
+        O_NOFOLLOW)) != -1)
+        close(fd);
+}
+
+/* Log files are created as root, then handed to the user we switch to,
+ * so that the workers and a SIGUSR1 can open them again by name. */
+static void
+main_chown_logs(const struct rl_config *cfg, const struct main_identity *id)
+{
+    const char *const files[] = { cfg->log_target, cfg->access_log };
+    size_t i;
+    int fd;
+
+    if (id->uid == (uid_t)-1 && id->gid == (gid_t)-1)
+        return;
+    for (i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        if (files[i][0] != '/')
+            continue;
+        fd = open(files[i], O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC |
+            O_NOFOLLOW, 0640);
+        if (fd == -1 || fchown(fd, id->uid, id->gid) == -1)
+            log_warn("%s: cannot hand it to user %s: %s", files[i],
+                cfg->user[0] ? cfg->user : cfg->group, strerror(errno));
+        if (fd != -1)
+            close(fd);
+    }
+}
+
 int
 main(int argc, char **argv)
 {
@@ -42,6 +284,7 @@ main(int argc, char **argv)
         { NULL, 0, NULL, 0 },
     };
     static struct rl_config cfg;
+    struct main_identity id;
     const char *path = DEFAULT_CONFIG;
     const char *inherited;
     char err[4096], *line;
@@ -76,7 +319,9 @@ main(int argc, char **argv)
     }
 
     config_defaults(&cfg);
-    if (config_load(&cfg, path, err, sizeof(err)) == -1) {
+    /* Every error of the file, the service's own checks included. */
+    rc = config_load(&cfg, path, err, sizeof(err));
+    if (config_check_process(&cfg, err, sizeof(err)) == -1 || rc == -1) {
         /* One line per error of the file. */
         for (line = strtok(err, "\n"); line != NULL;
             line = strtok(NULL, "\n"))
@@ -86,7 +331,19 @@ main(int argc, char **argv)
                 "failed\n", path);
         return 1;
     }
+    rc = main_identity(&cfg, &id, err, sizeof(err));
     if (test) {
+        /* Who starts the pool decides this; the file can be right for a
+         * systemd unit with User= and still be tested by root. */
+        if (rc == -1 && geteuid() == 0 && strncmp(err, "started as root",
+            15) == 0)
+            fprintf(stderr, "ratelimit-fcgi: warning: %s: %s\n", path, err);
+        else if (rc == -1) {
+            fprintf(stderr, "ratelimit-fcgi: %s: %s\n"
+                "ratelimit-fcgi: configuration file %s test failed\n", path,
+                err, path);
+            return 1;
+        }
         if (test == 2)
             config_dump(&cfg, stdout);
         fprintf(stderr, "ratelimit-fcgi: configuration file %s test is "
@@ -94,8 +351,19 @@ main(int argc, char **argv)
         return 0;
     }
 
+    if (rc == -1) {
+        fprintf(stderr, "ratelimit-fcgi: %s: %s\n", path, err);
+        return 1;
+    }
     log_init("ratelimit-fcgi", cfg.log_target, cfg.log_level);
+    if (rc == 1)
+        log_warn("%s", err);
     master_set_argv(argv);
+    /* A running master named by pid_file: refused before the socket. */
+    if (main_pid_write(&cfg, NULL, err, sizeof(err)) == -1) {
+        log_error("%s", err);
+        return 1;
+    }
     /* A worker whose master died starts us with the socket still open. */
     if ((inherited = getenv("RATELIMIT_FCGI_LISTEN_FD")) != NULL) {
         fd = atoi(inherited);
@@ -110,10 +378,27 @@ main(int argc, char **argv)
         log_error("%s", err);
         return 1;
     }
-    log_info("ratelimit-fcgi %s: listening on %s, %ld workers, redis %s",
-        RL_VERSION, cfg.listen[0] ? cfg.listen : "fd 0", cfg.workers,
-        cfg.redis);
+    /* What must be opened as root is open: the socket, the pid file, the
+     * log; then we become the user, before any worker exists. */
+    if (main_pid_write(&cfg, &id, err, sizeof(err)) == -1) {
+        log_error("%s", err);
+        if (fd != 0)
+            listen_cleanup(&cfg);
+        return 1;
+    }
+    main_chown_logs(&cfg, &id);
+    if (main_drop_privileges(&cfg, &id, err, sizeof(err)) == -1) {
+        log_error("%s", err);
+        main_pid_remove(&cfg);
+        if (fd != 0)
+            listen_cleanup(&cfg);
+        return 1;
+    }
+    log_info("ratelimit-fcgi %s: listening on %s, %ld workers, redis %s, "
+        "as uid %ld gid %ld", RL_VERSION, cfg.listen[0] ? cfg.listen :
+        "fd 0", cfg.workers, cfg.redis, (long)getuid(), (long)getgid());
     rc = master_run(&cfg, fd);
+    main_pid_remove(&cfg);
     if (fd != 0)
         listen_cleanup(&cfg);
     return rc;

@@ -12,8 +12,7 @@
  *   SIGQUIT          hand; after a grace period the rest are killed
  *   SIGHUP, SIGUSR2  re-read the configuration; on success, replace the
  *                    workers one by one as they finish (gracefully)
- *   SIGUSR1          reopen the logs (logrotate's signal; the log is
- *                    stderr or syslog, so only syslog is reopened)
+ *   SIGUSR1          reopen the logs (logrotate's signal)
  *   others           the catchable signals whose default would end the
  *                    master silently (SIGALRM, SIGIO, ...) are logged and
  *                    ignored
@@ -301,6 +300,17 @@ master_reload(struct master *m)
         log_warn("SIGHUP: \"listen\" cannot change without a restart; "
             "keeping %s", m->cfg->listen[0] ? m->cfg->listen : "fd 0");
     memcpy(fresh.listen, m->cfg->listen, sizeof(fresh.listen));
+    /* Privileges were dropped at start, and the pid file is written. */
+    if (strcmp(fresh.user, m->cfg->user) != 0 ||
+        strcmp(fresh.group, m->cfg->group) != 0 ||
+        strcmp(fresh.allow_root, m->cfg->allow_root) != 0 ||
+        strcmp(fresh.pid_file, m->cfg->pid_file) != 0)
+        log_warn("SIGHUP: user, group, allow_root and pid_file cannot "
+            "change without a restart; keeping them");
+    memcpy(fresh.user, m->cfg->user, sizeof(fresh.user));
+    memcpy(fresh.group, m->cfg->group, sizeof(fresh.group));
+    memcpy(fresh.allow_root, m->cfg->allow_root, sizeof(fresh.allow_root));
+    memcpy(fresh.pid_file, m->cfg->pid_file, sizeof(fresh.pid_file));
     if (fresh.workers == 0) {
         log_warn("SIGHUP: workers = 0 needs a restart; keeping %ld",
             m->cfg->workers);

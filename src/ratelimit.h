@@ -45,6 +45,12 @@ struct rl_config {
     char listen_owner[64];
     char listen_group[64];
     long listen_backlog;
+    char user[64];              /* run as this user after binding; "" = as is */
+    char group[64];             /* "" = the user's primary group */
+    char allow_root[4];         /* "off" or "on": workers may run as root */
+    char pid_file[256];         /* the master's pid; "" = none */
+    char loaded_from[512];      /* the file last read, valid or not */
+    unsigned line_listen, line_user, line_group, line_pid_file; /* 0: unset */
     long workers;               /* 0 = serve in the master's process */
     long max_requests;          /* 0 = never recycle */
     long request_timeout;       /* seconds; 0 = off */
@@ -116,6 +122,14 @@ int config_load(struct rl_config *cfg, const char *path, char *err,
  * (without file:line) in err. */
 int config_set(struct rl_config *cfg, const char *key, const char *value,
     char *err, size_t errlen);
+
+/* What only the service checks, for its start and -t (ratelimitctl reads
+ * the same file on hosts where these need not hold): user and group
+ * exist, the directories of pid_file and of a Unix listen socket exist.
+ * Returns 0, or -1 with one "FILE:LINE: ..." line per error appended to
+ * err (after a newline when err is not empty). */
+int config_check_process(const struct rl_config *cfg, char *err,
+    size_t errlen);
 
 /* Writes every key with its current value, as a loadable file. */
 void config_dump(const struct rl_config *cfg, FILE *fp);
