@@ -213,6 +213,8 @@ static const struct ctl_command ctl_commands[] = {
     { "counter", "reset", "TENANT ROUTE [--subject S] [--key KEY_ID | "
       "--address IP]", { "TENANT", "ROUTE", NULL }, ctl_counter_options,
       ctl_counter_reset },
+    { "usage", NULL, "TENANT [--json]", { "TENANT", NULL }, ctl_json_options,
+      ctl_usage_run },
 };
 
 #define CTL_NCOMMANDS (sizeof(ctl_commands) / sizeof(ctl_commands[0]))
@@ -304,8 +306,11 @@ ctl_noun_help(const char *noun)
         }
     if (n == 0)
         return 0;
-    printf("'" CTL_NAME " %s COMMAND --help' shows one of them; "
-        "man ratelimitctl describes every option.\n", noun);
+    if (n > 1)
+        printf("'" CTL_NAME " %s COMMAND --help' shows one of them; "
+            "man ratelimitctl describes every option.\n", noun);
+    else
+        printf("man ratelimitctl describes every option.\n");
     return 1;
 }
 

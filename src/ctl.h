@@ -284,6 +284,9 @@ int ctl_counter_show(struct ctl *ctl, const struct ctl_command *cmd,
     const struct ctl_args *a);
 int ctl_counter_reset(struct ctl *ctl, const struct ctl_command *cmd,
     const struct ctl_args *a);
+/* ctl_usage.c */
+int ctl_usage_run(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a);
 
 int ctl_rule_add(struct ctl *ctl, const struct ctl_command *cmd,
     const struct ctl_args *a);
