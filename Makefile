@@ -201,7 +201,8 @@ install: all
 		$(DESTDIR)$(PREFIX)/share/man/man8 \
 		$(DESTDIR)$(PREFIX)/lib/ratelimit-fcgi \
 		$(DESTDIR)$(PREFIX)/share/bash-completion/completions \
-		$(DESTDIR)$(SYSCONFDIR)/ratelimit-fcgi $(DESTDIR)$(SYSTEMDDIR)
+		$(DESTDIR)$(SYSCONFDIR)/ratelimit-fcgi $(DESTDIR)$(SYSTEMDDIR) \
+		$(DESTDIR)$(SYSCONFDIR)/logrotate.d
 	install -m 755 $(BUILD)/ratelimit-fcgi $(BUILD)/ratelimitctl $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 conf/ratelimit.conf $(DESTDIR)$(PREFIX)/share/ratelimit-fcgi/
 	install -m 644 src/ratelimit-fcgi.8 src/ratelimitctl.8 \
@@ -224,6 +225,10 @@ install: all
 	chmod 755 $(DESTDIR)$(PREFIX)/lib/ratelimit-fcgi/fcgid-wrapper
 	install -m 644 conf/ratelimitctl.bash-completion \
 		$(DESTDIR)$(PREFIX)/share/bash-completion/completions/ratelimitctl
+	install -m 644 conf/ratelimit-fcgi.logrotate \
+		$(DESTDIR)$(SYSCONFDIR)/logrotate.d/ratelimit-fcgi
+	install -m 644 conf/lighttpd-authorizer.conf \
+		$(DESTDIR)$(PREFIX)/share/ratelimit-fcgi/05-ratelimit-fcgi.conf
 
 clean:
 	rm -rf build build-asan
