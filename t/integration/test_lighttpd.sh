@@ -387,6 +387,68 @@ if lt_start noanon "$P_NOANON"; then
         eq "$(json_field message)" "missing API key"
 fi
 
+# Debian's layout: lighttpd.conf loads a few modules and then includes
+# conf-enabled/*.conf in name order; `lighty-enable-mod proxy` links
+# 10-proxy.conf (which only loads mod_proxy) there.  The authorizer file,
+# enabled as the README says (05-ratelimit-fcgi.conf), sorts before it, so
+# mod_fastcgi comes first and the authorizer is asked; under the old name
+# (50-) mod_proxy would take /app/ first, unlimited.
+P_DEB=$((PORT + 8))
+DEB=$D/deb
+mkdir -p "$DEB/conf-available" "$DEB/conf-enabled"
+if [ -f /etc/lighttpd/conf-available/10-proxy.conf ]; then
+    cp /etc/lighttpd/conf-available/10-proxy.conf "$DEB/conf-available/"
+else
+    echo 'server.modules += ( "mod_proxy" )' \
+        >"$DEB/conf-available/10-proxy.conf"
+fi
+sed -e "s#$RL_SOCK#$D/noanon.sock#g" "$D/auth-fragment.conf" \
+    >"$DEB/conf-available/05-ratelimit-fcgi.conf"
+cat >"$DEB/lighttpd.conf" <<EOF
+server.modules = ( "mod_indexfile", "mod_access", "mod_alias", "mod_redirect" )
+server.port = $P_DEB
+server.bind = "127.0.0.1"
+server.document-root = "$D/htdocs"
+server.errorlog = "$DEB/error.log"
+server.pid-file = "$DEB/lighttpd.pid"
+include "$DEB/conf-enabled/*.conf"
+EOF
+deb_tenant=$(uniq_name debian)
+new_tenant "$deb_tenant"
+deb_key=$(new_key "$deb_tenant")
+new_sw_rule "$deb_tenant" '/app/*' 2 60
+for m in 10-proxy 05-ratelimit-fcgi; do
+    ln -s "../conf-available/$m.conf" "$DEB/conf-enabled/$m.conf"
+done
+order=$(/usr/sbin/lighttpd -p -f "$DEB/lighttpd.conf" 2>/dev/null |
+    sed -n '/server.modules/,/)/p' | grep -o '"mod_[a-z]*"' | tr -d '"' |
+    grep 'mod_fastcgi\|mod_proxy' | head -n 2 | tr '\n' ' ')
+check "Debian layout: with 05-ratelimit-fcgi.conf and 10-proxy.conf, mod_fastcgi loads before mod_proxy ($order)" \
+    eq "$order" "mod_fastcgi mod_proxy "
+DU=http://127.0.0.1:$P_DEB/app/env.sh
+if lighttpd_start "$DEB/lighttpd.conf" "$DEB/error.log" "$P_DEB"; then
+    fetch "$DU"
+    check "Debian layout: /app/ without a key gets 401 ($STATUS)" eq "$STATUS" 401
+    fetch "$DU" -H "X-API-Key: rl_bogus_$(uniq_name k)"
+    check "Debian layout: /app/ with a bogus key gets 401 ($STATUS)" \
+        eq "$STATUS" 401
+    n_times 3 "$DU" -H "X-API-Key: $deb_key"
+    check "Debian layout: a good key gets 200, 200, then 429 (limit 2: $ALL)" \
+        eq "$ALL" " 200 200 429"
+    stop_process "$LT_PID" TERM
+else
+    fail "Debian layout: lighttpd starts"
+fi
+# The same file under the name that sorts after 10-proxy.conf.
+mv "$DEB/conf-enabled/05-ratelimit-fcgi.conf" \
+    "$DEB/conf-enabled/50-ratelimit-fcgi.conf"
+if lighttpd_start "$DEB/lighttpd.conf" "$DEB/error.log" "$P_DEB"; then
+    fetch "$DU"
+    check "Debian layout, enabled as 50-ratelimit-fcgi.conf: bypassed, as the README warns ($STATUS without a key)" \
+        eq "$STATUS" 200
+    stop_process "$LT_PID" TERM
+fi
+
 # Redis down: 503 with Retry-After, then back to 200 once Redis is.
 stack stop-redis >/dev/null 2>&1
 fetch "$A/downloads/file.txt" -H "X-API-Key: $KEY_A3"
