@@ -22,8 +22,8 @@
 # `workers` processes on the socket, and spawn-fcgi's copies would each
 # start a pool of their own.
 #
-# Signals go to the application: SIGTERM stops it gracefully, SIGHUP
-# re-reads ratelimit.conf.
+# Signals go to the application: SIGQUIT stops it gracefully (requests in
+# hand complete), SIGTERM fast, SIGHUP re-reads ratelimit.conf.
 #
 # Every setting can be given in the environment.  Run as a user other than
 # root, set RL_USER and RL_SOCKET_GROUP empty: spawn-fcgi can change

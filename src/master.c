@@ -8,8 +8,11 @@
  *                    workers keep dying right after start waits 10 ms,
  *                    doubling up to 1 s, so a crash loop cannot spin, while
  *                    the other slots keep serving)
- *   SIGTERM, SIGINT, graceful stop: every worker finishes the request in
- *   SIGQUIT          hand; after a grace period the rest are killed
+ *   SIGTERM, SIGINT  fast stop: the workers end at once (SIGTERM, whose
+ *                    default action they keep), requests in hand are cut
+ *   SIGQUIT          graceful stop: every worker finishes the request in
+ *                    hand (it is sent SIGQUIT); after a grace period the
+ *                    rest are killed
  *   SIGHUP, SIGUSR2  re-read the configuration; on success, replace the
  *                    workers one by one as they finish (gracefully)
  *   SIGUSR1          reopen the logs (logrotate's signal)
@@ -51,6 +54,7 @@
 #include "service.h"
 
 #define MASTER_GRACE_MS 10000       /* graceful stop, then SIGKILL */
+#define MASTER_FAST_MS 1000         /* fast stop, then SIGKILL */
 #define MASTER_FAST_EXIT_MS 1000    /* a worker dying this soon is failing */
 #define MASTER_BACKOFF_MIN_MS 10    /* first respawn delay of a failing slot */
 #define MASTER_BACKOFF_MAX_MS 1000
@@ -341,7 +345,7 @@ master_reload(struct master *m)
     log_info("SIGHUP: configuration reloaded; replacing workers");
     /* Workers finish their request and exit; the loop respawns them with
      * the new configuration, which they inherit through fork. */
-    master_signal_all(m, SIGTERM);
+    master_signal_all(m, SIGQUIT);
 }
 
 /* The process a master made by a takeover watches (see master_takeover),
@@ -409,8 +413,8 @@ master_run(struct rl_config *cfg, int listen_fd)
             if (master_alive(&m) == 0)
                 break;
             if (util_now_ms() >= deadline) {
-                log_warn("workers still busy after %d ms; killing them",
-                    MASTER_GRACE_MS);
+                log_warn("workers still busy at the stop's deadline; "
+                    "killing them");
                 master_signal_all(&m, SIGKILL);
                 deadline = util_now_ms() + MASTER_GRACE_MS;
             }
@@ -423,7 +427,7 @@ master_run(struct rl_config *cfg, int listen_fd)
             /* Slots above a lowered worker count (after SIGHUP) drain. */
             for (i = (int)cfg->workers; i < RL_MAX_WORKERS; i++)
                 if (m.board->slots[i].pid != 0)
-                    kill(m.board->slots[i].pid, SIGTERM);
+                    kill(m.board->slots[i].pid, SIGQUIT);
         }
         master_enforce_timeout(&m);
         scoreboard_sample(m.board, m.listen_fd, util_now_ms());
@@ -435,19 +439,27 @@ master_run(struct rl_config *cfg, int listen_fd)
                 "stopping gracefully", (long)m.watch);
             stopping = 1;
             deadline = util_now_ms() + MASTER_GRACE_MS;
-            master_signal_all(&m, SIGTERM);
+            master_signal_all(&m, SIGQUIT);
         }
 
         wait = master_wait_ms(&m);
         tick.tv_sec = wait / 1000;
         tick.tv_nsec = (wait % 1000) * 1000000L;
         sig = sigtimedwait(&set, &info, &tick);
-        if (sig == SIGTERM || sig == SIGINT || sig == SIGQUIT) {
+        if (sig == SIGTERM || sig == SIGINT) {
+            /* Also after a graceful stop began: TERM cuts it short. */
+            if (stopping != 2) {
+                log_info("master: %s, stopping fast", strsignal(sig));
+                stopping = 2;
+                deadline = util_now_ms() + MASTER_FAST_MS;
+                master_signal_all(&m, SIGTERM);
+            }
+        } else if (sig == SIGQUIT) {
             if (!stopping) {
-                log_info("master: signal %d, stopping gracefully", sig);
+                log_info("master: %s, stopping gracefully", strsignal(sig));
                 stopping = 1;
                 deadline = util_now_ms() + MASTER_GRACE_MS;
-                master_signal_all(&m, SIGTERM);
+                master_signal_all(&m, SIGQUIT);
             }
         } else if ((sig == SIGHUP || sig == SIGUSR2) && !stopping)
             master_reload(&m);

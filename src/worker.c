@@ -22,12 +22,14 @@
  * worker could not learn anything new) or when its memory passes
  * max_worker_rss_mb.
  *
- * Signals: SIGTERM, SIGINT and SIGQUIT ask for a graceful stop, and so does
- * RL_SIG_MASTER_GONE, sent by the kernel when the master dies.  Their
- * handler is installed without SA_RESTART so that it interrupts waits, and
- * the signals are blocked while a request is in hand, because libfcgi does
- * not retry a read or write interrupted by a signal: the request in hand
- * completes, then the worker leaves.
+ * Signals: SIGQUIT asks for a graceful stop, and so does RL_SIG_MASTER_GONE,
+ * sent by the kernel when the master dies.  Their handler is installed
+ * without SA_RESTART so that it interrupts waits, and the signals are
+ * blocked while a request is in hand, because libfcgi does not retry a read
+ * or write interrupted by a signal: the request in hand completes, then the
+ * worker leaves.  In a pool SIGTERM and SIGINT are the fast stop, as in
+ * php-fpm: their default action ends the worker at once, request or not.
+ * A lone process (workers = 0) treats them as SIGQUIT.
  */
 #define _GNU_SOURCE             /* accept4 */
 #include <arpa/inet.h>
@@ -101,7 +103,7 @@ worker_on_master_gone(int sig)
 }
 
 static void
-worker_signals(sigset_t *stopset)
+worker_signals(sigset_t *stopset, int pooled)
 {
     struct sigaction sa;
 
@@ -109,9 +111,12 @@ worker_signals(sigset_t *stopset)
     sa.sa_handler = worker_on_stop;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = 0;            /* no SA_RESTART: interrupt waits */
+    sigaction(SIGQUIT, &sa, NULL);
+    if (pooled)
+        sa.sa_handler = SIG_DFL;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGQUIT, &sa, NULL);
+    sa.sa_handler = worker_on_stop;
     sa.sa_handler = worker_on_master_gone;
     sigaction(RL_SIG_MASTER_GONE, &sa, NULL);
     sa.sa_handler = SIG_IGN;
@@ -124,8 +129,10 @@ worker_signals(sigset_t *stopset)
     sa.sa_handler = worker_on_reopen;
     sigaction(SIGUSR1, &sa, NULL);
     sigemptyset(stopset);
-    sigaddset(stopset, SIGTERM);
-    sigaddset(stopset, SIGINT);
+    if (!pooled) {
+        sigaddset(stopset, SIGTERM);
+        sigaddset(stopset, SIGINT);
+    }
     sigaddset(stopset, SIGQUIT);
     sigaddset(stopset, RL_SIG_MASTER_GONE);
 }
@@ -600,7 +607,7 @@ worker_run(const struct rl_config *cfg, int listen_fd,
         log_error("FCGX_Init failed");
         return 1;
     }
-    worker_signals(&w.stopset);
+    worker_signals(&w.stopset, slot != NULL);
     if (allowed != NULL && *allowed != '\0' &&
         (w.nweb = addr_parse_list(allowed, w.web_servers, 32, err,
         sizeof(err))) == -1) {

@@ -38,6 +38,7 @@ if [ "$(id -u)" = 0 ]; then
 fi
 app_conf_lines "$D/app.conf" "listen = unix:$SOCK" "listen_mode = 0660" \
     "listen_group = $NOGROUP" "workers = 4" "max_requests = 0" \
+    "redis_command_timeout_ms = 5000" \
     ${user_lines:+"$user_lines"}
 "$BUILD/ratelimit-fcgi" -c "$D/app.conf" >"$D/app.log" 2>&1 &
 MASTER=$!
@@ -142,8 +143,51 @@ for front in lt ngx; do
 done
 echo "    workers: $w0-> $w1-> $w2"
 
+# SIGQUIT, the graceful stop, and SIGTERM, the fast one, with a check in
+# hand: Redis is paused (SIGSTOP, at most 3 s) so that the check waits in
+# a worker when the signal arrives.
+rpid=$(rcli info server | awk -F: '/^process_id:/ { print $2 }' | tr -d '\r')
+in_hand() {
+    kill -STOP "$rpid"
+    (sleep 3; kill -CONT "$rpid") &
+    ih_cont=$!
+    curl -s -o /dev/null -w '%{http_code}' -m 10 -X POST \
+        "http://127.0.0.1:$P_LT/v1/check" -H "X-API-Key: $key" \
+        -H 'Content-Type: application/json' \
+        -d '{"route":"/reload/x","subject":"in-hand"}' >"$D/in_hand" &
+    ih_curl=$!
+    sleep 0.5
+}
+in_hand
+t0=$(now_ms)
+kill -QUIT "$MASTER"
+sleep 0.5
+check "SIGQUIT: the master waits for the check in hand" alive "$MASTER"
+wait "$ih_curl"
+check "SIGQUIT: the check in hand is answered (200 once Redis is back)" \
+    eq "$(cat "$D/in_hand")" 200
+wait "$ih_cont"
+retry 50 sh -c "! kill -0 $MASTER 2>/dev/null"
+check "SIGQUIT: then the pool stops" eq "$?" 0
+
+"$BUILD/ratelimit-fcgi" -c "$D/app.conf" >>"$D/app.log" 2>&1 &
+MASTER=$!
+PIDS="$PIDS $MASTER"
+check "the pool starts again" wait_workers "$MASTER" 4
+retry 50 sh -c "curl -s -o /dev/null -w '%{http_code}' -m 2 http://127.0.0.1:$P_LT/health/live | grep -qx 200"
+in_hand
+t0=$(now_ms)
 kill -TERM "$MASTER"
-retry 100 sh -c "! kill -0 $MASTER 2>/dev/null"
-check "the pool stops on SIGTERM" eq "$?" 0
+retry 30 sh -c "! kill -0 $MASTER 2>/dev/null"
+rc=$?
+took=$(($(now_ms) - t0))
+check "SIGTERM: the pool stops at once, the check in hand or not ($took ms, Redis still paused)" \
+    eq "$rc" 0
+wait "$ih_curl"
+check "SIGTERM: the check in hand is cut off ($(cat "$D/in_hand"))" \
+    ne "$(cat "$D/in_hand")" 200
+wait "$ih_cont"
+check "the log names both stops" \
+    sh -c "grep -q 'stopping gracefully' '$D/app.log' && grep -q 'stopping fast' '$D/app.log'"
 
 finish
