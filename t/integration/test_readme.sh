@@ -209,6 +209,85 @@ for key in $keys; do
 done
 check "conf/ratelimit.conf sets or shows every key, and the README names each (missing:$missing)" \
     eq "$missing" ""
+# The monitoring examples, against the stack.
+readme_block "Monitoring: status, metrics, logs, dashboard" |
+    localize "$PORT" "$tenant" >"$T_TMP/monitor.sh"
+run_block "Monitoring" 1 "$VAR/ratelimit.conf" <"$T_TMP/monitor.sh"
+mon=$(cat "$T_TMP/block.out")
+for want in 'accepted conn:' '"processes":[' '<th>accepted conn</th>' \
+    '# EOF' '"history":{' 'ratelimit_build_info' 'LEFT'; do
+    check "the README's monitoring examples print $want" contains "$mon" "$want"
+done
+
+# "Production in ten minutes", steps 2 to 5 as written, against this
+# stack's PostgreSQL: only the superuser's psql, the port and the names
+# (of the two roles and the database, which must not collide with the
+# stack's own "ratelimit") are changed.  Then the service, as the service
+# role, answers step 6's check through lighttpd.
+serve_dir ratelimit-readme-prod
+sfx=$$
+p_svc=rp_svc_$sfx
+p_adm=rp_adm_$sfx
+p_db=rp_db_$sfx
+prod_conf=$D/prod.conf
+app_conf_lines "$prod_conf" "pg_conninfo = \"dbname=$p_db\""
+prod_localize() {
+    sed -e "s#su postgres -c psql#psql -h 127.0.0.1 -p $PG_PORT -U ratelimit -d ratelimit -X -q -v ON_ERROR_STOP=1#" \
+        -e "s#CREATE ROLE ratelimit LOGIN#CREATE ROLE $p_svc LOGIN#" \
+        -e "s#TO ratelimit;#TO $p_svc;#" \
+        -e "s#ratelimit_admin#$p_adm#g" \
+        -e "s#DATABASE ratelimit #DATABASE $p_db #" \
+        -e "s#psql -d ratelimit#psql -p $PG_PORT -d $p_db -X -q -v ON_ERROR_STOP=1#" \
+        -e "s#PGHOST=127.0.0.1#PGHOST=127.0.0.1 PGPORT=$PG_PORT#" \
+        -e "s#^ratelimitctl #\"\$RATELIMITCTL\" -c \"\$CONF\" #" \
+        -e "s#^ratelimit-fcgi -t -c /etc/ratelimit-fcgi/ratelimit.conf#$BUILD/ratelimit-fcgi -t -c \"\$CONF\"#" \
+        -e "s#example#prod$sfx#g"
+}
+# Steps 3 and 4 in one shell, as a user types them (step 3's export holds
+# for step 4).
+readme_block "Production in ten minutes" 2 | prod_localize >"$T_TMP/prod2.sh"
+run_block "Production in ten minutes" 2 "$prod_conf" <"$T_TMP/prod2.sh"
+{
+    readme_block "Production in ten minutes" 3
+    readme_block "Production in ten minutes" 4
+} | prod_localize >"$T_TMP/prod34.sh"
+run_block "Production in ten minutes" "3 and 4" "$prod_conf" \
+    <"$T_TMP/prod34.sh"
+prod_out=$(cat "$T_TMP/block.out")
+# Step 5's first line (-t); systemctl cannot run here.
+readme_block "Production in ten minutes" 5 | head -n 1 | prod_localize \
+    >"$T_TMP/prod5.sh"
+run_block "Production in ten minutes" 5 "$prod_conf" <"$T_TMP/prod5.sh"
+pkey=$(printf '%s\n' "$prod_out" | grep -oE 'rl_[A-Za-z0-9_-]{16,}' | head -n 1)
+check "step 4 printed a key" matches "$pkey" '^rl_'
+as_svc() {
+    printf '%s\n' "$1" | psql -h 127.0.0.1 -p "$PG_PORT" -U "$p_svc" \
+        -d "$p_db" -X -A -t -q -v ON_ERROR_STOP=1 2>&1
+}
+check "the service role reads the tables" \
+    eq "$(as_svc 'SELECT count(*) FROM tenants')" 1
+check "the service role cannot add a tenant" \
+    contains "$(as_svc "INSERT INTO tenants (name) VALUES ('x')")" \
+    "permission denied"
+check "the service role cannot change a limit" \
+    contains "$(as_svc 'UPDATE limits SET window_seconds = 1')" \
+    "permission denied"
+prod_port=$((PORT + 131))
+private_app prod "$prod_port" \
+    "pg_conninfo=host=127.0.0.1 port=$PG_PORT dbname=$p_db user=$p_svc" ||
+    fail "the service starts as the service role"
+readme_block "Production in ten minutes" 6 |
+    sed -e "s#127.0.0.1:8080#127.0.0.1:$prod_port#" >"$T_TMP/prod6.sh"
+export KEY="$pkey"
+run_block "Production in ten minutes" 6 "$prod_conf" \
+    <"$T_TMP/prod6.sh"
+check "step 6's check is allowed by step 4's rule" \
+    contains "$(cat "$T_TMP/block.out")" '"allowed":true'
+stop_private
+psql_q "DROP DATABASE $p_db" >/dev/null 2>&1
+psql_q "DROP ROLE $p_adm" >/dev/null 2>&1
+psql_q "DROP ROLE $p_svc" >/dev/null 2>&1
+
 # One socket path wherever ratelimit-fcgi listens itself.
 paths=$(grep -ohE '/run/[a-z_-]+/[a-z_.-]*fcgi[a-z_.-]*\.sock' \
     "$ROOT/README.md" "$ROOT"/conf/* | sort -u | tr '\n' ' ')
