@@ -355,7 +355,10 @@ main(int argc, char **argv)
         fprintf(stderr, "ratelimit-fcgi: %s: %s\n", path, err);
         return 1;
     }
-    log_init("ratelimit-fcgi", cfg.log_target, cfg.log_level);
+    /* A log file that cannot be opened stops the start, as nginx does:
+     * the message is on stderr, the only place left to say it. */
+    if (log_init("ratelimit-fcgi", cfg.log_target, cfg.log_level) == -1)
+        return 1;
     if (rc == 1)
         log_warn("%s", err);
     master_set_argv(argv);

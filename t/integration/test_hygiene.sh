@@ -201,4 +201,14 @@ check "SIGTERM: the master as nobody exits 0" eq "$?" 0
 check "SIGTERM: the pid file is removed" test ! -e "$PIDF"
 check "SIGTERM: the socket is removed" test ! -e "$R/app.sock"
 
+# A log file that cannot be opened (its directory exists) stops the start
+# with the reason on stderr.
+app_conf_lines "$D/badlog.conf" "listen = unix:$R/badlog.sock" \
+    "log = /proc/ratelimit-fcgi.log" "allow_root = on"
+out=$(timeout 10 "$BUILD/ratelimit-fcgi" -c "$D/badlog.conf" 2>&1)
+rc=$?
+check "a log file that cannot be opened: exit 1 ($rc)" eq "$rc" 1
+check "a log file that cannot be opened: the reason ($out)" \
+    contains "$out" "log /proc/ratelimit-fcgi.log: "
+
 finish
