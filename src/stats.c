@@ -136,10 +136,11 @@ stats_quantile(const uint32_t bucket[STATS_BUCKETS], double q)
             break;
         seen += bucket[i];
     }
-    lo = i == 0 ? 0 : stats_bucket_us[i - 1];
-    /* The +Inf bucket has no bound: its lower one is the best we know. */
+    /* The +Inf bucket has no bound: its lower one is the best we know
+     * (also should rounding leave want past the total). */
     if (i >= STATS_BUCKETS - 1)
         return stats_bucket_us[STATS_BUCKETS - 2];
+    lo = i == 0 ? 0 : stats_bucket_us[i - 1];
     hi = stats_bucket_us[i];
     return lo + (hi - lo) * (double)(want - seen) / (double)bucket[i];
 }
