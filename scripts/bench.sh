@@ -553,6 +553,48 @@ bench_target "d ratelimit-fcgi, new subjects" "$PORT" "$VAR/lighttpd.pid" \
 bench_target "e ratelimit-fcgi, over the limit" "$PORT" "$VAR/lighttpd.pid" \
     "$VAR/over.lua" e
 REDIS_KEYS=$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" DBSIZE 2>/dev/null || echo "?")
+
+# Redis memory per counter, for each algorithm: MEM_COUNTERS checks, each
+# of a new subject, on a rule of one limit; Redis's used_memory and key
+# count before and after.  Bounded: curl, 16 at a time, 5 s each at most.
+MEM_COUNTERS=${BENCH_MEM_COUNTERS:-2000}
+redis_used() {
+    redis-cli -h 127.0.0.1 -p "$REDIS_PORT" INFO memory 2>/dev/null |
+        tr -d '\r' | sed -n 's/^used_memory://p'
+}
+: >"$VAR/memrows"
+for alg in sliding_window token_bucket gcra fixed_window; do
+    case $alg in
+    sliding_window) set -- --limit 1000000 --window 3600 ;;
+    token_bucket) set -- --capacity 1000000 --refill-rate 1 ;;
+    gcra) set -- --limit 1000000 --period 1h ;;
+    *) set -- --limit 1000000 --calendar day ;;
+    esac
+    "$BUILD/ratelimitctl" -c "$VAR/ratelimit.conf" rule add demo-corp \
+        --route "/mem/$alg" --algorithm "$alg" "$@" >/dev/null ||
+        die "ratelimitctl could not add the /mem/$alg rule"
+    awk -v n="$MEM_COUNTERS" -v url="http://127.0.0.1:$PORT/v1/check" \
+        -v key="$DEMO_KEY" -v alg="$alg" 'BEGIN {
+        for (i = 1; i <= n; i++) {
+            if (i > 1) print "next"
+            printf "url = \"%s\"\n", url
+            printf "header = \"X-API-Key: %s\"\n", key
+            print "header = \"Content-Type: application/json\""
+            printf "data-raw = \"{\\\"route\\\":\\\"/mem/%s\\\",\\\"subject\\\":\\\"m%d\\\"}\"\n", alg, i
+            print "output = \"/dev/null\""
+            print "write-out = \"%{http_code}\\n\""
+            print "max-time = 5"
+        }
+    }' >"$VAR/mem.curl"
+    sleep 1         # the rule's NOTIFY reaches the workers
+    mb=$(redis_used)
+    kb=$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" DBSIZE)
+    curl -s --parallel --parallel-max 16 -K "$VAR/mem.curl" >"$VAR/mem.status" 2>/dev/null
+    ma=$(redis_used)
+    ka=$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" DBSIZE)
+    ok=$(grep -c '^200$' "$VAR/mem.status")
+    echo "$alg|$ok|$((ka - kb))|$((ma - mb))" >>"$VAR/memrows"
+done
 REDIS_MEM=$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" INFO memory 2>/dev/null |
     tr -d '\r' | sed -n 's/^used_memory_human://p')
 
@@ -657,6 +699,16 @@ REDIS_MEM=$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" INFO memory 2>/dev/null |
                 print "  (no workers found)"
         }'
     echo "Redis after the run: $REDIS_KEYS keys, ${REDIS_MEM:-?} used"
+    echo
+    echo "Redis memory per counter ($MEM_COUNTERS checks of new subjects on a"
+    echo "one-limit rule; used_memory after minus before, per check answered"
+    echo "200: each made one counter and one short-lived replay key, which"
+    echo "expires soon after, so a counter alone costs less):"
+    awk -F'|' '
+        BEGIN { printf "  %-16s %8s %8s %14s %15s\n", "algorithm", "200s",
+            "new keys", "bytes in all", "bytes per check" }
+        { printf "  %-16s %8d %8d %14d %15s\n", $1, $2, $3, $4,
+            ($2 > 0 ? sprintf("%.0f", $4 / $2) : "-") }' "$VAR/memrows"
     if [ "$FAILED" -ne 0 ]; then
         echo
         echo "FAILED: a target failed, answered non-2xx or exceeded a budget (see above)"
