@@ -44,6 +44,9 @@
 #                               every Redis figure is that of the primary
 #                               owning the demo tenant's slot (the probe's
 #                               key is put in that slot too)
+#   BENCH_REDIS_TRANSPORT [tcp] unix: ratelimit-fcgi and the EVALSHA
+#                               probe reach the (single) Redis over a Unix
+#                               socket instead of 127.0.0.1
 #   BENCH_PG_PORT      [25433]  the private PostgreSQL
 #   BUILD              [build]  where the binaries are
 # The ports differ from those of `make run` and of the tests, so the
@@ -68,6 +71,12 @@ NOOP_PORT=${BENCH_NOOP_PORT:-28081}
 EVALSHA_PORT=${BENCH_EVALSHA_PORT:-28082}
 REDIS_PORT=${BENCH_REDIS_PORT:-26380}
 REDIS_TYPE=${BENCH_REDIS_TYPE:-single}
+REDIS_TRANSPORT=${BENCH_REDIS_TRANSPORT:-tcp}
+case $REDIS_TRANSPORT/$REDIS_TYPE in
+tcp/* | unix/single) ;;
+*) echo "bench: BENCH_REDIS_TRANSPORT is tcp, or unix with a single Redis" >&2
+    exit 2 ;;
+esac
 CLUSTER_PORT=${BENCH_CLUSTER_PORT:-12500}
 PROBE_KEY=bench:probe
 PG_PORT=${BENCH_PG_PORT:-25433}
@@ -250,6 +259,7 @@ VAR=$(mktemp -d "${TMPDIR:-/tmp}/ratelimit-bench.XXXXXX")
 stack() {
     VAR=$VAR PORT=$PORT REDIS_PORT=$REDIS_PORT PG_PORT=$PG_PORT \
         REDIS_TYPE=$REDIS_TYPE REDIS_CLUSTER_PORT=$CLUSTER_PORT \
+        REDIS_TRANSPORT=$REDIS_TRANSPORT \
         BUILD=$BUILD WORKERS=$WORKERS PG_EXTRA_OPTS="-c log_statement=all" \
         EXTRA_CONF="log_level = warn
 max_requests = 0
@@ -279,7 +289,11 @@ start_probe() {
     mkdir -p "$sp_dir/htdocs"
     case $1 in
     noop) sp_args="noop $WORKERS" ;;
-    *) sp_args="evalsha 127.0.0.1 $REDIS_PORT $WORKERS $PROBE_KEY" ;;
+    *)
+        sp_host=127.0.0.1
+        [ "$REDIS_TRANSPORT" = unix ] && sp_host=unix:$VAR/redis.sock
+        sp_args="evalsha $sp_host $REDIS_PORT $WORKERS $PROBE_KEY"
+        ;;
     esac
     cat >"$sp_dir/lighttpd.conf" <<EOF
 server.modules = ( "mod_fastcgi" )
@@ -698,7 +712,7 @@ REDIS_MEM=$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" INFO memory 2>/dev/null |
             if (n == 0)
                 print "  (no workers found)"
         }'
-    echo "Redis after the run: $REDIS_KEYS keys, ${REDIS_MEM:-?} used"
+    echo "Redis (reached over $REDIS_TRANSPORT) after the run: $REDIS_KEYS keys, ${REDIS_MEM:-?} used"
     echo
     echo "Redis memory per counter ($MEM_COUNTERS checks of new subjects on a"
     echo "one-limit rule; used_memory after minus before, per check answered"

@@ -104,7 +104,11 @@ probe_connect(struct probe *p)
     struct timeval tv = { 0, PROBE_TIMEOUT_MS * 1000 };
     redisReply *r;
 
-    p->redis = redisConnectWithTimeout(p->host, p->port, tv);
+    /* "unix:/path": Redis over a Unix socket (the port is not used). */
+    if (strncmp(p->host, "unix:", 5) == 0)
+        p->redis = redisConnectUnixWithTimeout(p->host + 5, tv);
+    else
+        p->redis = redisConnectWithTimeout(p->host, p->port, tv);
     if (p->redis == NULL || p->redis->err != 0) {
         fprintf(stderr, "bench_probe: connect %s:%d: %s\n", p->host, p->port,
             p->redis != NULL ? p->redis->errstr : "out of memory");

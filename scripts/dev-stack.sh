@@ -17,6 +17,8 @@
 #                         REDIS_CLUSTER_PORT..+5) or sentinel: see
 #                         scripts/redis-ha.sh
 #   REDIS_CLUSTER_PORT [7000]
+#   REDIS_TRANSPORT [tcp] tcp, or unix: a single Redis also listens on
+#                         $VAR/redis.sock and ratelimit-fcgi uses that
 #   PG_PORT     [5433]    PostgreSQL
 #   BUILD       [build]   where ratelimit-fcgi and ratelimitctl are
 #   WORKERS     [4]       ratelimit-fcgi workers
@@ -41,6 +43,12 @@ case $VAR in
 esac
 PORT=${PORT:-8080}
 REDIS_PORT=${REDIS_PORT:-6380}
+REDIS_TRANSPORT=${REDIS_TRANSPORT:-tcp}
+case $REDIS_TRANSPORT in
+tcp | unix) ;;
+*) echo "dev-stack.sh: REDIS_TRANSPORT is tcp or unix, not $REDIS_TRANSPORT" >&2
+    exit 2 ;;
+esac
 REDIS_TYPE=${REDIS_TYPE:-single}
 REDIS_CLUSTER_PORT=${REDIS_CLUSTER_PORT:-7000}
 case $REDIS_TYPE in
@@ -182,7 +190,11 @@ redis_start() {
         ;;
     esac
     mkdir -p "$VAR/redis"
-    redis-server --bind 127.0.0.1 --port "$REDIS_PORT" \
+    # With REDIS_TRANSPORT=unix it also listens on a socket only we reach.
+    set --
+    [ "$REDIS_TRANSPORT" = unix ] &&
+        set -- --unixsocket "$VAR/redis.sock" --unixsocketperm 700
+    redis-server --bind 127.0.0.1 --port "$REDIS_PORT" "$@" \
         --save "" --appendonly no --dir "$VAR/redis" \
         --pidfile "$VAR/redis.pid" --logfile "$VAR/redis.log" \
         --daemonize yes >/dev/null ||
@@ -258,7 +270,13 @@ redis_conf() {
         echo "redis|127.0.0.1:$((REDIS_PORT + 2)),127.0.0.1:$((REDIS_PORT + 3)),127.0.0.1:$((REDIS_PORT + 4))"
         echo "redis_sentinel_master|rlmaster"
         ;;
-    *) echo "redis|127.0.0.1:$REDIS_PORT" ;;
+    *)
+        if [ "$REDIS_TRANSPORT" = unix ]; then
+            echo "redis|unix:$VAR/redis.sock"
+        else
+            echo "redis|127.0.0.1:$REDIS_PORT"
+        fi
+        ;;
     esac
 }
 
