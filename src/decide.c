@@ -199,7 +199,7 @@ decide_key(struct decider *dc, const char *key, size_t len,
 
     if (len == 0)
         return AUTH_NO_KEY;
-    SHA256((const unsigned char *)key, len, md);
+    util_sha256((const unsigned char *)key, len, md);
     util_hex(md, sizeof(md), hash);
     return decide_lookup(dc, md, hash, dc->store.key, info);
 }
@@ -213,7 +213,7 @@ decide_tenant(struct decider *dc, const char *name, struct key_info *info)
     /* Key ids are hashes of keys; this is the hash of another text, so
      * the two cannot meet by accident. */
     snprintf(tag, sizeof(tag), "tenant-by-name:%s", name);
-    SHA256((const unsigned char *)tag, strlen(tag), id);
+    util_sha256((const unsigned char *)tag, strlen(tag), id);
     return decide_lookup(dc, id, name, dc->store.tenant, info);
 }
 
@@ -224,7 +224,7 @@ decide_rules_id(const char *tenant_id, unsigned char id[32])
     char tag[RL_UUID_LEN + 8];
 
     snprintf(tag, sizeof(tag), "rules:%s", tenant_id);
-    SHA256((const unsigned char *)tag, strlen(tag), id);
+    util_sha256((const unsigned char *)tag, strlen(tag), id);
 }
 
 /* Unpacks the shared entry of a tenant's rules into a new allocation. */
@@ -432,7 +432,7 @@ decide_overlimit_id(const struct limiter_call *call, unsigned char id[32])
     }
     first = call->argv[1];
     end = call->argv[n] + call->argvlen[n];
-    SHA256((const unsigned char *)first, (size_t)(end - first), id);
+    util_sha256((const unsigned char *)first, (size_t)(end - first), id);
 }
 
 /* A remembered denial of the counters of call for cost into d, with its

@@ -104,6 +104,28 @@ fcgi_cursor_byte(struct fcgi_cursor *c)
     return c->buf[c->pos++];
 }
 
+/* Takes up to want bytes that lie together in the current record: *p
+ * points at them and the count is returned (0 at the end of the
+ * content).  Long names and values are walked a record's run at a time
+ * rather than byte by byte. */
+static size_t
+fcgi_cursor_run(struct fcgi_cursor *c, size_t want, const unsigned char **p)
+{
+    size_t n;
+
+    if (c->remaining == 0 || want == 0)
+        return 0;
+    fcgi_cursor_next_record(c);
+    n = want < c->left ? want : c->left;
+    if (n > c->remaining)
+        n = c->remaining;
+    *p = c->buf + c->pos;
+    c->pos += n;
+    c->left -= n;
+    c->remaining -= n;
+    return n;
+}
+
 /* A pair length: one byte, or four with the high bit set.  -1 when the
  * content ends first. */
 static long
@@ -141,9 +163,10 @@ fcgi_scan_params(const unsigned char *buf, size_t len, size_t first,
     struct fcgi_cursor c;
     struct fcgi_record r;
     char name[32];
-    long nlen, vlen, i;
-    size_t k, room;
-    int b, v, is_key;
+    const unsigned char *p = NULL;
+    long nlen, vlen;
+    size_t k, room, want, n, got, keep;
+    int v, is_key;
 
     memset(&c, 0, sizeof(c));
     c.buf = buf;
@@ -170,25 +193,35 @@ fcgi_scan_params(const unsigned char *buf, size_t len, size_t first,
         if ((size_t)(nlen + vlen) > c.remaining)
             return FCGI_SCAN_MORE;      /* the rest is still to come */
         s->nparams++;
-        for (i = 0; i < nlen; i++) {
-            b = fcgi_cursor_byte(&c);
-            if (i < (long)sizeof(name) - 1)
-                name[i] = (char)b;
+        /* The name, of which the first bytes are kept (enough to tell
+         * the key parameters); then the value, searched for a NUL. */
+        got = 0;
+        for (want = (size_t)nlen; want > 0; want -= n) {
+            if ((n = fcgi_cursor_run(&c, want, &p)) == 0)
+                return fcgi_bad(s, "the PARAMS stream is cut short");
+            if (got < sizeof(name) - 1) {
+                keep = sizeof(name) - 1 - got < n ? sizeof(name) - 1 - got :
+                    n;
+                memcpy(name + got, p, keep);
+                got += keep;
+            }
         }
-        name[nlen < (long)sizeof(name) - 1 ? nlen : (long)sizeof(name) - 1] =
-            '\0';
+        name[got] = '\0';
         is_key = 0;
         for (k = 0; k < sizeof(key_params) / sizeof(key_params[0]); k++)
             if (nlen == (long)strlen(key_params[k]) &&
                 strcmp(name, key_params[k]) == 0)
                 is_key = 1;
-        for (i = 0; i < vlen; i++)
-            if (fcgi_cursor_byte(&c) == 0) {
+        for (want = (size_t)vlen; want > 0; want -= n) {
+            if ((n = fcgi_cursor_run(&c, want, &p)) == 0)
+                return fcgi_bad(s, "the PARAMS stream is cut short");
+            if (memchr(p, 0, n) != NULL) {
                 if (is_key)
                     s->nul_in_key = 1;
                 else
                     s->nul_in_value = 1;
             }
+        }
     }
     return FCGI_SCAN_DONE;
 }

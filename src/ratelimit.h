@@ -252,7 +252,9 @@ int buf_printf(struct rl_buf *b, const char *fmt, ...)
 /* ------------------------------------------------------------------ */
 /* util.c */
 
-/* Lowercase hex SHA-256 of data into out[65]. */
+/* SHA-256 of data into out[32]; util_sha256_hex: lowercase hex of it into
+ * out[65]. */
+void util_sha256(const void *data, size_t len, unsigned char out[32]);
 void util_sha256_hex(const void *data, size_t len, char out[65]);
 
 /* Lowercase hex of n bytes into out[2 * n + 1], NUL terminated. */

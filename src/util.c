@@ -11,16 +11,49 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include <openssl/evp.h>
 #include <openssl/sha.h>
 
 #include "ratelimit.h"
+
+/*
+ * OpenSSL 3's SHA256() looks the algorithm up and allocates a context on
+ * every call, which costs several times the hashing of a short string; a
+ * check hashes four or five.  So the algorithm and one context are made
+ * once per process and reused (a process hashes one thing at a time).
+ * Should either fail, SHA256() still gives the same digest.
+ */
+void
+util_sha256(const void *data, size_t len, unsigned char out[32])
+{
+    static EVP_MD *md;
+    static EVP_MD_CTX *ctx;
+    static int broken;
+
+    if (md == NULL && !broken) {
+        md = EVP_MD_fetch(NULL, "SHA256", NULL);
+        ctx = EVP_MD_CTX_new();
+        if (md == NULL || ctx == NULL) {
+            EVP_MD_free(md);
+            EVP_MD_CTX_free(ctx);
+            md = NULL;
+            ctx = NULL;
+            broken = 1;
+        }
+    }
+    if (md != NULL && EVP_DigestInit_ex2(ctx, md, NULL) == 1 &&
+        EVP_DigestUpdate(ctx, data, len) == 1 &&
+        EVP_DigestFinal_ex(ctx, out, NULL) == 1)
+        return;
+    SHA256(data, len, out);
+}
 
 void
 util_sha256_hex(const void *data, size_t len, char out[65])
 {
     unsigned char md[SHA256_DIGEST_LENGTH];
 
-    SHA256(data, len, md);
+    util_sha256(data, len, md);
     util_hex(md, sizeof(md), out);
 }
 

@@ -182,6 +182,42 @@ START_TEST(test_pair_across_records)
 }
 END_TEST
 
+/* The pair split into two records at every place: in the lengths, the
+ * name and the value, on both sides of the NUL. */
+START_TEST(test_pair_split_anywhere)
+{
+    struct wire w;
+    struct fcgi_scan s;
+    unsigned char p[64];
+    size_t n, at;
+
+    n = pair(p, "HTTP_X_API_KEY", "abc\0def", 7);
+    for (at = 1; at < n; at++) {
+        memset(&w, 0, sizeof(w));
+        begin(&w, 1, 1, 0);
+        record(&w, 4, 1, p, at, 0);
+        record(&w, 4, 1, p + at, n - at, 3);
+        record(&w, 4, 1, "", 0, 0);
+        record(&w, 5, 1, "", 0, 0);
+        ck_assert_int_eq(fcgi_scan(w.b, w.n, 1, &s), FCGI_SCAN_DONE);
+        ck_assert_int_eq(s.nparams, 1);
+        ck_assert_int_eq(s.nul_in_key, 1);
+        ck_assert_int_eq(s.nul_in_value, 0);
+    }
+    n = pair(p, "REQUEST_URI", "/abc", 4);
+    for (at = 1; at < n; at++) {
+        memset(&w, 0, sizeof(w));
+        begin(&w, 1, 1, 0);
+        record(&w, 4, 1, p, at, 1);
+        record(&w, 4, 1, p + at, n - at, 0);
+        record(&w, 4, 1, "", 0, 0);
+        record(&w, 5, 1, "", 0, 0);
+        ck_assert_int_eq(fcgi_scan(w.b, w.n, 1, &s), FCGI_SCAN_DONE);
+        ck_assert_int_eq(s.nul_in_key + s.nul_in_value, 0);
+    }
+}
+END_TEST
+
 START_TEST(test_nul_in_other_value)
 {
     struct wire w;
@@ -325,6 +361,7 @@ fcgi_suite(void)
     tcase_add_test(tc, test_authorizer_needs_no_stdin);
     tcase_add_test(tc, test_huge_lengths_refused);
     tcase_add_test(tc, test_pair_across_records);
+    tcase_add_test(tc, test_pair_split_anywhere);
     tcase_add_test(tc, test_nul_in_other_value);
     tcase_add_test(tc, test_refusals);
     tcase_add_test(tc, test_params_limit);
