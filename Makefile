@@ -37,7 +37,7 @@ HEADERS = $(wildcard src/*.h)
 
 UNIT_SRC = $(wildcard t/check_*.c)
 
-.PHONY: all deps test unit lua-test integration run stop bench install \
+.PHONY: all deps test unit lua-test integration run stop bench profile install \
 	asan clean test-faults fuzz asan-test lint
 
 all: $(BUILD)/ratelimit-fcgi $(BUILD)/ratelimitctl
@@ -170,6 +170,12 @@ $(BUILD)/bench_probe: scripts/bench_probe.c | $(BUILD)
 bench: deps
 	$(MAKE) all $(BUILD)/bench_probe
 	BUILD="$(BUILD)" sh scripts/bench.sh
+
+# Instructions and system calls per check, for us and the EVALSHA probe
+# (see scripts/profile.sh).
+profile: deps
+	$(MAKE) all $(BUILD)/bench_probe
+	BUILD="$(BUILD)" sh scripts/profile.sh
 
 asan:
 	$(MAKE) BUILD=build-asan OPT="$(ASAN_OPT)" all

@@ -1,0 +1,275 @@
+#!/bin/sh
+# Counts what one warm check costs (`make profile`): CPU instructions
+# (valgrind --tool=callgrind) and system calls (strace -c) per request, for
+# ratelimit-fcgi and for the one-EVALSHA probe of the benchmark.  Counts do
+# not depend on the machine's load the way times do, so two runs of this
+# give the same figures within a fraction of a percent.
+#
+# Each program runs as one process behind spawn-fcgi -n (ratelimit-fcgi
+# with workers = 0; the probe with one worker, followed into it) and
+# lighttpd, once for N1 and once for N2 requests through one keep-alive
+# connection (curl), under the counting tool.  The figure per request is
+# (count at N2 - count at N1) / (N2 - N1): start-up, the first request's
+# PostgreSQL queries and exit cancel out.  The request is the benchmark's:
+# POST /v1/check with the demo key, one subject, a rule of one limit.
+#
+# Writes the table to build/profile.txt, and keeps the callgrind files of
+# the N2 runs in build/profile/ (callgrind_annotate reads them).
+#
+# Environment (defaults in brackets):
+#   PROFILE_N1        [500]    requests of the short run
+#   PROFILE_N2        [2500]   requests of the long run
+#   PROFILE_PORT      [28085]  the stack's lighttpd (unused but started)
+#   PROFILE_APP_PORT  [28086]  lighttpd -> the program measured
+#   PROFILE_REDIS_PORT [26385] the private Redis
+#   PROFILE_PG_PORT   [25435]  the private PostgreSQL
+#   BUILD             [build]
+set -eu
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+
+BUILD=${BUILD:-build}
+case $BUILD in
+/*) ;;
+*) BUILD=$ROOT/$BUILD ;;
+esac
+N1=${PROFILE_N1:-500}
+N2=${PROFILE_N2:-2500}
+PORT=${PROFILE_PORT:-28085}
+APP_PORT=${PROFILE_APP_PORT:-28086}
+REDIS_PORT=${PROFILE_REDIS_PORT:-26385}
+PG_PORT=${PROFILE_PG_PORT:-25435}
+DEMO_KEY=rl_demo_abc123xyz
+LIGHTTPD=/usr/sbin/lighttpd
+RESULT=$BUILD/profile.txt
+KEEP=$BUILD/profile
+
+say() {
+    echo "profile: $*"
+}
+
+die() {
+    echo "profile: $*" >&2
+    exit 1
+}
+
+for n in "$N1" "$N2"; do
+    case $n in
+    '' | *[!0-9]*) die "PROFILE_N1 and PROFILE_N2 must be whole numbers" ;;
+    esac
+done
+if [ "$N1" -lt 10 ] || [ "$N2" -le "$N1" ] || [ "$N2" -gt 100000 ]; then
+    die "need 10 <= PROFILE_N1 < PROFILE_N2 <= 100000"
+fi
+for f in "$BUILD/ratelimit-fcgi" "$BUILD/bench_probe"; do
+    [ -x "$f" ] || die "$f is missing: run make profile"
+done
+for cmd in valgrind strace spawn-fcgi curl redis-server "$LIGHTTPD"; do
+    command -v "$cmd" >/dev/null 2>&1 ||
+        die "$cmd is missing: run make deps (as root)"
+done
+
+# pid_alive, wait_gone, end_pids, descendants
+# shellcheck source-path=SCRIPTDIR source=proc.sh
+. "$ROOT/scripts/proc.sh"
+
+VAR=""
+STACK_STARTED=0
+APP_PID=""
+
+# shellcheck disable=SC2317  # reached from the EXIT trap
+cleanup() {
+    trap - EXIT INT TERM
+    stop_measured
+    if [ -n "$VAR" ]; then
+        if [ -f "$VAR/lighttpd-app.pid" ]; then
+            end_pids "$(cat "$VAR/lighttpd-app.pid")" || true
+        fi
+        if [ "$STACK_STARTED" = 1 ]; then
+            stack stop >/dev/null 2>&1 || true
+        fi
+        rm -rf "$VAR"
+    fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+VAR=$(mktemp -d "${TMPDIR:-/tmp}/ratelimit-profile.XXXXXX")
+chmod 755 "$VAR"
+
+stack() {
+    VAR=$VAR PORT=$PORT REDIS_PORT=$REDIS_PORT PG_PORT=$PG_PORT \
+        BUILD=$BUILD WORKERS=1 EXTRA_CONF="log_level = warn
+max_requests = 0
+key_cache_ttl = 3600
+rule_cache_ttl = 3600" sh scripts/dev-stack.sh "$@"
+}
+
+say "starting PostgreSQL, Redis and lighttpd in $VAR"
+STACK_STARTED=1
+stack start >"$VAR/stack.out" 2>&1 || {
+    cat "$VAR/stack.out" >&2
+    die "the stack did not start"
+}
+
+# The measured program's configuration: the stack's, one process.
+grep -v -e '^workers' -e '^listen' -e '^pid_file' "$VAR/ratelimit.conf" \
+    >"$VAR/profile.conf"
+echo "workers = 0" >>"$VAR/profile.conf"
+
+mkdir -p "$VAR/htdocs"
+cat >"$VAR/lighttpd-app.conf" <<EOF
+server.modules = ( "mod_fastcgi" )
+server.port = $APP_PORT
+server.bind = "127.0.0.1"
+server.document-root = "$VAR/htdocs"
+server.errorlog = "$VAR/lighttpd-app-error.log"
+server.pid-file = "$VAR/lighttpd-app.pid"
+fastcgi.server = ( "/" => ((
+    "socket" => "$VAR/fcgi.sock",
+    "check-local" => "disable"
+)) )
+EOF
+"$LIGHTTPD" -f "$VAR/lighttpd-app.conf" || die "lighttpd did not start"
+
+# Writes a curl config of $1 checks to $2.
+curl_config() {
+    awk -v n="$1" -v url="http://127.0.0.1:$APP_PORT/v1/check" \
+        -v key="$DEMO_KEY" 'BEGIN {
+        for (i = 1; i <= n; i++) {
+            if (i > 1) print "next"
+            printf "url = \"%s\"\n", url
+            printf "header = \"X-API-Key: %s\"\n", key
+            print "header = \"Content-Type: application/json\""
+            print "data-raw = \"{\\\"route\\\":\\\"/bench\\\",\\\"subject\\\":\\\"bench\\\"}\""
+            print "output = \"/dev/null\""
+            print "write-out = \"%{http_code}\\n\""
+            print "max-time = 10"
+        }
+    }' >"$2"
+}
+curl_config "$N1" "$VAR/n1.curl"
+curl_config "$N2" "$VAR/n2.curl"
+curl_config 1 "$VAR/one.curl"
+
+# Stops the measured program and waits until its tool has written its
+# counts (bounded: 30 s, then SIGKILL).
+stop_measured() {
+    [ -n "$APP_PID" ] || return 0
+    kill -"$STOP_SIGNAL" "$APP_PID" 2>/dev/null || true
+    if ! wait_gone "$APP_PID" 300; then
+        kill -KILL "$APP_PID" 2>/dev/null || true
+        wait_gone "$APP_PID" 20 || true
+    fi
+    APP_PID=""
+}
+
+# Runs program $1 (ours|probe) under tool $2 (callgrind|strace) for $3
+# requests; the tool's output goes to $VAR/$1.$2.$3(.PID).
+measure() {
+    rm -f "$VAR/fcgi.sock"
+    case $1 in
+    ours)
+        set -- "$1" "$2" "$3" "$BUILD/ratelimit-fcgi" -c "$VAR/profile.conf"
+        STOP_SIGNAL=QUIT
+        ;;
+    *)
+        set -- "$1" "$2" "$3" "$BUILD/bench_probe" evalsha 127.0.0.1 \
+            "$REDIS_PORT" 1
+        STOP_SIGNAL=TERM
+        ;;
+    esac
+    m_out=$VAR/$1.$2.$3
+    case $2 in
+    callgrind)
+        m_tool="$(command -v valgrind) --tool=callgrind --trace-children=yes"
+        m_tool="$m_tool --callgrind-out-file=$m_out.%p"
+        ;;
+    *) m_tool="$(command -v strace) -f -c -o $m_out" ;;
+    esac
+    m_n=$3 m_what="$1 under $2"
+    shift 3
+    # shellcheck disable=SC2086  # m_tool is words
+    spawn-fcgi -n -s "$VAR/fcgi.sock" -M 0600 -- $m_tool "$@" \
+        >"$VAR/measured.log" 2>&1 &
+    APP_PID=$!
+    # The first answer (under valgrind, start-up takes seconds).
+    m_i=0
+    until [ "$(curl -s -K "$VAR/one.curl")" = 200 ]; do
+        m_i=$((m_i + 1))
+        if [ "$m_i" -gt 300 ] || ! kill -0 "$APP_PID" 2>/dev/null; then
+            cat "$VAR/measured.log" >&2
+            die "$m_what did not answer"
+        fi
+        sleep 0.1
+    done
+    curl -s -K "$VAR/n$([ "$m_n" = "$N1" ] && echo 1 || echo 2).curl" \
+        >"$VAR/status" || die "curl failed"
+    m_ok=$(grep -c '^200$' "$VAR/status" || true)
+    [ "$m_ok" -eq "$m_n" ] || die "$m_what: $m_ok of $m_n answers were 200"
+    stop_measured
+}
+
+# Instructions (Ir) in the callgrind files $VAR/$1.callgrind.$2.*.
+instructions() {
+    cat "$VAR/$1.callgrind.$2".* | awk '$1 == "summary:" { s += $2 }
+        END { printf "%.0f\n", s }'
+}
+
+# Prints "name calls" for each syscall in strace -c output $1.
+syscalls() {
+    awk '$1 ~ /^[0-9.]+$/ && NF >= 5 && $NF != "total" { print $NF, $4 }' "$1"
+}
+
+for prog in probe ours; do
+    for n in "$N1" "$N2"; do
+        say "$prog under callgrind, $n requests"
+        measure "$prog" callgrind "$n"
+        say "$prog under strace, $n requests"
+        measure "$prog" strace "$n"
+    done
+done
+
+rm -rf "$KEEP"
+mkdir -p "$KEEP"
+cp "$VAR"/*.callgrind."$N2".* "$KEEP"/
+
+{
+    echo "ratelimit-fcgi profile, $(date -u '+%Y-%m-%d %H:%M UTC')," \
+        "commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+    echo "per warm check (POST /v1/check, one-limit rule), from runs of $N1 and $N2"
+    echo "requests: (count at $N2 - count at $N1) / $((N2 - N1))"
+    echo
+    printf '%-22s %14s %14s\n' "" "EVALSHA probe" "ratelimit-fcgi"
+    pi1=$(instructions probe "$N1") pi2=$(instructions probe "$N2")
+    oi1=$(instructions ours "$N1") oi2=$(instructions ours "$N2")
+    awk -v a1="$pi1" -v a2="$pi2" -v b1="$oi1" -v b2="$oi2" -v d=$((N2 - N1)) \
+        'BEGIN { printf "%-22s %14.0f %14.0f\n", "instructions", (a2 - a1) / d,
+            (b2 - b1) / d }'
+    for f in probe ours; do
+        for n in "$N1" "$N2"; do
+            syscalls "$VAR/$f.strace.$n" | sed "s/^/$f $n /"
+        done
+    done | awk -v n1="$N1" -v n2="$N2" '
+        { c[$1, $2, $3] = $4; names[$3] = 1 }
+        END {
+            for (s in names) {
+                p = (c["probe", n2, s] - c["probe", n1, s]) / (n2 - n1)
+                o = (c["ours", n2, s] - c["ours", n1, s]) / (n2 - n1)
+                if (p >= 0.005 || o >= 0.005)
+                    printf "%-22s %14.2f %14.2f\n", "  " s, p, o
+                tp += p; to += o
+            }
+            printf "%-22s %14.2f %14.2f\n", "system calls", tp, to
+        }' | sort -k1,1 | awk '/^system/ { last = $0; next } { print } END { print last }'
+    echo
+    echo "callgrind files of the $N2-request runs: $KEEP"
+    echo "(callgrind_annotate $KEEP/ours.callgrind.$N2.PID | head -40)"
+} >"$VAR/table"
+
+echo
+cat "$VAR/table"
+cp "$VAR/table" "$RESULT"
+say "written to $RESULT"
