@@ -69,6 +69,50 @@ buf_puts(struct rl_buf *b, const char *s)
 }
 
 int
+buf_put_ll(struct rl_buf *b, long long v)
+{
+    char digits[21];
+
+    return buf_append(b, digits, util_lltoa(v, digits));
+}
+
+/* s as a JSON string, quotes included: '"', '\\' and control characters
+ * escaped, everything else (UTF-8 included) as it is. */
+int
+buf_json_str(struct rl_buf *b, const char *s)
+{
+    static const char hex[] = "0123456789abcdef";
+    char esc[6] = { '\\', 'u', '0', '0', 0, 0 };
+    const char *run = s;
+
+    if (buf_append(b, "\"", 1) == -1)
+        return -1;
+    for (; *s != '\0'; s++) {
+        unsigned char c = (unsigned char)*s;
+
+        if (c >= 0x20 && c != '"' && c != '\\')
+            continue;
+        if (buf_append(b, run, (size_t)(s - run)) == -1)
+            return -1;
+        if (c == '"' || c == '\\') {
+            esc[1] = (char)c;
+            if (buf_append(b, esc, 2) == -1)
+                return -1;
+        } else {
+            esc[1] = 'u';
+            esc[4] = hex[c >> 4];
+            esc[5] = hex[c & 15];
+            if (buf_append(b, esc, 6) == -1)
+                return -1;
+        }
+        run = s + 1;
+    }
+    if (buf_append(b, run, (size_t)(s - run)) == -1)
+        return -1;
+    return buf_append(b, "\"", 1);
+}
+
+int
 buf_printf(struct rl_buf *b, const char *fmt, ...)
 {
     va_list ap;

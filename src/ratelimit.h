@@ -246,6 +246,9 @@ void buf_free(struct rl_buf *b);
 void buf_reset(struct rl_buf *b);
 int buf_append(struct rl_buf *b, const char *s, size_t n);
 int buf_puts(struct rl_buf *b, const char *s);
+/* buf_put_ll: v in decimal; buf_json_str: s as a quoted JSON string. */
+int buf_put_ll(struct rl_buf *b, long long v);
+int buf_json_str(struct rl_buf *b, const char *s);
 int buf_printf(struct rl_buf *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
@@ -256,6 +259,10 @@ int buf_printf(struct rl_buf *b, const char *fmt, ...)
  * out[65]. */
 void util_sha256(const void *data, size_t len, unsigned char out[32]);
 void util_sha256_hex(const void *data, size_t len, char out[65]);
+
+/* v in decimal into out, NUL terminated (what "%lld" prints, without a
+ * printf); returns its length. */
+size_t util_lltoa(long long v, char out[21]);
 
 /* Lowercase hex of n bytes into out[2 * n + 1], NUL terminated. */
 void util_hex(const void *in, size_t n, char *out);

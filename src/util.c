@@ -57,6 +57,26 @@ util_sha256_hex(const void *data, size_t len, char out[65])
     util_hex(md, sizeof(md), out);
 }
 
+size_t
+util_lltoa(long long v, char out[21])
+{
+    char tmp[21];
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v :
+        (unsigned long long)v;
+    size_t n = 0, len;
+
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u != 0);
+    if (v < 0)
+        tmp[n++] = '-';
+    for (len = 0; len < n; len++)
+        out[len] = tmp[n - 1 - len];
+    out[len] = '\0';
+    return len;
+}
+
 void
 util_hex(const void *in, size_t n, char *out)
 {

@@ -756,6 +756,165 @@ START_TEST(test_sf_checker_rejects)
 }
 END_TEST
 
+/*
+ * The body as json-c prints it: the way response_decision() built it
+ * before it wrote the body itself.  The test below makes random decisions
+ * and wants the very same bytes from both.
+ */
+static struct json_object *
+reference_state(const struct rl_limit *l, const struct rl_limit_state *st,
+    long long now_s)
+{
+    struct json_object *o = json_object_new_object();
+
+    json_object_object_add(o, "allowed", json_object_new_boolean(st->allowed));
+    json_object_object_add(o, "limit", json_object_new_int64(st->limit));
+    json_object_object_add(o, "remaining",
+        json_object_new_int64(st->remaining));
+    json_object_object_add(o, "reset_at",
+        json_object_new_int64(response_reset_at(now_s, st)));
+    json_object_object_add(o, "retry_after",
+        json_object_new_int64(st->allowed ? 0 : response_retry_after_s(st)));
+    json_object_object_add(o, "algorithm",
+        json_object_new_string(algo_name(l->algorithm)));
+    return o;
+}
+
+static char *
+reference_body(const struct rl_plan *plan, const struct rl_decision *d)
+{
+    struct json_object *o, *p, *arr, *denied = NULL;
+    const struct rl_limit_state *st;
+    long long now_s = d->now_ms / 1000;
+    int i, primary = limiter_primary(d), shadow_denied = 0;
+    const char *js;
+    char *out;
+    size_t len;
+
+    st = &d->st[primary];
+    o = reference_state(plan->limit[primary], st, now_s);
+    json_object_object_add(o, "allowed", json_object_new_boolean(d->allowed));
+    if (!d->allowed)
+        json_object_object_add(o, "retry_after",
+            json_object_new_int64(response_retry_after_s(st)));
+    for (i = 0; i < d->nlimits; i++) {
+        if (d->st[i].allowed)
+            continue;
+        if (d->st[i].shadow) {
+            shadow_denied = 1;
+            continue;
+        }
+        if (denied == NULL)
+            denied = json_object_new_array();
+        json_object_array_add(denied, json_object_new_string(plan->name[i]));
+    }
+    if (denied != NULL)
+        json_object_object_add(o, "denied_by", denied);
+    if (shadow_denied)
+        json_object_object_add(o, "shadow_denied",
+            json_object_new_boolean(1));
+    if (d->nlimits > 1 || shadow_denied) {
+        arr = json_object_new_array();
+        for (i = 0; i < d->nlimits; i++) {
+            p = reference_state(plan->limit[i], &d->st[i], now_s);
+            json_object_object_add(p, "name",
+                json_object_new_string(plan->name[i]));
+            if (d->st[i].shadow)
+                json_object_object_add(p, "shadow",
+                    json_object_new_boolean(1));
+            json_object_array_add(arr, p);
+        }
+        json_object_object_add(o, "policies", arr);
+    }
+    js = json_object_to_json_string_ext(o,
+        JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
+    len = strlen(js);
+    if ((out = malloc(len + 2)) != NULL) {
+        memcpy(out, js, len);
+        memcpy(out + len, "\n", 2);
+    }
+    json_object_put(o);
+    return out;
+}
+
+static long long
+random_value(unsigned *seed)
+{
+    static const long long edges[] = { 0, 1, -1, 999, 1000, 1001,
+        999999999999999LL, 1000000000000000LL, 9223372036854775807LL };
+
+    if (rand_r(seed) % 3 == 0)
+        return edges[rand_r(seed) % (sizeof(edges) / sizeof(edges[0]))];
+    return rand_r(seed) % 100000;
+}
+
+START_TEST(test_body_matches_json_c)
+{
+    static const char *const names[] = { "default", "per_second", "a.b-c_9",
+        "x" };
+    struct rl_rule rule;
+    struct rl_plan plan;
+    struct rl_decision d;
+    struct rl_response r;
+    unsigned seed = 20261204;
+    char *want;
+    int round, i, n;
+
+    fixture_rule_init(&rule, 1, "", 0);
+    rule.nlimits = 4;
+    fixture_limit_tb(&rule.limits[0], 1, "default", 10, 2.0);
+    fixture_limit_sw(&rule.limits[1], 2, "per_second", 100, 60);
+    fixture_limit_tb(&rule.limits[2], 3, "a.b-c_9", 5, 0.5);
+    fixture_limit_sw(&rule.limits[3], 4, "x", 7, 3600);
+    response_init(&r);
+    for (round = 0; round < 5000; round++) {
+        n = 1 + (int)(rand_r(&seed) % 4);
+        memset(&plan, 0, sizeof(plan));
+        plan.n = n;
+        fixture_decision(&d, 1, 1700000000000LL + rand_r(&seed) % 100000, n);
+        for (i = 0; i < n; i++) {
+            plan.rule[i] = &rule;
+            plan.limit[i] = &rule.limits[i];
+            strcpy(plan.name[i], names[i]);
+            fixture_state(&d.st[i], rand_r(&seed) % 2, random_value(&seed),
+                random_value(&seed), random_value(&seed),
+                random_value(&seed));
+            d.st[i].shadow = rand_r(&seed) % 4 == 0;
+            if (!d.st[i].allowed && !d.st[i].shadow)
+                d.allowed = 0;
+        }
+        response_reset(&r);
+        response_decision(&r, &plan, &d);
+        want = reference_body(&plan, &d);
+        ck_assert_ptr_nonnull(want);
+        ck_assert_str_eq(r.body.data, want);
+        free(want);
+    }
+    response_free(&r);
+}
+END_TEST
+
+START_TEST(test_json_str_escapes)
+{
+    static const char *const texts[] = { "", "plain", "a\"b", "back\\slash",
+        "tab\tnl\ncr\r", "\x01\x1f\x7f", "/slash/", "caf\xc3\xa9" };
+    struct rl_buf b;
+    struct json_object *o;
+    size_t i;
+
+    buf_init(&b);
+    for (i = 0; i < sizeof(texts) / sizeof(texts[0]); i++) {
+        buf_reset(&b);
+        ck_assert_int_eq(buf_json_str(&b, texts[i]), 0);
+        o = json_tokener_parse(b.data);
+        ck_assert_ptr_nonnull(o);
+        ck_assert_str_eq(json_object_get_string(o), texts[i]);
+        json_object_put(o);
+    }
+    buf_free(&b);
+}
+END_TEST
+
 START_TEST(test_error_body)
 {
     struct rl_response r;
@@ -849,6 +1008,8 @@ response_suite(void)
     suite_add_tcase(s, tc);
 
     tc = tcase_create("plain");
+    tcase_add_test(tc, test_body_matches_json_c);
+    tcase_add_test(tc, test_json_str_escapes);
     tcase_add_test(tc, test_error_body);
     tcase_add_test(tc, test_header_crlf);
     tcase_add_test(tc, test_init_reset_reason);
