@@ -77,6 +77,7 @@ done
 VAR=""
 STACK_STARTED=0
 APP_PID=""
+MEASURE_TOOL=""
 
 # shellcheck disable=SC2317  # reached from the EXIT trap
 cleanup() {
@@ -158,7 +159,14 @@ curl_config 1 "$VAR/one.curl"
 # counts (bounded: 30 s, then SIGKILL).
 stop_measured() {
     [ -n "$APP_PID" ] || return 0
-    kill -"$STOP_SIGNAL" "$APP_PID" 2>/dev/null || true
+    # strace writes its counts when the program it traces has ended, so
+    # the signal goes to that program (valgrind runs inside it).
+    sm_target=$APP_PID
+    if [ "$MEASURE_TOOL" = strace ]; then
+        sm_target=$(pgrep -P "$APP_PID" | head -n 1)
+        [ -n "$sm_target" ] || sm_target=$APP_PID
+    fi
+    kill -"$STOP_SIGNAL" "$sm_target" 2>/dev/null || true
     if ! wait_gone "$APP_PID" 300; then
         kill -KILL "$APP_PID" 2>/dev/null || true
         wait_gone "$APP_PID" 20 || true
@@ -182,6 +190,7 @@ measure() {
         ;;
     esac
     m_out=$VAR/$1.$2.$3
+    MEASURE_TOOL=$2
     case $2 in
     callgrind)
         m_tool="$(command -v valgrind) --tool=callgrind --trace-children=yes"

@@ -11,7 +11,6 @@
  * bounded whatever the caller sends, and the {tenant} hash tag keeps every
  * key of one check in one Redis Cluster slot.
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -19,6 +18,8 @@
 
 /* Hex characters of SHA-256 used in keys: 128 bits. */
 #define LIMITER_HASH_HEX 32
+/* The longest counter key: the tenant's id, two ids, two hash parts. */
+#define LIMITER_KEY_MAX 640
 
 /* Appends s (n bytes) as the next argument.  Returns 0 or -1 (no room). */
 static int
@@ -38,23 +39,56 @@ limiter_arg(struct limiter_call *call, size_t *used, const char *s, size_t n)
     return 0;
 }
 
+/* Appends v in decimal as the next argument. */
 static int
-limiter_argf(struct limiter_call *call, size_t *used, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int
-limiter_argf(struct limiter_call *call, size_t *used, const char *fmt, ...)
+limiter_arg_ll(struct limiter_call *call, size_t *used, long long v)
 {
-    char tmp[640];
-    va_list ap;
-    int n;
+    char digits[21];
 
-    va_start(ap, fmt);
-    n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
-    va_end(ap);
-    if (n < 0 || (size_t)n >= sizeof(tmp))
+    return limiter_arg(call, used, digits, util_lltoa(v, digits));
+}
+
+/* Appends a counter's key, "rl:{TENANT}:RULE:LIMIT" then the route and
+ * client parts, built by hand: this runs for every limit of every check. */
+static int
+limiter_arg_key(struct limiter_call *call, size_t *used,
+    const char *tenant_id, long long rule, long long limit,
+    const char *route_part, const char *who_part)
+{
+    char key[LIMITER_KEY_MAX];
+    size_t n = 0, t = strlen(tenant_id), r = strlen(route_part),
+        w = strlen(who_part);
+
+    if (t + r + w + 2 * 21 + 8 > sizeof(key))
         return -1;
-    return limiter_arg(call, used, tmp, (size_t)n);
+    memcpy(key, "rl:{", 4);
+    n = 4;
+    memcpy(key + n, tenant_id, t);
+    n += t;
+    memcpy(key + n, "}:", 2);
+    n += 2;
+    n += util_lltoa(rule, key + n);
+    key[n++] = ':';
+    n += util_lltoa(limit, key + n);
+    memcpy(key + n, route_part, r);
+    n += r;
+    memcpy(key + n, who_part, w);
+    n += w;
+    return limiter_arg(call, used, key, n);
+}
+
+/* ":<prefix><the first LIMITER_HASH_HEX hex digits of SHA-256 of s>" into
+ * out. */
+static void
+limiter_hash_part(char *out, char prefix, const char *s)
+{
+    char hash[65];
+
+    util_sha256_hex(s, strlen(s), hash);
+    out[0] = ':';
+    out[1] = prefix;
+    memcpy(out + 2, hash, LIMITER_HASH_HEX);
+    out[2 + LIMITER_HASH_HEX] = '\0';
 }
 
 /* Appends the algorithm and its three parameters for limit l (algo.c
@@ -78,7 +112,6 @@ int
 limiter_build(const char *tenant_id, const struct rl_plan *plan,
     const struct check_request *req, struct limiter_call *call)
 {
-    char route_hash[65], hash[65];
     char route_part[LIMITER_HASH_HEX + 4];
     char who_part[2][LIMITER_HASH_HEX + 4];     /* subject, identity */
     const char *part;
@@ -91,9 +124,7 @@ limiter_build(const char *tenant_id, const struct rl_plan *plan,
     route_part[0] = '\0';
     for (i = 0; i < n; i++)
         if (plan->rule[i]->per_route) {
-            util_sha256_hex(req->route, strlen(req->route), route_hash);
-            snprintf(route_part, sizeof(route_part), ":r%.*s",
-                LIMITER_HASH_HEX, route_hash);
+            limiter_hash_part(route_part, 'r', req->route);
             break;
         }
     /* Who a counter is for (enum rl_count): the subject, else the
@@ -101,18 +132,13 @@ limiter_build(const char *tenant_id, const struct rl_plan *plan,
      * ":s<hash>", so that a limit counting subjects and one counting keys
      * name the same client alike. */
     who_part[0][0] = who_part[1][0] = '\0';
-    if (req->identity[0] != '\0') {
-        util_sha256_hex(req->identity, strlen(req->identity), hash);
-        snprintf(who_part[1], sizeof(who_part[1]), ":s%.*s",
-            LIMITER_HASH_HEX, hash);
-    }
-    if (req->has_subject) {
-        util_sha256_hex(req->subject, strlen(req->subject), hash);
-        snprintf(who_part[0], sizeof(who_part[0]), ":s%.*s",
-            LIMITER_HASH_HEX, hash);
-    } else
+    if (req->identity[0] != '\0')
+        limiter_hash_part(who_part[1], 's', req->identity);
+    if (req->has_subject)
+        limiter_hash_part(who_part[0], 's', req->subject);
+    else
         memcpy(who_part[0], who_part[1], sizeof(who_part[0]));
-    if (limiter_argf(call, &used, "%d", n) == -1)
+    if (limiter_arg_ll(call, &used, n) == -1)
         return -1;
     for (i = 0; i < n; i++) {
         switch (plan->limit[i]->count) {
@@ -126,14 +152,14 @@ limiter_build(const char *tenant_id, const struct rl_plan *plan,
             part = who_part[0];
             break;
         }
-        if (limiter_argf(call, &used, "rl:{%s}:%lld:%lld%s%s", tenant_id,
-            plan->rule[i]->id, plan->limit[i]->id,
-            plan->rule[i]->per_route ? route_part : "", part) == -1)
+        if (limiter_arg_key(call, &used, tenant_id, plan->rule[i]->id,
+            plan->limit[i]->id, plan->rule[i]->per_route ? route_part : "",
+            part) == -1)
             return -1;
     }
-    if (limiter_argf(call, &used, "%lld", req->cost) == -1 ||
+    if (limiter_arg_ll(call, &used, req->cost) == -1 ||
         limiter_arg(call, &used, req->peek ? "1" : "0", 1) == -1 ||
-        limiter_argf(call, &used, "%d", n) == -1)
+        limiter_arg_ll(call, &used, n) == -1)
         return -1;
     for (i = 0; i < n; i++)
         if (limiter_params(call, &used, plan->limit[i]) == -1 ||

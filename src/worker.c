@@ -228,43 +228,81 @@ worker_write(FCGX_Request *fr, const struct rl_response *resp, int head)
         FCGX_PutStr(resp->body.data, (int)resp->body.len, fr->out);
 }
 
+/* The FastCGI parameters a request is read from, in one pass over the
+ * environment (FCGX_GetParam() walks all of it for each name).  As with
+ * FCGX_GetParam(), the first of a name wins. */
+enum {
+    P_ROLE, P_METHOD, P_URI, P_SCRIPT, P_API_KEY, P_AUTHORIZATION, P_ADDR,
+    P_FORWARDED, P_REQUEST_ID, P_X_REQUEST_ID, P_DOCUMENT_URI, P_COUNT
+};
+
+static void
+worker_params(char **envp, const char *value[P_COUNT])
+{
+    static const struct {
+        const char *name;
+        size_t len;
+    } names[P_COUNT] = {
+#define P(s) { s, sizeof(s) - 1 }
+        P("FCGI_ROLE"), P("REQUEST_METHOD"), P("REQUEST_URI"),
+        P("SCRIPT_NAME"), P("HTTP_X_API_KEY"), P("HTTP_AUTHORIZATION"),
+        P("REMOTE_ADDR"), P("HTTP_X_FORWARDED_FOR"), P("REQUEST_ID"),
+        P("HTTP_X_REQUEST_ID"), P("DOCUMENT_URI"),
+#undef P
+    };
+    const char *e;
+    int i;
+
+    for (i = 0; i < P_COUNT; i++)
+        value[i] = NULL;
+    for (; envp != NULL && (e = *envp) != NULL; envp++)
+        for (i = 0; i < P_COUNT; i++)
+            if (e[0] == names[i].name[0] && value[i] == NULL &&
+                strncmp(e, names[i].name, names[i].len) == 0 &&
+                e[names[i].len] == '=') {
+                value[i] = e + names[i].len + 1;
+                break;
+            }
+}
+
 /* Fills req from the FastCGI parameters. */
 static void
 worker_request(const struct rl_config *cfg, FCGX_Request *fr,
     struct http_request *req)
 {
-    const char *uri, *q, *role, *doc;
+    const char *uri, *q, *doc, *v[P_COUNT];
 
     memset(req, 0, sizeof(*req));
-    role = FCGX_GetParam("FCGI_ROLE", fr->envp);
-    req->authorizer = role != NULL && strcmp(role, "AUTHORIZER") == 0;
-    req->method = FCGX_GetParam("REQUEST_METHOD", fr->envp);
+    worker_params(fr->envp, v);
+    req->authorizer = v[P_ROLE] != NULL &&
+        strcmp(v[P_ROLE], "AUTHORIZER") == 0;
+    req->method = v[P_METHOD];
     if (req->method == NULL)
         req->method = "GET";
-    uri = FCGX_GetParam("REQUEST_URI", fr->envp);
+    uri = v[P_URI];
     if (uri == NULL || *uri == '\0')
-        uri = FCGX_GetParam("SCRIPT_NAME", fr->envp);
+        uri = v[P_SCRIPT];
     if (uri == NULL)
         uri = "/";
     q = strchr(uri, '?');
     req->path = uri;
     req->path_len = q ? (size_t)(q - uri) : strlen(uri);
     req->query = q ? q + 1 : "";
-    req->x_api_key = FCGX_GetParam("HTTP_X_API_KEY", fr->envp);
-    req->authorization = FCGX_GetParam("HTTP_AUTHORIZATION", fr->envp);
-    req->remote_addr = FCGX_GetParam("REMOTE_ADDR", fr->envp);
-    req->x_forwarded_for = FCGX_GetParam("HTTP_X_FORWARDED_FOR", fr->envp);
+    req->x_api_key = v[P_API_KEY];
+    req->authorization = v[P_AUTHORIZATION];
+    req->remote_addr = v[P_ADDR];
+    req->x_forwarded_for = v[P_FORWARDED];
     if (log_access_on()) {
-        req->request_id = FCGX_GetParam("REQUEST_ID", fr->envp);
+        req->request_id = v[P_REQUEST_ID];
         if (req->request_id == NULL)
-            req->request_id = FCGX_GetParam("HTTP_X_REQUEST_ID", fr->envp);
+            req->request_id = v[P_X_REQUEST_ID];
     }
     /* An nginx auth_request subrequest: REQUEST_URI is the original
      * request's, while the subrequest's own location is DOCUMENT_URI. */
     if (!req->authorizer && cfg->authorizer_path[0] != '\0') {
-        doc = FCGX_GetParam("DOCUMENT_URI", fr->envp);
+        doc = v[P_DOCUMENT_URI];
         if (doc == NULL)
-            doc = FCGX_GetParam("SCRIPT_NAME", fr->envp);
+            doc = v[P_SCRIPT];
         req->auth_subrequest = doc != NULL &&
             strcmp(doc, cfg->authorizer_path) == 0;
     }
