@@ -37,7 +37,7 @@ HEADERS = $(wildcard src/*.h)
 
 UNIT_SRC = $(wildcard t/check_*.c)
 
-.PHONY: all deps test unit lua-test integration run stop bench profile install \
+.PHONY: all deps test unit lua-test integration run stop bench bench-rate profile install \
 	asan clean test-faults fuzz asan-test lint
 
 all: $(BUILD)/ratelimit-fcgi $(BUILD)/ratelimitctl
@@ -167,9 +167,18 @@ $(BUILD)/bench_probe: scripts/bench_probe.c | $(BUILD)
 		$(shell pkg-config --cflags $(PROBE_PKGS) 2>/dev/null) -o $@ $< \
 		$(shell pkg-config --libs $(PROBE_PKGS) 2>/dev/null)
 
+# The open-loop generator of the benchmark's constant-rate tiers.
+$(BUILD)/rategen: scripts/rategen.c | $(BUILD)
+	$(CC) -std=gnu11 $(WARNINGS) $(CFLAGS) -o $@ $< -lm
+
 bench: deps
-	$(MAKE) all $(BUILD)/bench_probe
+	$(MAKE) all $(BUILD)/bench_probe $(BUILD)/rategen
 	BUILD="$(BUILD)" sh scripts/bench.sh
+
+# Only the constant-rate tiers of the benchmark.
+bench-rate: deps
+	$(MAKE) all $(BUILD)/bench_probe $(BUILD)/rategen
+	BENCH_ONLY=rate BUILD="$(BUILD)" sh scripts/bench.sh
 
 # Instructions and system calls per check, for us and the EVALSHA probe
 # (see scripts/profile.sh).

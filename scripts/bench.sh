@@ -14,6 +14,16 @@
 #                                  1 per hour): 429s, answered from the
 #                                  shared over-limit cache
 #
+# Then the constant-rate tiers: a, b and c, each driven at fixed arrival
+# rates by scripts/rategen.c (built as $BUILD/rategen), an open-loop
+# generator: a request is sent when it is due whether or not the earlier
+# ones have been answered, and its latency runs from when it was due, so
+# queueing counts.  For each tier and target: the rate achieved, p50, p95,
+# p99 and the largest latency, and the errors.  A target holds a rate when
+# it achieves 98% of it with no error and p99 under 10 ms.  The tiers are
+# also drawn (gnuplot) as build/bench-rate.svg: p50 and p99 against the
+# offered rate.
+#
 # a, b and c send the very same request (POST /v1/check with the demo key
 # and a small JSON body); the probes read and drop the body.  Every target
 # runs 4 workers behind its own lighttpd (max-procs 1, the application
@@ -47,6 +57,14 @@
 #   BENCH_REDIS_TRANSPORT [tcp] unix: ratelimit-fcgi and the EVALSHA
 #                               probe reach the (single) Redis over a Unix
 #                               socket instead of 127.0.0.1
+#   BENCH_RATES        [1000 2000 5000 10000]  the constant-rate tiers,
+#                               req/s; after the last, the rate goes up by
+#                               BENCH_RATE_STEP [5000] while some target
+#                               still holds it, up to BENCH_RATE_MAX [40000]
+#   BENCH_RATE_SECONDS [5]      timed part of each tier (after 1 s at the
+#                               same rate, not counted)
+#   BENCH_ONLY         [all]    rate: only the constant-rate tiers (make
+#                               bench-rate); closed: only wrk's targets
 #   BENCH_PG_PORT      [25433]  the private PostgreSQL
 #   BUILD              [build]  where the binaries are
 # The ports differ from those of `make run` and of the tests, so the
@@ -62,6 +80,13 @@ case $BUILD in
 *) BUILD=$ROOT/$BUILD ;;
 esac
 BENCH_SECONDS=${BENCH_SECONDS:-10}
+RATES=${BENCH_RATES:-1000 2000 5000 10000}
+RATE_STEP=${BENCH_RATE_STEP:-5000}
+RATE_MAX=${BENCH_RATE_MAX:-40000}
+RATE_SECONDS=${BENCH_RATE_SECONDS:-5}
+ONLY=${BENCH_ONLY:-all}
+RATEGEN=$BUILD/rategen
+SVG=$BUILD/bench-rate.svg
 WARMUP_SECONDS=2
 CONNECTIONS=16
 THREADS=2
@@ -100,7 +125,25 @@ esac
 if [ "$BENCH_SECONDS" -lt 1 ] || [ "$BENCH_SECONDS" -gt 60 ]; then
     die "BENCH_SECONDS must be 1-60"
 fi
-for f in "$BUILD/ratelimit-fcgi" "$BUILD/ratelimitctl" "$PROBE"; do
+for v in $RATES "$RATE_STEP" "$RATE_MAX" "$RATE_SECONDS"; do
+    case $v in
+    '' | *[!0-9]*) die "BENCH_RATES, BENCH_RATE_STEP, BENCH_RATE_MAX and BENCH_RATE_SECONDS are whole numbers" ;;
+    esac
+done
+[ -n "$RATES" ] || die "BENCH_RATES is empty"
+for v in $RATES "$RATE_STEP" "$RATE_MAX"; do
+    if [ "$v" -lt 1 ] || [ "$v" -gt 200000 ]; then
+        die "rates must be 1-200000 req/s"
+    fi
+done
+if [ "$RATE_SECONDS" -lt 1 ] || [ "$RATE_SECONDS" -gt 60 ]; then
+    die "BENCH_RATE_SECONDS must be 1-60"
+fi
+case $ONLY in
+all | rate | closed) ;;
+*) die "BENCH_ONLY is all, rate or closed" ;;
+esac
+for f in "$BUILD/ratelimit-fcgi" "$BUILD/ratelimitctl" "$PROBE" "$RATEGEN"; do
     [ -x "$f" ] || die "$f is missing: run make bench"
 done
 for cmd in wrk redis-server redis-cli curl "$LIGHTTPD"; do
@@ -553,64 +596,173 @@ worker_rss() {
     done
 }
 
-bench_target "a noop probe" "$NOOP_PORT" "$VAR/probe-noop/lighttpd.pid" \
-    "$VAR/check.lua" ""
-bench_target "b evalsha probe" "$EVALSHA_PORT" \
-    "$VAR/probe-evalsha/lighttpd.pid" "$VAR/check.lua" ""
-bench_target "c ratelimit-fcgi" "$PORT" "$VAR/lighttpd.pid" \
-    "$VAR/check.lua" c
-bench_target "d ratelimit-fcgi, new subjects" "$PORT" "$VAR/lighttpd.pid" \
-    "$VAR/fresh.lua" d
-"$BUILD/ratelimitctl" -c "$VAR/ratelimit.conf" rule add demo-corp \
-    --route /bench-over --algorithm sliding_window --limit 1 --window 3600 \
-    >/dev/null || die "ratelimitctl could not add the /bench-over rule"
-bench_target "e ratelimit-fcgi, over the limit" "$PORT" "$VAR/lighttpd.pid" \
-    "$VAR/over.lua" e
-REDIS_KEYS=$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" DBSIZE 2>/dev/null || echo "?")
-
-# Redis memory per counter, for each algorithm: MEM_COUNTERS checks, each
-# of a new subject, on a rule of one limit; Redis's used_memory and key
-# count before and after.  Bounded: curl, 16 at a time, 5 s each at most.
-MEM_COUNTERS=${BENCH_MEM_COUNTERS:-2000}
-redis_used() {
-    redis-cli -h 127.0.0.1 -p "$REDIS_PORT" INFO memory 2>/dev/null |
-        tr -d '\r' | sed -n 's/^used_memory://p'
-}
-: >"$VAR/memrows"
-for alg in sliding_window token_bucket gcra fixed_window; do
-    case $alg in
-    sliding_window) set -- --limit 1000000 --window 3600 ;;
-    token_bucket) set -- --capacity 1000000 --refill-rate 1 ;;
-    gcra) set -- --limit 1000000 --period 1h ;;
-    *) set -- --limit 1000000 --calendar day ;;
-    esac
+if [ "$ONLY" != rate ]; then
+    bench_target "a noop probe" "$NOOP_PORT" "$VAR/probe-noop/lighttpd.pid" \
+        "$VAR/check.lua" ""
+    bench_target "b evalsha probe" "$EVALSHA_PORT" \
+        "$VAR/probe-evalsha/lighttpd.pid" "$VAR/check.lua" ""
+    bench_target "c ratelimit-fcgi" "$PORT" "$VAR/lighttpd.pid" \
+        "$VAR/check.lua" c
+    bench_target "d ratelimit-fcgi, new subjects" "$PORT" "$VAR/lighttpd.pid" \
+        "$VAR/fresh.lua" d
     "$BUILD/ratelimitctl" -c "$VAR/ratelimit.conf" rule add demo-corp \
-        --route "/mem/$alg" --algorithm "$alg" "$@" >/dev/null ||
-        die "ratelimitctl could not add the /mem/$alg rule"
-    awk -v n="$MEM_COUNTERS" -v url="http://127.0.0.1:$PORT/v1/check" \
-        -v key="$DEMO_KEY" -v alg="$alg" 'BEGIN {
-        for (i = 1; i <= n; i++) {
-            if (i > 1) print "next"
-            printf "url = \"%s\"\n", url
-            printf "header = \"X-API-Key: %s\"\n", key
-            print "header = \"Content-Type: application/json\""
-            printf "data-raw = \"{\\\"route\\\":\\\"/mem/%s\\\",\\\"subject\\\":\\\"m%d\\\"}\"\n", alg, i
-            print "output = \"/dev/null\""
-            print "write-out = \"%{http_code}\\n\""
-            print "max-time = 5"
+        --route /bench-over --algorithm sliding_window --limit 1 --window 3600 \
+        >/dev/null || die "ratelimitctl could not add the /bench-over rule"
+    bench_target "e ratelimit-fcgi, over the limit" "$PORT" "$VAR/lighttpd.pid" \
+        "$VAR/over.lua" e
+    REDIS_KEYS=$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" DBSIZE 2>/dev/null || echo "?")
+
+    # Redis memory per counter, for each algorithm: MEM_COUNTERS checks, each
+    # of a new subject, on a rule of one limit; Redis's used_memory and key
+    # count before and after.  Bounded: curl, 16 at a time, 5 s each at most.
+    MEM_COUNTERS=${BENCH_MEM_COUNTERS:-2000}
+    redis_used() {
+        redis-cli -h 127.0.0.1 -p "$REDIS_PORT" INFO memory 2>/dev/null |
+            tr -d '\r' | sed -n 's/^used_memory://p'
+    }
+    : >"$VAR/memrows"
+    for alg in sliding_window token_bucket gcra fixed_window; do
+        case $alg in
+        sliding_window) set -- --limit 1000000 --window 3600 ;;
+        token_bucket) set -- --capacity 1000000 --refill-rate 1 ;;
+        gcra) set -- --limit 1000000 --period 1h ;;
+        *) set -- --limit 1000000 --calendar day ;;
+        esac
+        "$BUILD/ratelimitctl" -c "$VAR/ratelimit.conf" rule add demo-corp \
+            --route "/mem/$alg" --algorithm "$alg" "$@" >/dev/null ||
+            die "ratelimitctl could not add the /mem/$alg rule"
+        awk -v n="$MEM_COUNTERS" -v url="http://127.0.0.1:$PORT/v1/check" \
+            -v key="$DEMO_KEY" -v alg="$alg" 'BEGIN {
+            for (i = 1; i <= n; i++) {
+                if (i > 1) print "next"
+                printf "url = \"%s\"\n", url
+                printf "header = \"X-API-Key: %s\"\n", key
+                print "header = \"Content-Type: application/json\""
+                printf "data-raw = \"{\\\"route\\\":\\\"/mem/%s\\\",\\\"subject\\\":\\\"m%d\\\"}\"\n", alg, i
+                print "output = \"/dev/null\""
+                print "write-out = \"%{http_code}\\n\""
+                print "max-time = 5"
+            }
+        }' >"$VAR/mem.curl"
+        sleep 1         # the rule's NOTIFY reaches the workers
+        mb=$(redis_used)
+        kb=$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" DBSIZE)
+        curl -s --parallel --parallel-max 16 -K "$VAR/mem.curl" >"$VAR/mem.status" 2>/dev/null
+        ma=$(redis_used)
+        ka=$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" DBSIZE)
+        ok=$(grep -c '^200$' "$VAR/mem.status")
+        echo "$alg|$ok|$((ka - kb))|$((ma - mb))" >>"$VAR/memrows"
+    done
+    REDIS_MEM=$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" INFO memory 2>/dev/null |
+        tr -d '\r' | sed -n 's/^used_memory_human://p')
+fi
+
+# ---------------------------------------------------------------- rates
+
+# One tier: rategen at $3 req/s for RATE_SECONDS against port $2; appends
+# "label|offered|achieved|p50|p95|p99|max|errors|held" (ms) to RATEROWS
+# and returns 0 when the target held the rate.
+rate_tier() {
+    rt_out=$VAR/rate-$(printf '%s' "$1" | cut -c1)-$3.txt
+    timeout --foreground $((RATE_SECONDS + 30)) "$RATEGEN" -r "$3" \
+        -d "$RATE_SECONDS" -w 1 -c 256 -t 2000 \
+        -H "X-API-Key: $DEMO_KEY" -H "Content-Type: application/json" \
+        -b '{"route":"/bench","subject":"bench"}' \
+        "http://127.0.0.1:$2/v1/check" >"$rt_out" 2>"$rt_out.err" || true
+    awk -v label="$1" '
+        $1 == "RATE" {
+            for (i = 2; i <= NF; i++) {
+                split($i, kv, "=")
+                f[kv[1]] = kv[2]
+            }
+            found = 1
         }
-    }' >"$VAR/mem.curl"
-    sleep 1         # the rule's NOTIFY reaches the workers
-    mb=$(redis_used)
-    kb=$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" DBSIZE)
-    curl -s --parallel --parallel-max 16 -K "$VAR/mem.curl" >"$VAR/mem.status" 2>/dev/null
-    ma=$(redis_used)
-    ka=$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" DBSIZE)
-    ok=$(grep -c '^200$' "$VAR/mem.status")
-    echo "$alg|$ok|$((ka - kb))|$((ma - mb))" >>"$VAR/memrows"
-done
-REDIS_MEM=$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" INFO memory 2>/dev/null |
-    tr -d '\r' | sed -n 's/^used_memory_human://p')
+        END {
+            if (!found) {
+                printf "%s|%s|-|-|-|-|-|failed|no\n", label, f["offered"]
+                exit 1
+            }
+            errors = f["status_errors"] + f["socket_errors"] + f["timeouts"]
+            held = errors == 0 && f["achieved"] >= 0.98 * f["offered"] &&
+                f["p99_us"] < 10000
+            printf "%s|%d|%.0f|%.2f|%.2f|%.2f|%.2f|%d|%s\n", label,
+                f["offered"], f["achieved"], f["p50_us"] / 1000,
+                f["p95_us"] / 1000, f["p99_us"] / 1000, f["max_us"] / 1000,
+                errors, held ? "yes" : "no"
+            exit held ? 0 : 1
+        }' "$rt_out" >>"$RATEROWS"
+}
+
+RATEROWS=$VAR/raterows
+: >"$RATEROWS"
+if [ "$ONLY" != closed ]; then
+    LOADAVG_RATE=$(cut -d' ' -f1-3 /proc/loadavg)
+    # The fixed tiers for every target, then up by RATE_STEP while some
+    # target still holds the rate; a target that failed a tier above the
+    # fixed ones is not driven higher.
+    ra_held="a b c" ra_rate=0
+    # shellcheck disable=SC2086  # RATES is a list of words
+    set -- $RATES
+    while [ -n "$ra_held" ]; do
+        if [ $# -gt 0 ]; then
+            ra_rate=$1
+            shift
+            ra_targets="a b c"
+        else
+            ra_rate=$((ra_rate + RATE_STEP))
+            [ "$ra_rate" -le "$RATE_MAX" ] || break
+            ra_targets=$ra_held
+        fi
+        ra_next=""
+        for t in $ra_targets; do
+            case $t in
+            a) ra_label="a noop probe" ra_port=$NOOP_PORT ;;
+            b) ra_label="b evalsha probe" ra_port=$EVALSHA_PORT ;;
+            *) ra_label="c ratelimit-fcgi" ra_port=$PORT ;;
+            esac
+            say "rate tier $ra_rate req/s: $ra_label"
+            if rate_tier "$ra_label" "$ra_port" "$ra_rate"; then
+                ra_next="$ra_next $t"
+            fi
+            # Let a target that fell behind drain before the next one.
+            sleep 1
+        done
+        ra_held=$ra_next
+    done
+    for t in a b c; do
+        awk -F'|' -v t="$t" 'substr($1, 1, 1) == t { print $2, $4, $6 }' \
+            "$RATEROWS" >"$VAR/rate.$t.dat"
+    done
+    if command -v gnuplot >/dev/null 2>&1; then
+        cat >"$VAR/rate.gp" <<GP
+set terminal svg size 860,520 dynamic font "sans,12" background rgb "white"
+set output "$VAR/rate.svg"
+set title "Latency against offered rate (open loop), $(date -u '+%Y-%m-%d'), $(nproc) CPUs, everything on one machine"
+set xlabel "offered rate, requests per second"
+set ylabel "latency, ms (log scale)"
+set logscale y
+set grid
+set key top left
+set style data linespoints
+plot "$VAR/rate.a.dat" using 1:2 title "a no-op probe p50" lc rgb "#999999" pt 7, \
+     "$VAR/rate.a.dat" using 1:3 title "a no-op probe p99" lc rgb "#999999" dt 2 pt 6, \
+     "$VAR/rate.b.dat" using 1:2 title "b EVALSHA probe p50" lc rgb "#1f77b4" pt 7, \
+     "$VAR/rate.b.dat" using 1:3 title "b EVALSHA probe p99" lc rgb "#1f77b4" dt 2 pt 6, \
+     "$VAR/rate.c.dat" using 1:2 title "c ratelimit-fcgi p50" lc rgb "#d62728" pt 7, \
+     "$VAR/rate.c.dat" using 1:3 title "c ratelimit-fcgi p99" lc rgb "#d62728" dt 2 pt 6
+GP
+        if gnuplot "$VAR/rate.gp" 2>"$VAR/gnuplot.err" && [ -s "$VAR/rate.svg" ]; then
+            cp "$VAR/rate.svg" "$SVG.tmp" && mv "$SVG.tmp" "$SVG"
+        else
+            cat "$VAR/gnuplot.err" >&2
+            echo "bench: gnuplot could not draw $SVG" >&2
+            FAILED=1
+        fi
+    else
+        echo "bench: gnuplot is missing (make deps): no $SVG" >&2
+        FAILED=1
+    fi
+fi
 
 # ---------------------------------------------------------------- report
 
@@ -627,102 +779,146 @@ REDIS_MEM=$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" INFO memory 2>/dev/null |
         echo "Redis: a Cluster of 3 primaries and 3 replicas; the Redis figures" \
             "are those of the primary 127.0.0.1:$REDIS_PORT, which owns the demo tenant"
     fi
-    echo "ratios are ours / probe: for req/s higher is better, for latency lower"
-    echo
-    awk -F'|' '
-        BEGIN {
-            printf "%-31s %8s %7s %7s %8s %12s %8s\n", "target", "req/s",
-                "p50 ms", "p99 ms", "non-2xx", "EVALSHA/req", "PG stmts"
-        }
-        { printf "%-31s %8s %7s %7s %8s %12s %8s\n", $1, $2, $3, $4, $5, $6, $7 }
-    ' "$ROWS"
-    echo "non-2xx: answers >= 400 (wrk's count), then \"/socket errors\" if any;"
-    echo "EVALSHA/req and PG stmts: in Redis and PostgreSQL during the timed run"
-    echo
-    awk -F'|' '
-        { rps[substr($1, 1, 1)] = $2; p50[substr($1, 1, 1)] = $3
-          p99[substr($1, 1, 1)] = $4 }
-        function ratio(x, y) {
-            return (x + 0 > 0 && y + 0 > 0) ? sprintf("%.2f", x / y) : "-"
-        }
-        END {
-            printf "ratios c (ours) / b (evalsha probe): req/s %s, p50 %s, p99 %s\n",
-                ratio(rps["c"], rps["b"]), ratio(p50["c"], p50["b"]),
-                ratio(p99["c"], p99["b"])
-            printf "ratios c (ours) / a (noop probe):    req/s %s, p50 %s, p99 %s\n",
-                ratio(rps["c"], rps["a"]), ratio(p50["c"], p50["a"]),
-                ratio(p99["c"], p99["a"])
-            printf "ratios d (new subjects) / c:          req/s %s, p50 %s, p99 %s\n",
-                ratio(rps["d"], rps["c"]), ratio(p50["d"], p50["c"]),
-                ratio(p99["d"], p99["c"])
-            printf "ratios d (new subjects) / b:          req/s %s\n",
-                ratio(rps["d"], rps["b"])
-            printf "ratios e (over the limit) / b:        req/s %s; / a: %s\n",
-                ratio(rps["e"], rps["b"]), ratio(rps["e"], rps["a"])
-        }
-    ' "$ROWS"
-    echo
-    echo "Where the time goes: CPU microseconds per request during the timed run"
-    echo "(rest: the kernel outside these processes, and anything else running"
-    echo "on the machine; busy: of all $(nproc) CPUs; in script: time Redis reports"
-    echo "per EVALSHA, part of the redis column):"
-    awk -F'|' -v tick="$TICK" '
-        BEGIN {
-            printf "%-31s %8s %6s %6s %6s %6s %6s %6s %9s\n", "target",
-                "lighttpd", "app", "redis", "wrk", "rest", "total", "busy",
-                "in script"
-        }
-        $8 > 0 && $7 > 0 {
-            us = 1e6 / tick / $8
-            rest = $6 - $2 - $3 - $4 - $5
-            if (rest < 0) rest = 0
-            printf "%-31s %8.0f %6.0f %6.0f %6.0f %6.0f %6.0f %5.0f%% %9s\n",
-                $1, $2 * us, $3 * us, $4 * us, $5 * us, rest * us, $6 * us,
-                100 * $6 / tick / ($7 / 1e6) / ncpu, $9
-        }
-    ' ncpu="$(nproc)" "$CPUROWS"
-    echo "(d builds every request in wrk's Lua, so its wrk column is higher)"
-    echo
-    # Redis runs commands on one thread: its CPU per check bounds what one
-    # server (or one Redis Cluster primary) can take.
-    awk -F'|' -v tick="$TICK" '
-        $8 > 0 && $4 > 0 && $1 ~ /^[cd] / {
-            us = $4 * 1e6 / tick / $8
-            printf "one Redis core at 100%%, %s: %.0f µs of Redis CPU per " \
-                "check, about %.0f checks/s\n", substr($1, 1, 1), us, 1e6 / us
-        }' "$CPUROWS"
-    echo
-    echo "ratelimit-fcgi workers, VmRSS kB, around the timed runs of c and d:"
-    echo "  pid       before c   after c  before d   after d"
-    cat "$VAR"/rss.c.before "$VAR"/rss.c.after "$VAR"/rss.d.before \
-        "$VAR"/rss.d.after 2>/dev/null | tr ' ' '\n' | awk -F: '
-        NF == 2 {
-            if (!($1 in seen)) { seen[$1] = 1; order[++n] = $1 }
-            v[$1] = v[$1] sprintf(" %9s", $2)
-            cnt[$1]++
-        }
-        END {
-            for (i = 1; i <= n; i++)
-                printf "  %-8s%s\n", order[i], v[order[i]]
-            for (i = 1; i <= n; i++)
-                if (cnt[order[i]] != 4) {
-                    print "  (workers changed during the runs)"
-                    break
+    if [ "$ONLY" != rate ]; then
+        echo "ratios are ours / probe: for req/s higher is better, for latency lower"
+        echo
+        awk -F'|' '
+            BEGIN {
+                printf "%-31s %8s %7s %7s %8s %12s %8s\n", "target", "req/s",
+                    "p50 ms", "p99 ms", "non-2xx", "EVALSHA/req", "PG stmts"
+            }
+            { printf "%-31s %8s %7s %7s %8s %12s %8s\n", $1, $2, $3, $4, $5, $6, $7 }
+        ' "$ROWS"
+        echo "non-2xx: answers >= 400 (wrk's count), then \"/socket errors\" if any;"
+        echo "EVALSHA/req and PG stmts: in Redis and PostgreSQL during the timed run"
+        echo
+        awk -F'|' '
+            { rps[substr($1, 1, 1)] = $2; p50[substr($1, 1, 1)] = $3
+              p99[substr($1, 1, 1)] = $4 }
+            function ratio(x, y) {
+                return (x + 0 > 0 && y + 0 > 0) ? sprintf("%.2f", x / y) : "-"
+            }
+            END {
+                printf "ratios c (ours) / b (evalsha probe): req/s %s, p50 %s, p99 %s\n",
+                    ratio(rps["c"], rps["b"]), ratio(p50["c"], p50["b"]),
+                    ratio(p99["c"], p99["b"])
+                printf "ratios c (ours) / a (noop probe):    req/s %s, p50 %s, p99 %s\n",
+                    ratio(rps["c"], rps["a"]), ratio(p50["c"], p50["a"]),
+                    ratio(p99["c"], p99["a"])
+                printf "ratios d (new subjects) / c:          req/s %s, p50 %s, p99 %s\n",
+                    ratio(rps["d"], rps["c"]), ratio(p50["d"], p50["c"]),
+                    ratio(p99["d"], p99["c"])
+                printf "ratios d (new subjects) / b:          req/s %s\n",
+                    ratio(rps["d"], rps["b"])
+                printf "ratios e (over the limit) / b:        req/s %s; / a: %s\n",
+                    ratio(rps["e"], rps["b"]), ratio(rps["e"], rps["a"])
+            }
+        ' "$ROWS"
+        echo
+        echo "Where the time goes: CPU microseconds per request during the timed run"
+        echo "(rest: the kernel outside these processes, and anything else running"
+        echo "on the machine; busy: of all $(nproc) CPUs; in script: time Redis reports"
+        echo "per EVALSHA, part of the redis column):"
+        awk -F'|' -v tick="$TICK" '
+            BEGIN {
+                printf "%-31s %8s %6s %6s %6s %6s %6s %6s %9s\n", "target",
+                    "lighttpd", "app", "redis", "wrk", "rest", "total", "busy",
+                    "in script"
+            }
+            $8 > 0 && $7 > 0 {
+                us = 1e6 / tick / $8
+                rest = $6 - $2 - $3 - $4 - $5
+                if (rest < 0) rest = 0
+                printf "%-31s %8.0f %6.0f %6.0f %6.0f %6.0f %6.0f %5.0f%% %9s\n",
+                    $1, $2 * us, $3 * us, $4 * us, $5 * us, rest * us, $6 * us,
+                    100 * $6 / tick / ($7 / 1e6) / ncpu, $9
+            }
+        ' ncpu="$(nproc)" "$CPUROWS"
+        echo "(d builds every request in wrk's Lua, so its wrk column is higher)"
+        echo
+        # Redis runs commands on one thread: its CPU per check bounds what one
+        # server (or one Redis Cluster primary) can take.
+        awk -F'|' -v tick="$TICK" '
+            $8 > 0 && $4 > 0 && $1 ~ /^[cd] / {
+                us = $4 * 1e6 / tick / $8
+                printf "one Redis core at 100%%, %s: %.0f µs of Redis CPU per " \
+                    "check, about %.0f checks/s\n", substr($1, 1, 1), us, 1e6 / us
+            }' "$CPUROWS"
+        echo
+        echo "ratelimit-fcgi workers, VmRSS kB, around the timed runs of c and d:"
+        echo "  pid       before c   after c  before d   after d"
+        cat "$VAR"/rss.c.before "$VAR"/rss.c.after "$VAR"/rss.d.before \
+            "$VAR"/rss.d.after 2>/dev/null | tr ' ' '\n' | awk -F: '
+            NF == 2 {
+                if (!($1 in seen)) { seen[$1] = 1; order[++n] = $1 }
+                v[$1] = v[$1] sprintf(" %9s", $2)
+                cnt[$1]++
+            }
+            END {
+                for (i = 1; i <= n; i++)
+                    printf "  %-8s%s\n", order[i], v[order[i]]
+                for (i = 1; i <= n; i++)
+                    if (cnt[order[i]] != 4) {
+                        print "  (workers changed during the runs)"
+                        break
+                    }
+                if (n == 0)
+                    print "  (no workers found)"
+            }'
+        echo "Redis (reached over $REDIS_TRANSPORT) after the run: $REDIS_KEYS keys, ${REDIS_MEM:-?} used"
+        echo
+        echo "Redis memory per counter ($MEM_COUNTERS checks of new subjects on a"
+        echo "one-limit rule; used_memory after minus before, per check answered"
+        echo "200: each made one counter and one short-lived replay key, which"
+        echo "expires soon after, so a counter alone costs less):"
+        awk -F'|' '
+            BEGIN { printf "  %-16s %8s %8s %14s %15s\n", "algorithm", "200s",
+                "new keys", "bytes in all", "bytes per check" }
+            { printf "  %-16s %8d %8d %14d %15s\n", $1, $2, $3, $4,
+                ($2 > 0 ? sprintf("%.0f", $4 / $2) : "-") }' "$VAR/memrows"
+    fi
+    if [ "$ONLY" != closed ]; then
+        echo
+        echo "Constant-rate tiers (open loop: $RATEGEN, ${RATE_SECONDS} s per"
+        echo "tier after 1 s not counted, up to 256 connections; latency from"
+        echo "when each request was due; held = 98% of the rate achieved, no"
+        echo "error, p99 < 10 ms; load average before: $LOADAVG_RATE):"
+        awk -F'|' '
+            BEGIN {
+                printf "%8s  %-18s %8s %7s %7s %7s %8s %7s %5s\n", "offered",
+                    "target", "achieved", "p50 ms", "p95 ms", "p99 ms",
+                    "max ms", "errors", "held"
+            }
+            {
+                printf "%8s  %-18s %8s %7s %7s %7s %8s %7s %5s\n", $2, $1,
+                    $3, $4, $5, $6, $7, $8, $9
+                if ($9 == "yes" && $2 + 0 > best[$1])
+                    best[$1] = $2 + 0
+                if (!($1 in seen)) {
+                    seen[$1] = 1
+                    order[++n] = $1
                 }
-            if (n == 0)
-                print "  (no workers found)"
-        }'
-    echo "Redis (reached over $REDIS_TRANSPORT) after the run: $REDIS_KEYS keys, ${REDIS_MEM:-?} used"
-    echo
-    echo "Redis memory per counter ($MEM_COUNTERS checks of new subjects on a"
-    echo "one-limit rule; used_memory after minus before, per check answered"
-    echo "200: each made one counter and one short-lived replay key, which"
-    echo "expires soon after, so a counter alone costs less):"
-    awk -F'|' '
-        BEGIN { printf "  %-16s %8s %8s %14s %15s\n", "algorithm", "200s",
-            "new keys", "bytes in all", "bytes per check" }
-        { printf "  %-16s %8d %8d %14d %15s\n", $1, $2, $3, $4,
-            ($2 > 0 ? sprintf("%.0f", $4 / $2) : "-") }' "$VAR/memrows"
+                if (substr($1, 1, 1) == "c" && $2 == 5000) {
+                    goal = ($8 == 0 && $6 + 0 < 2 &&
+                        $3 + 0 >= 0.98 * 5000) ? "met" : "NOT met"
+                    goal_p99 = $6
+                    goal_err = $8
+                }
+            }
+            END {
+                printf "highest rate held with p99 < 10 ms:"
+                for (i = 1; i <= n; i++)
+                    printf "%s %s %s", (i > 1 ? ";" : ""),
+                        substr(order[i], 1, 1),
+                        (order[i] in best) ? best[order[i]] " req/s" : "none"
+                printf "\n"
+                if (goal != "")
+                    printf "goal, c at 5000 req/s with p99 < 2 ms and no " \
+                        "error: %s (p99 %s ms, %s errors)\n", goal, goal_p99,
+                        goal_err
+            }' "$RATEROWS"
+        [ ! -s "$SVG" ] || echo "latency against offered rate drawn in $SVG"
+    fi
     if [ "$FAILED" -ne 0 ]; then
         echo
         echo "FAILED: a target failed, answered non-2xx or exceeded a budget (see above)"

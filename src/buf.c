@@ -72,8 +72,9 @@ int
 buf_put_ll(struct rl_buf *b, long long v)
 {
     char digits[21];
+    size_t n = util_lltoa(v, digits);
 
-    return buf_append(b, digits, util_lltoa(v, digits));
+    return buf_append(b, digits, n);
 }
 
 /* s as a JSON string, quotes included: '"', '\\' and control characters

@@ -44,8 +44,9 @@ static int
 limiter_arg_ll(struct limiter_call *call, size_t *used, long long v)
 {
     char digits[21];
+    size_t n = util_lltoa(v, digits);
 
-    return limiter_arg(call, used, digits, util_lltoa(v, digits));
+    return limiter_arg(call, used, digits, n);
 }
 
 /* Appends a counter's key, "rl:{TENANT}:RULE:LIMIT" then the route and
