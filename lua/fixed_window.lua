@@ -56,7 +56,8 @@ end
 -- "hour", "day" or "month") are the validated p1 and p2. Returns allowed
 -- (boolean), limit, remaining, reset_ms and retry_ms (integers, as
 -- described in check.lua), then what fixed_window_commit() takes after the
--- key: win and count, the state to store, and ttl_ms.
+-- key: win and count, the state to store, and ttl_ms (false when the key
+-- keeps its TTL).
 local function fixed_window_evaluate(key, limit, unit, cost, now_us)
     -- The start of the window holding now and the start of the next one,
     -- in unix seconds. now_s is math.floor(now_us / 1e6), without a
@@ -83,8 +84,9 @@ local function fixed_window_evaluate(key, limit, unit, cost, now_us)
     end
 
     local stored = redis.call('HMGET', key, 'win', 'count')
+    local stored_win = tonumber(stored[1])
     local count = 0
-    if tonumber(stored[1]) == start then
+    if stored_win == start then
         count = tonumber(stored[2]) or 0
     end
 
@@ -108,9 +110,15 @@ local function fixed_window_evaluate(key, limit, unit, cost, now_us)
         end
     end
     -- The count means nothing after the window, so the key expires a
-    -- second after its end.
+    -- second after its end. A key of this window already has that TTL,
+    -- from the write that began the window: the commit keeps it (false)
+    -- and writes only the count.
+    local ttl_ms = false
+    if stored_win ~= start then
+        ttl_ms = until_next_ms + 1000
+    end
     return allowed, limit, remaining, until_next_ms, retry_ms,
-        start, count + cost, until_next_ms + 1000
+        start, count + cost, ttl_ms
 end
 
 -- Charges the cost decided by fixed_window_evaluate(). Whole numbers are
@@ -120,6 +128,10 @@ local function fixed_window_commit(key, win, count, ttl_ms)
     if not (count % 1 == 0 and 1 / count > 0 and count < 2 ^ 53) then
         count = string.format('%.0f', count)
     end
-    redis.call('HSET', key, 'win', win, 'count', count)
-    redis.call('PEXPIRE', key, ttl_ms)
+    if ttl_ms then
+        redis.call('HSET', key, 'win', win, 'count', count)
+        redis.call('PEXPIRE', key, ttl_ms)
+    else
+        redis.call('HSET', key, 'count', count)
+    end
 end

@@ -19,7 +19,7 @@
 -- validated p1 and p2. Returns allowed (boolean), limit, remaining, reset_ms
 -- and retry_ms (integers, as described in check.lua), then what
 -- sliding_window_commit() takes after the key: win, cur and prev, the state
--- to store, and ttl_ms.
+-- to store, and ttl_ms (false when the key keeps its TTL).
 --
 -- The estimate is a float: 1e-9 absorbs its rounding error when comparing,
 -- and durations in microseconds are rounded up to milliseconds ignoring
@@ -104,9 +104,17 @@ local function sliding_window_evaluate(key, limit, window, cost, now_us)
     -- What is counted in the current window matters until the end of the
     -- next one, at most two windows away. The TTL is capped as in
     -- token_bucket_evaluate().
-    local ttl_ms = 2 * window * 1000 + 1000
-    if 1e15 < ttl_ms then
-        ttl_ms = 1e15
+    --
+    -- A key whose window is already the current one got its TTL from the
+    -- write that began this window, which is at least as far as the
+    -- counts of this window matter: the commit keeps it (ttl_ms false)
+    -- and writes only cur, saving a command.
+    local ttl_ms = false
+    if win ~= current then
+        ttl_ms = 2 * window * 1000 + 1000
+        if 1e15 < ttl_ms then
+            ttl_ms = 1e15
+        end
     end
     return allowed, limit, remaining, reset_ms, retry_ms,
         current, counted, prev, ttl_ms
@@ -126,6 +134,10 @@ local function sliding_window_commit(key, win, cur, prev, ttl_ms)
     if not (prev % 1 == 0 and 1 / prev > 0 and prev < 2 ^ 53) then
         prev = string.format('%.0f', prev)
     end
-    redis.call('HSET', key, 'win', win, 'cur', cur, 'prev', prev)
-    redis.call('PEXPIRE', key, ttl_ms)
+    if ttl_ms then
+        redis.call('HSET', key, 'win', win, 'cur', cur, 'prev', prev)
+        redis.call('PEXPIRE', key, ttl_ms)
+    else
+        redis.call('HSET', key, 'cur', cur)
+    end
 end

@@ -803,6 +803,43 @@ def test_fw_real_time():
 
 # --- Several limits ----------------------------------------------------------
 
+def test_ttl_kept_within_window():
+    # A write in the window the key already holds keeps the key's TTL (it
+    # was set by the write that began the window) and rewrites only the
+    # count; the first write of a new window sets the TTL again. The TTL
+    # is set by hand in between, so that "kept" is seen. N is a whole
+    # multiple of 10 s and 20 s into a minute.
+    a = [sw(100, 10)]
+    t0 = redis_now_ms()
+    check(["ttl:sw"], a, now=N)
+    expect_pttl("ttl:sw", 21000, t0)
+    cmd("PEXPIRE", "ttl:sw", 99000)
+    t0 = redis_now_ms()
+    check(["ttl:sw"], a, now=N + 1000000)
+    expect_pttl("ttl:sw", 99000, t0)
+    expect_state("same window", "ttl:sw",
+                 {"win": 183539522, "cur": 2, "prev": 0})
+    t0 = redis_now_ms()
+    check(["ttl:sw"], a, now=N + 10000000)
+    expect_pttl("ttl:sw", 21000, t0)
+    expect_state("next window", "ttl:sw",
+                 {"win": 183539523, "cur": 1, "prev": 2})
+
+    a = [fw(100, "minute")]
+    t0 = redis_now_ms()
+    check(["ttl:fw"], a, now=N)
+    expect_pttl("ttl:fw", 41000, t0)
+    cmd("PEXPIRE", "ttl:fw", 99000)
+    t0 = redis_now_ms()
+    check(["ttl:fw"], a, now=N + 1000000)
+    expect_pttl("ttl:fw", 99000, t0)
+    expect_state("same minute", "ttl:fw", {"win": 1835395200, "count": 2})
+    t0 = redis_now_ms()
+    check(["ttl:fw"], a, now=N + 40000000)
+    expect_pttl("ttl:fw", 61000, t0)
+    expect_state("next minute", "ttl:fw", {"win": 1835395260, "count": 1})
+
+
 def test_all_or_nothing():
     keys = ["aon:tb", "aon:sw"]
     limits = [tb(10, "0.001"), sw(3, 60)]
@@ -1385,6 +1422,8 @@ CASES = [
     ("fixed window: month edge, Feb 29 2028 to Mar 1", test_fw_edge_month),
     ("fixed window: month lengths", test_fw_month_lengths),
     ("fixed window: Redis TIME and retry_after_ms", test_fw_real_time),
+    ("sliding and fixed window: a write in the key's window keeps its TTL",
+     test_ttl_kept_within_window),
     ("all-or-nothing across a token bucket and a sliding window",
      test_all_or_nothing),
     ("all-or-nothing across four algorithms", test_all_or_nothing_four),
