@@ -44,6 +44,7 @@
 #
 # Environment (defaults in brackets):
 #   BENCH_SECONDS      [10]     timed run per target
+#   BENCH_WORKERS      [4]      workers of ratelimit-fcgi and of each probe
 #   BENCH_PORT         [28080]  lighttpd -> ratelimit-fcgi
 #   BENCH_NOOP_PORT    [28081]  lighttpd -> noop probe
 #   BENCH_EVALSHA_PORT [28082]  lighttpd -> evalsha probe
@@ -90,7 +91,7 @@ SVG=$BUILD/bench-rate.svg
 WARMUP_SECONDS=2
 CONNECTIONS=16
 THREADS=2
-WORKERS=4
+WORKERS=${BENCH_WORKERS:-4}
 PORT=${BENCH_PORT:-28080}
 NOOP_PORT=${BENCH_NOOP_PORT:-28081}
 EVALSHA_PORT=${BENCH_EVALSHA_PORT:-28082}
@@ -121,6 +122,10 @@ die() {
 
 case $BENCH_SECONDS in
 '' | *[!0-9]*) die "BENCH_SECONDS must be a whole number of seconds" ;;
+esac
+case $WORKERS in
+[1-9] | [1-5][0-9] | 6[0-4]) ;;
+*) die "BENCH_WORKERS must be 1-64" ;;
 esac
 if [ "$BENCH_SECONDS" -lt 1 ] || [ "$BENCH_SECONDS" -gt 60 ]; then
     die "BENCH_SECONDS must be 1-60"

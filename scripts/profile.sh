@@ -135,25 +135,27 @@ fastcgi.server = ( "/" => ((
 EOF
 "$LIGHTTPD" -f "$VAR/lighttpd-app.conf" || die "lighttpd did not start"
 
-# Writes a curl config of $1 checks to $2.
+# Writes a curl config of $1 checks of route $3 to $2.
 curl_config() {
     awk -v n="$1" -v url="http://127.0.0.1:$APP_PORT/v1/check" \
-        -v key="$DEMO_KEY" 'BEGIN {
+        -v key="$DEMO_KEY" -v route="$3" 'BEGIN {
         for (i = 1; i <= n; i++) {
             if (i > 1) print "next"
             printf "url = \"%s\"\n", url
             printf "header = \"X-API-Key: %s\"\n", key
             print "header = \"Content-Type: application/json\""
-            print "data-raw = \"{\\\"route\\\":\\\"/bench\\\",\\\"subject\\\":\\\"bench\\\"}\""
+            printf "data-raw = \"{\\\"route\\\":\\\"%s\\\",\\\"subject\\\":\\\"bench\\\"}\"\n", route
             print "output = \"/dev/null\""
             print "write-out = \"%{http_code}\\n\""
             print "max-time = 10"
         }
     }' >"$2"
 }
-curl_config "$N1" "$VAR/n1.curl"
-curl_config "$N2" "$VAR/n2.curl"
-curl_config 1 "$VAR/one.curl"
+for r in bench bench-over; do
+    curl_config "$N1" "$VAR/$r.n1.curl" "/$r"
+    curl_config "$N2" "$VAR/$r.n2.curl" "/$r"
+    curl_config 1 "$VAR/$r.one.curl" "/$r"
+done
 
 # Stops the measured program and waits until its tool has written its
 # counts (bounded: 30 s, then SIGKILL).
@@ -174,14 +176,22 @@ stop_measured() {
     APP_PID=""
 }
 
-# Runs program $1 (ours|probe) under tool $2 (callgrind|strace) for $3
-# requests; the tool's output goes to $VAR/$1.$2.$3(.PID).
+# Runs program $1 (noop: the no-op probe; probe: the EVALSHA probe; ours:
+# ratelimit-fcgi; over: ratelimit-fcgi with every check over the limit,
+# answered from the over-limit cache) under tool $2 (callgrind|strace) for
+# $3 requests; the tool's output goes to $VAR/$1.$2.$3(.PID).
 measure() {
     rm -f "$VAR/fcgi.sock"
+    m_route=bench m_want=200
     case $1 in
-    ours)
+    ours | over)
+        [ "$1" = ours ] || m_route=bench-over m_want=429
         set -- "$1" "$2" "$3" "$BUILD/ratelimit-fcgi" -c "$VAR/profile.conf"
         STOP_SIGNAL=QUIT
+        ;;
+    noop)
+        set -- "$1" "$2" "$3" "$BUILD/bench_probe" noop 1
+        STOP_SIGNAL=TERM
         ;;
     *)
         set -- "$1" "$2" "$3" "$BUILD/bench_probe" evalsha 127.0.0.1 \
@@ -206,7 +216,7 @@ measure() {
     APP_PID=$!
     # The first answer (under valgrind, start-up takes seconds).
     m_i=0
-    until [ "$(curl -s -K "$VAR/one.curl")" = 200 ]; do
+    until [ "$(curl -s -K "$VAR/$m_route.one.curl")" = "$m_want" ]; do
         m_i=$((m_i + 1))
         if [ "$m_i" -gt 300 ] || ! kill -0 "$APP_PID" 2>/dev/null; then
             cat "$VAR/measured.log" >&2
@@ -214,10 +224,11 @@ measure() {
         fi
         sleep 0.1
     done
-    curl -s -K "$VAR/n$([ "$m_n" = "$N1" ] && echo 1 || echo 2).curl" \
+    curl -s -K "$VAR/$m_route.n$([ "$m_n" = "$N1" ] && echo 1 || echo 2).curl" \
         >"$VAR/status" || die "curl failed"
-    m_ok=$(grep -c '^200$' "$VAR/status" || true)
-    [ "$m_ok" -eq "$m_n" ] || die "$m_what: $m_ok of $m_n answers were 200"
+    m_ok=$(grep -c "^$m_want\$" "$VAR/status" || true)
+    [ "$m_ok" -eq "$m_n" ] ||
+        die "$m_what: $m_ok of $m_n answers were $m_want"
     stop_measured
 }
 
@@ -232,7 +243,13 @@ syscalls() {
     awk '$1 ~ /^[0-9.]+$/ && NF >= 5 && $NF != "total" { print $NF, $4 }' "$1"
 }
 
-for prog in probe ours; do
+# The over-limit target's rule: one check an hour.
+"$BUILD/ratelimitctl" -c "$VAR/ratelimit.conf" rule add demo-corp \
+    --route /bench-over --algorithm sliding_window --limit 1 --window 3600 \
+    >/dev/null || die "ratelimitctl could not add the /bench-over rule"
+
+PROGRAMS="noop probe ours over"
+for prog in $PROGRAMS; do
     for n in "$N1" "$N2"; do
         say "$prog under callgrind, $n requests"
         measure "$prog" callgrind "$n"
@@ -248,34 +265,58 @@ cp "$VAR"/*.callgrind."$N2".* "$KEEP"/
 {
     echo "ratelimit-fcgi profile, $(date -u '+%Y-%m-%d %H:%M UTC')," \
         "commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
-    echo "per warm check (POST /v1/check, one-limit rule), from runs of $N1 and $N2"
-    echo "requests: (count at $N2 - count at $N1) / $((N2 - N1))"
+    echo "per request (POST /v1/check, demo key, one-limit rule), from runs of"
+    echo "$N1 and $N2 requests: (count at $N2 - count at $N1) / $((N2 - N1));"
+    echo "a: no-op probe, b: EVALSHA probe, c: ratelimit-fcgi (warm, allowed),"
+    echo "e: ratelimit-fcgi over the limit (429 from the over-limit cache)"
     echo
-    printf '%-22s %14s %14s\n' "" "EVALSHA probe" "ratelimit-fcgi"
-    pi1=$(instructions probe "$N1") pi2=$(instructions probe "$N2")
-    oi1=$(instructions ours "$N1") oi2=$(instructions ours "$N2")
-    awk -v a1="$pi1" -v a2="$pi2" -v b1="$oi1" -v b2="$oi2" -v d=$((N2 - N1)) \
-        'BEGIN { printf "%-22s %14.0f %14.0f\n", "instructions", (a2 - a1) / d,
-            (b2 - b1) / d }'
-    for f in probe ours; do
+    for f in $PROGRAMS; do
+        echo "$f instructions $N1 $(instructions "$f" "$N1")"
+        echo "$f instructions $N2 $(instructions "$f" "$N2")"
         for n in "$N1" "$N2"; do
-            syscalls "$VAR/$f.strace.$n" | sed "s/^/$f $n /"
+            syscalls "$VAR/$f.strace.$n" | sed "s/^/$f $n /" |
+                awk '{ print $1, $3, $2, $4 }'
         done
     done | awk -v n1="$N1" -v n2="$N2" '
-        { c[$1, $2, $3] = $4; names[$3] = 1 }
+        { c[$1, $2, $3] = $4; if ($2 != "instructions") names[$2] = 1 }
+        function per(p, s) { return (c[p, s, n2] - c[p, s, n1]) / (n2 - n1) }
         END {
-            for (s in names) {
-                p = (c["probe", n2, s] - c["probe", n1, s]) / (n2 - n1)
-                o = (c["ours", n2, s] - c["ours", n1, s]) / (n2 - n1)
-                if (p >= 0.005 || o >= 0.005)
-                    printf "%-22s %14.2f %14.2f\n", "  " s, p, o
-                tp += p; to += o
+            split("noop probe ours over", prog, " ")
+            printf "%-22s %10s %10s %10s %10s\n", "", "a", "b", "c", "e"
+            printf "%-22s", "instructions"
+            for (i = 1; i <= 4; i++)
+                printf " %10.0f", per(prog[i], "instructions")
+            printf "\n"
+            n = 0
+            for (s in names)
+                sorted[++n] = s
+            for (i = 1; i <= n; i++)
+                for (j = i + 1; j <= n; j++)
+                    if (sorted[j] < sorted[i]) {
+                        t = sorted[i]; sorted[i] = sorted[j]; sorted[j] = t
+                    }
+            for (k = 1; k <= n; k++) {
+                s = sorted[k]
+                line = sprintf("%-22s", "  " s)
+                show = 0
+                for (i = 1; i <= 4; i++) {
+                    v = per(prog[i], s)
+                    total[i] += v
+                    if (v >= 0.005)
+                        show = 1
+                    line = line sprintf(" %10.2f", v)
+                }
+                if (show)
+                    print line
             }
-            printf "%-22s %14.2f %14.2f\n", "system calls", tp, to
-        }' | sort -k1,1 | awk '/^system/ { last = $0; next } { print } END { print last }'
+            printf "%-22s", "system calls"
+            for (i = 1; i <= 4; i++)
+                printf " %10.2f", total[i]
+            printf "\n"
+        }'
     echo
     echo "callgrind files of the $N2-request runs: $KEEP"
-    echo "(callgrind_annotate $KEEP/ours.callgrind.$N2.PID | head -40)"
+    echo "(callgrind_annotate --inclusive=yes $KEEP/ours.callgrind.$N2.PID | head -60)"
 } >"$VAR/table"
 
 echo
