@@ -293,6 +293,20 @@ algo_rate_script(double rate, char *buf, size_t len)
     return 0;
 }
 
+/* v in decimal into buf[len] (these build every check's arguments, so no
+ * printf); -1 when it does not fit. */
+static int
+algo_integer_text(long long v, char *buf, size_t len)
+{
+    char digits[21];
+    size_t n = util_lltoa(v, digits);
+
+    if (n >= len)
+        return -1;
+    memcpy(buf, digits, n + 1);
+    return 0;
+}
+
 int
 algo_param_text(const struct algo_param *p, const struct rl_limit *l,
     int style, char *buf, size_t len)
@@ -316,11 +330,9 @@ algo_param_text(const struct algo_param *p, const struct rl_limit *l,
             validate_duration_format(algo_integer_of(p, l), buf, len);
             return 0;
         }
-        n = snprintf(buf, len, "%lld", algo_integer_of(p, l));
-        break;
+        return algo_integer_text(algo_integer_of(p, l), buf, len);
     default:
-        n = snprintf(buf, len, "%lld", algo_integer_of(p, l));
-        break;
+        return algo_integer_text(algo_integer_of(p, l), buf, len);
     }
     return n < 0 || (size_t)n >= len ? -1 : 0;
 }
@@ -399,10 +411,10 @@ algo_script_args(const struct rl_limit *l,
 
     if (a == NULL)
         return -1;
-    snprintf(args[0], ALGO_TEXT_MAX, "%s", a->name);
+    util_copy(args[0], ALGO_TEXT_MAX, a->name);
     for (i = 0; i < ALGO_SCRIPT_ARGS - 1; i++) {
         if (i >= a->nparams)
-            snprintf(args[i + 1], ALGO_TEXT_MAX, "0");
+            memcpy(args[i + 1], "0", 2);
         else if (algo_param_text(&a->param[i], l, ALGO_TEXT_SCRIPT,
             args[i + 1], ALGO_TEXT_MAX) == -1)
             return -1;

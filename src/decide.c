@@ -222,9 +222,11 @@ static void
 decide_rules_id(const char *tenant_id, unsigned char id[32])
 {
     char tag[RL_UUID_LEN + 8];
+    size_t n = util_copy(tag + 6, sizeof(tag) - 6, tenant_id);
 
-    snprintf(tag, sizeof(tag), "rules:%s", tenant_id);
-    util_sha256((const unsigned char *)tag, strlen(tag), id);
+    memcpy(tag, "rules:", 6);
+    util_sha256((const unsigned char *)tag, 6 + (n < sizeof(tag) - 6 ? n :
+        sizeof(tag) - 7), id);
 }
 
 /* Unpacks the shared entry of a tenant's rules into a new allocation. */
@@ -512,7 +514,7 @@ decide_trace_decision(struct decider *dc, const struct rl_plan *plan,
     for (i = 0; i < d->nlimits && i < plan->n; i++) {
         if (d->allowed || (!d->st[i].allowed && !d->st[i].shadow)) {
             t->rule = plan->rule[i]->id;
-            snprintf(t->limit, sizeof(t->limit), "%s", plan->name[i]);
+            util_copy(t->limit, sizeof(t->limit), plan->name[i]);
             t->remaining = d->st[i].remaining;
             t->retry_after_ms = d->st[i].retry_after_ms;
             return;
@@ -679,7 +681,9 @@ decide_check(struct decider *dc, const struct http_request *req,
         response_error(resp, 400, "invalid_request", err);
         return;
     }
-    snprintf(creq.identity, sizeof(creq.identity), "key:%lld", ki.key_id);
+    /* "key:<id>" (no printf on every check) */
+    memcpy(creq.identity, "key:", 4);
+    util_lltoa(ki.key_id, creq.identity + 4);
     rc = decide_limits(dc, ki.tenant_id, &creq, &plan, &d);
     if (rc == DECIDE_COST_EXCEEDS) {
         response_cost_exceeds(resp, plan.name[plan.over],

@@ -117,7 +117,7 @@ limiter_build(const char *tenant_id, const struct rl_plan *plan,
     char who_part[2][LIMITER_HASH_HEX + 4];     /* subject, identity */
     const char *part;
     size_t used = 0;
-    int i, n = plan->n;
+    int i, n = plan->n, need_identity;
 
     call->argc = 0;
     if (n < 1 || n > RL_MAX_LIMITS)
@@ -133,7 +133,11 @@ limiter_build(const char *tenant_id, const struct rl_plan *plan,
      * ":s<hash>", so that a limit counting subjects and one counting keys
      * name the same client alike. */
     who_part[0][0] = who_part[1][0] = '\0';
-    if (req->identity[0] != '\0')
+    need_identity = !req->has_subject;
+    for (i = 0; i < n; i++)
+        if (plan->limit[i]->count == RL_COUNT_KEY)
+            need_identity = 1;
+    if (need_identity && req->identity[0] != '\0')
         limiter_hash_part(who_part[1], 's', req->identity);
     if (req->has_subject)
         limiter_hash_part(who_part[0], 's', req->subject);

@@ -210,9 +210,8 @@ observe_request(struct service *svc, const struct http_request *req,
             sizeof(slot->uri) - 1;
         memcpy(slot->uri, req->path, n);
         slot->uri[n] = '\0';
-        snprintf(slot->method, sizeof(slot->method), "%s", req->method);
-        snprintf(slot->tenant, sizeof(slot->tenant), "%.*s",
-            (int)sizeof(slot->tenant) - 1, t->tenant);
+        util_copy(slot->method, sizeof(slot->method), req->method);
+        util_copy(slot->tenant, sizeof(slot->tenant), t->tenant);
         slot->content_length = (long)req->body_len;
     }
     if (!t->check)

@@ -60,7 +60,9 @@ int
 request_parse_check(const char *body, size_t len, struct check_request *out,
     char *err, size_t errlen)
 {
-    struct json_tokener *tok;
+    /* One tokener for the life of the process, reset for each body:
+     * making one allocates its whole parse stack. */
+    static struct json_tokener *tok;
     struct json_object *root = NULL, *v;
     const char *s, *e;
     size_t n;
@@ -72,10 +74,14 @@ request_parse_check(const char *body, size_t len, struct check_request *out,
         return fail(err, errlen, "request body is empty");
     if (memchr(body, '\0', len) != NULL)
         return fail(err, errlen, "request body contains a NUL byte");
-    if ((tok = json_tokener_new_ex(REQUEST_JSON_DEPTH + 1)) == NULL)
-        return fail(err, errlen, "out of memory");
-    /* Plain RFC 8259 only: no comments, single quotes, trailing commas. */
-    json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
+    if (tok == NULL) {
+        if ((tok = json_tokener_new_ex(REQUEST_JSON_DEPTH + 1)) == NULL)
+            return fail(err, errlen, "out of memory");
+        /* Plain RFC 8259 only: no comments, single quotes, trailing
+         * commas. */
+        json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
+    } else
+        json_tokener_reset(tok);
     root = json_tokener_parse_ex(tok, body, (int)len);
     if (root == NULL || json_tokener_get_error(tok) != json_tokener_success ||
         tok->char_offset != (int)len) {
@@ -189,7 +195,6 @@ parsed:
     rc = 0;
 out:
     json_object_put(root);
-    json_tokener_free(tok);
     return rc;
 }
 

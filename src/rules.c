@@ -167,7 +167,7 @@ rules_plan_names(struct rl_plan *plan)
                 snprintf(plan->name[i], sizeof(plan->name[i]), "r%lld-%s",
                     plan->rule[i]->id, plan->limit[i]->name);
             else
-                snprintf(plan->name[i], sizeof(plan->name[i]), "%s",
+                util_copy(plan->name[i], sizeof(plan->name[i]),
                     plan->limit[i]->name);
         }
         for (i = 0; i < plan->n; i++) {
