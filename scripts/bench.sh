@@ -58,12 +58,16 @@
 #   BENCH_REDIS_TRANSPORT [tcp] unix: ratelimit-fcgi and the EVALSHA
 #                               probe reach the (single) Redis over a Unix
 #                               socket instead of 127.0.0.1
-#   BENCH_RATES        [1000 2000 5000 10000]  the constant-rate tiers,
+#   BENCH_RATES        [1000 2000 5000 7500 10000]  the constant-rate tiers,
 #                               req/s; after the last, the rate goes up by
 #                               BENCH_RATE_STEP [5000] while some target
 #                               still holds it, up to BENCH_RATE_MAX [40000]
 #   BENCH_RATE_SECONDS [5]      timed part of each tier (after 1 s at the
 #                               same rate, not counted)
+#   BENCH_RSS_SECONDS  [60]     worker memory: a run this long of new
+#                               subjects at BENCH_RSS_RATE [2000] req/s,
+#                               every worker's memory sampled six times
+#                               (0: no such run)
 #   BENCH_ONLY         [all]    rate: only the constant-rate tiers (make
 #                               bench-rate); closed: only wrk's targets
 #   BENCH_PG_PORT      [25433]  the private PostgreSQL
@@ -81,10 +85,13 @@ case $BUILD in
 *) BUILD=$ROOT/$BUILD ;;
 esac
 BENCH_SECONDS=${BENCH_SECONDS:-10}
-RATES=${BENCH_RATES:-1000 2000 5000 10000}
+RATES=${BENCH_RATES:-1000 2000 5000 7500 10000}
 RATE_STEP=${BENCH_RATE_STEP:-5000}
 RATE_MAX=${BENCH_RATE_MAX:-40000}
 RATE_SECONDS=${BENCH_RATE_SECONDS:-5}
+RSS_SECONDS=${BENCH_RSS_SECONDS:-60}
+RSS_RATE=${BENCH_RSS_RATE:-2000}
+RSS_LINE=""
 ONLY=${BENCH_ONLY:-all}
 RATEGEN=$BUILD/rategen
 SVG=$BUILD/bench-rate.svg
@@ -130,11 +137,16 @@ esac
 if [ "$BENCH_SECONDS" -lt 1 ] || [ "$BENCH_SECONDS" -gt 60 ]; then
     die "BENCH_SECONDS must be 1-60"
 fi
-for v in $RATES "$RATE_STEP" "$RATE_MAX" "$RATE_SECONDS"; do
+for v in $RATES "$RATE_STEP" "$RATE_MAX" "$RATE_SECONDS" "$RSS_SECONDS" \
+    "$RSS_RATE"; do
     case $v in
-    '' | *[!0-9]*) die "BENCH_RATES, BENCH_RATE_STEP, BENCH_RATE_MAX and BENCH_RATE_SECONDS are whole numbers" ;;
+    '' | *[!0-9]*) die "BENCH_RATES, BENCH_RATE_STEP, BENCH_RATE_MAX, BENCH_RATE_SECONDS, BENCH_RSS_SECONDS and BENCH_RSS_RATE are whole numbers" ;;
     esac
 done
+if [ "$RSS_SECONDS" -gt 600 ] || [ "$RSS_RATE" -lt 1 ] ||
+    [ "$RSS_RATE" -gt 20000 ]; then
+    die "BENCH_RSS_SECONDS must be 0-600 and BENCH_RSS_RATE 1-20000"
+fi
 [ -n "$RATES" ] || die "BENCH_RATES is empty"
 for v in $RATES "$RATE_STEP" "$RATE_MAX"; do
     if [ "$v" -lt 1 ] || [ "$v" -gt 200000 ]; then
@@ -195,6 +207,18 @@ machine_ticks() {
 rss_kb() {
     awk '$1 == "VmRSS:" { print $2; found = 1 } END { if (!found) print "-" }' \
         "/proc/$1/status" 2>/dev/null || echo -
+}
+
+# "seconds|pid|VmRSS|RssAnon|RssShmem" (kB) for every worker, $1 the
+# seconds into the run.
+rss_sample() {
+    for rs_p in $(app_workers); do
+        awk -v t="$1" -v pid="$rs_p" '
+            $1 == "VmRSS:" { rss = $2 } $1 == "RssAnon:" { anon = $2 }
+            $1 == "RssShmem:" { shm = $2 }
+            END { printf "%s|%s|%s|%s|%s\n", t, pid, rss, anon, shm }' \
+            "/proc/$rs_p/status" 2>/dev/null || true
+    done
 }
 
 # Calls of Redis command $1 so far (0 when never called).  With "other"
@@ -660,6 +684,34 @@ if [ "$ONLY" != rate ]; then
     done
     REDIS_MEM=$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" INFO memory 2>/dev/null |
         tr -d '\r' | sed -n 's/^used_memory_human://p')
+
+    # Worker memory over RSS_SECONDS of new subjects at RSS_RATE req/s
+    # (open loop, in the background), every worker's VmRSS and its two
+    # parts sampled every RSS_SECONDS / 6 s: RssAnon is the worker's own
+    # memory; RssShmem counts the pages of the pool's shared segment the
+    # worker has touched, which all workers share.
+    : >"$VAR/rssrows"
+    if [ "$RSS_SECONDS" -gt 0 ]; then
+        say "worker memory: ${RSS_SECONDS} s of new subjects at $RSS_RATE req/s"
+        rss_sample 0 >>"$VAR/rssrows"
+        timeout --foreground $((RSS_SECONDS + 30)) "$RATEGEN" -r "$RSS_RATE" \
+            -d "$RSS_SECONDS" -c 64 -t 5000 \
+            -H "X-API-Key: $DEMO_KEY" -H "Content-Type: application/json" \
+            -b '{"route":"/bench","subject":"rss-%n"}' \
+            "http://127.0.0.1:$PORT/v1/check" >"$VAR/rss.rate" \
+            2>"$VAR/rss.rate.err" &
+        rs_gen=$!
+        rs_step=$((RSS_SECONDS / 6))
+        [ "$rs_step" -ge 1 ] || rs_step=1
+        rs_t=0
+        while [ "$rs_t" -lt "$RSS_SECONDS" ]; do
+            sleep "$rs_step"
+            rs_t=$((rs_t + rs_step))
+            rss_sample "$rs_t" >>"$VAR/rssrows"
+        done
+        wait "$rs_gen" || true
+        RSS_LINE=$(cat "$VAR/rss.rate")
+    fi
 fi
 
 # ---------------------------------------------------------------- rates
@@ -881,6 +933,25 @@ fi
                 "new keys", "bytes in all", "bytes per check" }
             { printf "  %-16s %8d %8d %14d %15s\n", $1, $2, $3, $4,
                 ($2 > 0 ? sprintf("%.0f", $4 / $2) : "-") }' "$VAR/memrows"
+        if [ -s "$VAR/rssrows" ]; then
+            echo
+            echo "Worker memory (kB) over ${RSS_SECONDS} s of new subjects at" \
+                "$RSS_RATE req/s (VmRSS = RssAnon, the"
+            echo "worker's own, + RssShmem, pages of the shared segment it has touched):"
+            awk -F'|' '
+                BEGIN { printf "  %8s %8s %9s %9s %9s\n", "seconds", "pid",
+                    "VmRSS", "RssAnon", "RssShmem" }
+                { printf "  %8s %8s %9s %9s %9s\n", $1, $2, $3, $4, $5 }
+                $1 == 0 { a0[$2] = $4 }
+                { alast[$2] = $4 }
+                END {
+                    for (p in a0)
+                        if (p in alast && alast[p] - a0[p] > d)
+                            d = alast[p] - a0[p]
+                    printf "  largest growth of a worker'"'"'s RssAnon: %d kB\n", d
+                }' "$VAR/rssrows"
+            echo "  $RSS_LINE"
+        fi
     fi
     if [ "$ONLY" != closed ]; then
         echo
