@@ -801,6 +801,10 @@ set logscale y
 set grid
 set key top left
 set style data linespoints
+set arrow from graph 0, first 10 to graph 1, first 10 nohead dt 3 lc rgb "#555555"
+set label "10 ms: a rate is held below this p99" at graph 0.62, first 12.5 tc rgb "#555555"
+set arrow from graph 0, first 2 to graph 1, first 2 nohead dt 3 lc rgb "#555555"
+set label "2 ms: the goal at 5,000 req/s" at graph 0.62, first 2.5 tc rgb "#555555"
 plot "$VAR/rate.a.dat" using 1:2 title "a no-op probe p50" lc rgb "#999999" pt 7, \
      "$VAR/rate.a.dat" using 1:3 title "a no-op probe p99" lc rgb "#999999" dt 2 pt 6, \
      "$VAR/rate.b.dat" using 1:2 title "b EVALSHA probe p50" lc rgb "#1f77b4" pt 7, \
