@@ -101,5 +101,9 @@ service_tick(struct service *svc, int idle)
 {
     pg_store_tick(&svc->pg, idle);
     redis_store_tick(&svc->redis);
-    decide_sync(&svc->decider);
+    /* After a request the notifications wait for the next one, which
+     * reads them before it looks anything up (one system call fewer per
+     * request); an idle worker reads them here. */
+    if (idle)
+        decide_sync(&svc->decider);
 }

@@ -55,6 +55,9 @@
 #define WORKER_TICK_MS 1000         /* housekeeping when idle */
 #define WORKER_ACCEPT_PAUSE_MS 100  /* after EMFILE, ENFILE */
 
+/* How often a busy worker looks at its memory (max_worker_rss_mb). */
+#define WORKER_RSS_CHECK_MS 100
+
 struct worker {
     const struct rl_config *cfg;
     int listen_fd;
@@ -66,6 +69,7 @@ struct worker {
     FCGX_Request fr;
     sigset_t stopset;
     unsigned long served;
+    int64_t rss_checked_ms;     /* when max_worker_rss_mb was last checked */
     int postponed;              /* recycling put off: PostgreSQL is down */
     struct addr_net web_servers[32];
     int nweb;
@@ -141,15 +145,29 @@ worker_signals(sigset_t *stopset, int pooled)
  * Whether the worker should leave to be replaced: after max_requests
  * (unless PostgreSQL is unreachable: a fresh worker could learn nothing
  * new, and the outage is when a warm worker is worth most), or when its
- * peak resident memory has passed max_worker_rss_mb.
+ * peak resident memory has passed max_worker_rss_mb.  The memory is looked
+ * at after a worker's first request and then at most every
+ * WORKER_RSS_CHECK_MS (getrusage() is a system call, and memory does not
+ * grow much in that time).
  */
+static int
+worker_rss_due(struct worker *w)
+{
+    int64_t now = util_now_ms();
+
+    if (w->served > 1 && now - w->rss_checked_ms < WORKER_RSS_CHECK_MS)
+        return 0;
+    w->rss_checked_ms = now;
+    return 1;
+}
+
 static int
 worker_should_leave(struct worker *w)
 {
     const struct rl_config *cfg = w->cfg;
     struct rusage ru;
 
-    if (cfg->max_worker_rss_mb > 0 && w->served > 0 &&
+    if (cfg->max_worker_rss_mb > 0 && w->served > 0 && worker_rss_due(w) &&
         getrusage(RUSAGE_SELF, &ru) == 0 &&
         ru.ru_maxrss / 1024 >= cfg->max_worker_rss_mb) {
         log_info("worker %ld: resident memory %ld MB passed "
