@@ -830,10 +830,14 @@ fi
 {
     echo "ratelimit-fcgi benchmark, $(date -u '+%Y-%m-%d %H:%M UTC')," \
         "commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
-    echo "$(nproc) CPUs; wrk $CONNECTIONS connections, $THREADS threads," \
-        "${BENCH_SECONDS} s per target after ${WARMUP_SECONDS} s warm-up;" \
-        "$WORKERS workers each;" \
-        "load average before: $LOADAVG"
+    if [ "$ONLY" != rate ]; then
+        echo "$(nproc) CPUs; wrk $CONNECTIONS connections, $THREADS threads," \
+            "${BENCH_SECONDS} s per target after ${WARMUP_SECONDS} s warm-up;" \
+            "$WORKERS workers each;" \
+            "load average before: $LOADAVG"
+    else
+        echo "$(nproc) CPUs; $WORKERS workers each"
+    fi
     echo "ratelimit-fcgi: log_level warn, max_requests 0, cache TTLs 3600 s" \
         "(warm steady state)"
     if [ "$REDIS_TYPE" = cluster ]; then
