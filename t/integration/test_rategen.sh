@@ -1,0 +1,98 @@
+#!/bin/sh
+# The benchmark's open-loop generator (scripts/rategen.c, built as
+# $BUILD/rategen) against a private pool behind lighttpd: it sends the
+# number of requests its rate and duration make, counts statuses, numbers
+# subjects with %n, refuses bad options, and, being open loop, keeps
+# sending while the server stalls and counts the stall in the latency.
+
+# shellcheck source-path=SCRIPTDIR
+. "$(dirname "$0")/lib.sh"
+require_stack
+serve_dir rl-rategen
+
+RATEGEN=$BUILD/rategen
+P_GEN=$((PORT + 141))
+
+# field NAME: NAME's value in the RATE line of $D/gen.out.
+field() {
+    awk -v want="$1" '$1 == "RATE" {
+        for (i = 2; i <= NF; i++)
+            if (index($i, want "=") == 1)
+                print substr($i, length(want) + 2)
+    }' "$D/gen.out"
+}
+
+# gen ARGS...: runs rategen (bounded) with its output in $D/gen.out and
+# $D/gen.err; GEN_RC is its exit status.
+gen() {
+    GEN_RC=0
+    timeout 60 "$RATEGEN" "$@" >"$D/gen.out" 2>"$D/gen.err" || GEN_RC=$?
+}
+
+check "rategen is built" test -x "$RATEGEN"
+
+gen -r 0 -d 1 "http://127.0.0.1:$P_GEN/"
+check "a rate of 0 is refused (exit 2)" eq "$GEN_RC" 2
+check "and says why" contains "$(cat "$D/gen.err")" "rategen:"
+gen -r 10 -d 1 "https://127.0.0.1:$P_GEN/"
+check "https is refused (exit 2)" eq "$GEN_RC" 2
+gen -r 10 -d 1 "http://127.0.0.1:$P_GEN/"
+check "nothing listening: exit 1" eq "$GEN_RC" 1
+
+private_app gen "$P_GEN" workers=2 ||
+    fail "rategen: the private application starts behind lighttpd"
+
+SUBJ=$(uniq_name gen)
+gen -r 200 -d 2 -H "X-API-Key: $DEMO_KEY" -H "Content-Type: application/json" \
+    -b "{\"route\":\"/bench\",\"subject\":\"$SUBJ-%n\"}" \
+    "http://127.0.0.1:$P_GEN/v1/check"
+check "200/s for 2 s: exit 0" eq "$GEN_RC" 0
+check "200/s for 2 s: 400 sent" eq "$(field sent)" 400
+check "200/s for 2 s: 400 answered 200" eq "$(field ok)" 400
+check "200/s for 2 s: no error" eq \
+    "$(field status_errors)/$(field socket_errors)/$(field timeouts)" 0/0/0
+check "200/s for 2 s: achieved 190-200/s" matches "$(field achieved)" \
+    '^(19[0-9]|200)(\.[0-9]*)?$'
+check "200/s for 2 s: 0 < p50 <= p99 <= max" awk -v a="$(field p50_us)" \
+    -v b="$(field p99_us)" -v c="$(field max_us)" \
+    'BEGIN { exit !(a > 0 && a <= b && b <= c) }'
+# %n made a new subject of each request, numbered from 0: subjects 0 and
+# 399 have been counted once, 400 never.
+peek() {
+    fetch "http://127.0.0.1:$P_GEN/v1/check" -X POST \
+        -H "X-API-Key: $DEMO_KEY" -H "Content-Type: application/json" \
+        --data-raw "{\"route\":\"/bench\",\"subject\":\"$SUBJ-$1\",\"peek\":true}"
+    echo $(($(json_field limit) - $(json_field remaining)))
+}
+# (A peek's remaining is what would be left after it: limit - remaining is
+# one more than what was counted.)
+check "%n: subject 0 was counted once" eq "$(peek 0)" 2
+check "%n: subject 399 was counted once" eq "$(peek 399)" 2
+check "%n: subject 400 was never sent" eq "$(peek 400)" 1
+
+gen -r 100 -d 1 "http://127.0.0.1:$P_GEN/no/such/path"
+check "404s: counted as status errors" eq "$(field status_errors)" 100
+gen -r 100 -d 1 -e 404 "http://127.0.0.1:$P_GEN/no/such/path"
+check "404s with -e 404: all ok" eq "$(field ok)/$(field status_errors)" 100/0
+
+# Open loop: lighttpd is stopped for 400 ms in the middle of a run.  The
+# requests due meanwhile are still sent on time (the connections and the
+# kernel take them), and their latency, counted from when they were due,
+# shows the stall; the others are fast.
+timeout 60 "$RATEGEN" -r 500 -d 2 -H "X-API-Key: $DEMO_KEY" \
+    -H "Content-Type: application/json" \
+    -b "{\"route\":\"/bench\",\"subject\":\"$SUBJ-stall\"}" \
+    "http://127.0.0.1:$P_GEN/v1/check" >"$D/gen.out" 2>"$D/gen.err" &
+gen_pid=$!
+sleep 0.8
+kill -STOP "$LT_PID"
+sleep 0.4
+kill -CONT "$LT_PID"
+wait "$gen_pid" || true
+check "stall: all 1000 sent on schedule and answered" eq \
+    "$(field sent)/$(field ok)" 1000/1000
+check "stall: the largest latency shows it (>= 300 ms: $(field max_us) us)" \
+    ge "$(field max_us)" 300000
+check "stall: the median does not ($(field p50_us) us)" le \
+    "$(field p50_us)" 100000
+stop_private
