@@ -221,11 +221,12 @@ decide_tenant(struct decider *dc, const char *name, struct key_info *info)
 static void
 decide_rules_id(const char *tenant_id, unsigned char id[32])
 {
+    static struct sha256_memo memo;
     char tag[RL_UUID_LEN + 8];
     size_t n = util_copy(tag + 6, sizeof(tag) - 6, tenant_id);
 
     memcpy(tag, "rules:", 6);
-    util_sha256((const unsigned char *)tag, 6 + (n < sizeof(tag) - 6 ? n :
+    util_sha256_memo(&memo, tag, 6 + (n < sizeof(tag) - 6 ? n :
         sizeof(tag) - 7), id);
 }
 
@@ -425,6 +426,7 @@ struct overlimit {
 static void
 decide_overlimit_id(const struct limiter_call *call, unsigned char id[32])
 {
+    static struct sha256_memo memo;
     int n = call->argc > 0 ? call->argv[0][0] - '0' : 0;
     const char *first, *end;
 
@@ -434,7 +436,7 @@ decide_overlimit_id(const struct limiter_call *call, unsigned char id[32])
     }
     first = call->argv[1];
     end = call->argv[n] + call->argvlen[n];
-    util_sha256((const unsigned char *)first, (size_t)(end - first), id);
+    util_sha256_memo(&memo, first, (size_t)(end - first), id);
 }
 
 /* A remembered denial of the counters of call for cost into d, with its

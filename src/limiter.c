@@ -81,11 +81,14 @@ limiter_arg_key(struct limiter_call *call, size_t *used,
 /* ":<prefix><the first LIMITER_HASH_HEX hex digits of SHA-256 of s>" into
  * out. */
 static void
-limiter_hash_part(char *out, char prefix, const char *s)
+limiter_hash_part(struct sha256_memo *memo, char *out, char prefix,
+    const char *s)
 {
+    unsigned char md[32];
     char hash[65];
 
-    util_sha256_hex(s, strlen(s), hash);
+    util_sha256_memo(memo, s, strlen(s), md);
+    util_hex(md, sizeof(md), hash);
     out[0] = ':';
     out[1] = prefix;
     memcpy(out + 2, hash, LIMITER_HASH_HEX);
@@ -113,6 +116,8 @@ int
 limiter_build(const char *tenant_id, const struct rl_plan *plan,
     const struct check_request *req, struct limiter_call *call)
 {
+    /* The last route, identity and subject hashed: they often repeat. */
+    static struct sha256_memo route_memo, who_memo[2];
     char route_part[LIMITER_HASH_HEX + 4];
     char who_part[2][LIMITER_HASH_HEX + 4];     /* subject, identity */
     const char *part;
@@ -125,7 +130,7 @@ limiter_build(const char *tenant_id, const struct rl_plan *plan,
     route_part[0] = '\0';
     for (i = 0; i < n; i++)
         if (plan->rule[i]->per_route) {
-            limiter_hash_part(route_part, 'r', req->route);
+            limiter_hash_part(&route_memo, route_part, 'r', req->route);
             break;
         }
     /* Who a counter is for (enum rl_count): the subject, else the
@@ -138,9 +143,9 @@ limiter_build(const char *tenant_id, const struct rl_plan *plan,
         if (plan->limit[i]->count == RL_COUNT_KEY)
             need_identity = 1;
     if (need_identity && req->identity[0] != '\0')
-        limiter_hash_part(who_part[1], 's', req->identity);
+        limiter_hash_part(&who_memo[1], who_part[1], 's', req->identity);
     if (req->has_subject)
-        limiter_hash_part(who_part[0], 's', req->subject);
+        limiter_hash_part(&who_memo[0], who_part[0], 's', req->subject);
     else
         memcpy(who_part[0], who_part[1], sizeof(who_part[0]));
     if (limiter_arg_ll(call, &used, n) == -1)
@@ -221,10 +226,14 @@ limiter_request_key(struct limiter_call *call, const char *id)
     if (strncmp(tag, "rl:{", 4) != 0 || end == NULL ||
         (taglen = (size_t)(end - tag) + 1) > 4 + RL_UUID_LEN + 1)
         return -1;
-    n = snprintf(key, sizeof(key), "%.*s:req:%s", (int)taglen, tag, id);
+    /* "<tag>:req:<id>"; both parts were measured above to fit. */
+    memcpy(key, tag, taglen);
+    memcpy(key + taglen, ":req:", 5);
+    memcpy(key + taglen + 5, id, idlen + 1);
+    n = (int)(taglen + 5 + idlen);
     used = (size_t)(call->argv[call->argc - 1] - call->store) +
         call->argvlen[call->argc - 1] + 1;
-    if (n < 0 || (size_t)n >= sizeof(key) ||
+    if ((size_t)n >= sizeof(key) ||
         call->argc + 1 > LIMITER_MAX_ARGS ||
         used + (size_t)n + 1 + 2 > sizeof(call->store))
         return -1;

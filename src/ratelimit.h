@@ -260,6 +260,19 @@ int buf_printf(struct rl_buf *b, const char *fmt, ...)
 void util_sha256(const void *data, size_t len, unsigned char out[32]);
 void util_sha256_hex(const void *data, size_t len, char out[65]);
 
+/* util_sha256 that remembers its last input (up to 256 bytes) and digest
+ * in m (zeroed to start): the same input again costs a compare.  For what
+ * repeats from check to check (a tenant's id, a subject, counter keys);
+ * never for secrets, which would stay in memory. */
+struct sha256_memo {
+    int valid;
+    size_t len;
+    unsigned char in[256];
+    unsigned char out[32];
+};
+void util_sha256_memo(struct sha256_memo *m, const void *data, size_t len,
+    unsigned char out[32]);
+
 /* v in decimal into out, NUL terminated (what "%lld" prints, without a
  * printf); returns its length. */
 size_t util_lltoa(long long v, char out[21]);

@@ -992,6 +992,32 @@ redis_send(redisContext *c, int argc, const char **argv,
     return r;
 }
 
+/* The next request id of this process, "<id_prefix>.<counter in hex>",
+ * into id[size] (no printf: one per check). */
+static void
+redis_request_id(struct redis_store *rs, char *id, size_t size)
+{
+    static const char hex[] = "0123456789abcdef";
+    char digits[16];
+    unsigned long long v = rs->id_next++;
+    size_t n = util_copy(id, size, rs->id_prefix), k = 0;
+
+    if (n >= size)
+        n = size - 1;
+    do {
+        digits[k++] = hex[v & 15];
+        v >>= 4;
+    } while (v != 0);
+    if (n + 1 + k >= size) {
+        id[n] = '\0';
+        return;
+    }
+    id[n++] = '.';
+    while (k > 0)
+        id[n++] = digits[--k];
+    id[n] = '\0';
+}
+
 /* Sends call once to n: EVALSHA of the script with the call's keys and
  * arguments, and on NOSCRIPT one EVAL of its text.  Returns the reply, or
  * NULL with *err set to errno after the failed call. */
@@ -1093,7 +1119,7 @@ redis_store_check(struct redis_store *rs, struct limiter_call *call,
     int rerouted = 0;
     unsigned slot = 0;
 
-    snprintf(id, sizeof(id), "%s.%llx", rs->id_prefix, rs->id_next++);
+    redis_request_id(rs, id, sizeof(id));
     keyed = limiter_request_key(call, id) == 0;
     if (!keyed)
         log_error("redis: cannot add a request key to the call; a lost "

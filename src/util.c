@@ -49,6 +49,23 @@ util_sha256(const void *data, size_t len, unsigned char out[32])
 }
 
 void
+util_sha256_memo(struct sha256_memo *m, const void *data, size_t len,
+    unsigned char out[32])
+{
+    if (m->valid && m->len == len && memcmp(m->in, data, len) == 0) {
+        memcpy(out, m->out, 32);
+        return;
+    }
+    util_sha256(data, len, out);
+    m->valid = len <= sizeof(m->in);
+    if (m->valid) {
+        memcpy(m->in, data, len);
+        m->len = len;
+        memcpy(m->out, out, 32);
+    }
+}
+
+void
 util_sha256_hex(const void *data, size_t len, char out[65])
 {
     unsigned char md[SHA256_DIGEST_LENGTH];

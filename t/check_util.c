@@ -44,6 +44,35 @@ START_TEST(test_sha256_uses_len_not_nul)
 }
 END_TEST
 
+/* The memo gives util_sha256's digest for every input, whether it is the
+ * last one again, a prefix of it, longer than it keeps, or new. */
+START_TEST(test_sha256_memo)
+{
+    struct sha256_memo m;
+    unsigned char big[300], want[32], got[32];
+    static const struct {
+        size_t off, len;
+    } seq[] = { { 0, 5 }, { 0, 5 }, { 0, 4 }, { 1, 4 }, { 0, 256 },
+        { 0, 256 }, { 0, 257 }, { 0, 257 }, { 0, 300 }, { 0, 0 },
+        { 0, 0 }, { 0, 5 } };
+    size_t i;
+
+    memset(&m, 0, sizeof(m));
+    for (i = 0; i < sizeof(big); i++)
+        big[i] = (unsigned char)(i * 7 + 3);
+    for (i = 0; i < sizeof(seq) / sizeof(seq[0]); i++) {
+        util_sha256(big + seq[i].off, seq[i].len, want);
+        util_sha256_memo(&m, big + seq[i].off, seq[i].len, got);
+        ck_assert_mem_eq(got, want, 32);
+    }
+    /* The same bytes changed in place are not mistaken for the last. */
+    big[2] ^= 1;
+    util_sha256(big, 5, want);
+    util_sha256_memo(&m, big, 5, got);
+    ck_assert_mem_eq(got, want, 32);
+}
+END_TEST
+
 START_TEST(test_random_fills)
 {
     unsigned char a[64], b[64], zero[64];
@@ -148,6 +177,7 @@ util_suite(void)
     tcase_add_test(tc, test_sha256_empty);
     tcase_add_test(tc, test_sha256_abc);
     tcase_add_test(tc, test_sha256_uses_len_not_nul);
+    tcase_add_test(tc, test_sha256_memo);
     tcase_add_test(tc, test_split_hostport);
     tcase_add_test(tc, test_copy);
     suite_add_tcase(s, tc);
