@@ -133,10 +133,12 @@ response_cost_exceeds(struct rl_response *r, const char *limit,
     response_json(r, o);
 }
 
+/* Milliseconds to whole seconds, rounded up; cannot overflow, whatever
+ * Redis sent. */
 static long long
 ceil_div_ms(long long ms)
 {
-    return ms <= 0 ? 0 : (ms + 999) / 1000;
+    return ms <= 0 ? 0 : ms / 1000 + (ms % 1000 != 0);
 }
 
 long long
