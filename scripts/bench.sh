@@ -173,6 +173,9 @@ done
 # pid_alive, wait_gone, end_pids, descendants
 # shellcheck source-path=SCRIPTDIR source=proc.sh
 . "$ROOT/scripts/proc.sh"
+# curl_checks
+# shellcheck source-path=SCRIPTDIR source=checks.sh
+. "$ROOT/scripts/checks.sh"
 
 # Returns 0 when nothing listens on 127.0.0.1:$1 (curl: 7 = refused).
 port_free() {
@@ -660,19 +663,8 @@ if [ "$ONLY" != rate ]; then
         "$BUILD/ratelimitctl" -c "$VAR/ratelimit.conf" rule add demo-corp \
             --route "/mem/$alg" --algorithm "$alg" "$@" >/dev/null ||
             die "ratelimitctl could not add the /mem/$alg rule"
-        awk -v n="$MEM_COUNTERS" -v url="http://127.0.0.1:$PORT/v1/check" \
-            -v key="$DEMO_KEY" -v alg="$alg" 'BEGIN {
-            for (i = 1; i <= n; i++) {
-                if (i > 1) print "next"
-                printf "url = \"%s\"\n", url
-                printf "header = \"X-API-Key: %s\"\n", key
-                print "header = \"Content-Type: application/json\""
-                printf "data-raw = \"{\\\"route\\\":\\\"/mem/%s\\\",\\\"subject\\\":\\\"m%d\\\"}\"\n", alg, i
-                print "output = \"/dev/null\""
-                print "write-out = \"%{http_code}\\n\""
-                print "max-time = 5"
-            }
-        }' >"$VAR/mem.curl"
+        curl_checks "$MEM_COUNTERS" "http://127.0.0.1:$PORT/v1/check" \
+            "$DEMO_KEY" "/mem/$alg" "m%d" 5 >"$VAR/mem.curl"
         sleep 1         # the rule's NOTIFY reaches the workers
         mb=$(redis_used)
         kb=$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" DBSIZE)

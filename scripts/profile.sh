@@ -73,6 +73,9 @@ done
 # pid_alive, wait_gone, end_pids, descendants
 # shellcheck source-path=SCRIPTDIR source=proc.sh
 . "$ROOT/scripts/proc.sh"
+# curl_checks
+# shellcheck source-path=SCRIPTDIR source=checks.sh
+. "$ROOT/scripts/checks.sh"
 
 VAR=""
 STACK_STARTED=0
@@ -135,26 +138,14 @@ fastcgi.server = ( "/" => ((
 EOF
 "$LIGHTTPD" -f "$VAR/lighttpd-app.conf" || die "lighttpd did not start"
 
-# Writes a curl config of $1 checks of route $3 to $2.
-curl_config() {
-    awk -v n="$1" -v url="http://127.0.0.1:$APP_PORT/v1/check" \
-        -v key="$DEMO_KEY" -v route="$3" 'BEGIN {
-        for (i = 1; i <= n; i++) {
-            if (i > 1) print "next"
-            printf "url = \"%s\"\n", url
-            printf "header = \"X-API-Key: %s\"\n", key
-            print "header = \"Content-Type: application/json\""
-            printf "data-raw = \"{\\\"route\\\":\\\"%s\\\",\\\"subject\\\":\\\"bench\\\"}\"\n", route
-            print "output = \"/dev/null\""
-            print "write-out = \"%{http_code}\\n\""
-            print "max-time = 10"
-        }
-    }' >"$2"
-}
+# The checks sent, of route /bench and /bench-over.
 for r in bench bench-over; do
-    curl_config "$N1" "$VAR/$r.n1.curl" "/$r"
-    curl_config "$N2" "$VAR/$r.n2.curl" "/$r"
-    curl_config 1 "$VAR/$r.one.curl" "/$r"
+    for n in "n1 $N1" "n2 $N2" "one 1"; do
+        # shellcheck disable=SC2086  # a name and a count
+        set -- $n
+        curl_checks "$2" "http://127.0.0.1:$APP_PORT/v1/check" "$DEMO_KEY" \
+            "/$r" bench 10 >"$VAR/$r.$1.curl"
+    done
 done
 
 # Stops the measured program and waits until its tool has written its

@@ -330,7 +330,8 @@ algo_param_text(const struct algo_param *p, const struct rl_limit *l,
             validate_duration_format(algo_integer_of(p, l), buf, len);
             return 0;
         }
-        return algo_integer_text(algo_integer_of(p, l), buf, len);
+        /* microseconds, as any integer */
+        /* FALLTHROUGH */
     default:
         return algo_integer_text(algo_integer_of(p, l), buf, len);
     }

@@ -223,11 +223,10 @@ decide_rules_id(const char *tenant_id, unsigned char id[32])
 {
     static struct sha256_memo memo;
     char tag[RL_UUID_LEN + 8];
-    size_t n = util_copy(tag + 6, sizeof(tag) - 6, tenant_id);
 
     memcpy(tag, "rules:", 6);
-    util_sha256_memo(&memo, tag, 6 + (n < sizeof(tag) - 6 ? n :
-        sizeof(tag) - 7), id);
+    util_copy(tag + 6, sizeof(tag) - 6, tenant_id);
+    util_sha256_memo(&memo, tag, strlen(tag), id);
 }
 
 /* Unpacks the shared entry of a tenant's rules into a new allocation. */

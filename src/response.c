@@ -216,7 +216,7 @@ response_decision(struct rl_response *r, const struct rl_plan *plan,
 {
     const struct rl_limit_state *st;
     struct rl_buf *b = &r->body;
-    long long now_s = d->now_ms / 1000, q, w;
+    long long now_s = d->now_ms / 1000, q, w[RL_MAX_LIMITS];
     int i, primary = limiter_primary(d), shadow_denied = 0, ndenied = 0;
 
     st = &d->st[primary];
@@ -268,23 +268,22 @@ response_decision(struct rl_response *r, const struct rl_plan *plan,
      * when stored), so they need no escaping inside an sf-string. */
     buf_puts(&r->headers, "RateLimit-Policy: ");
     for (i = 0; i < d->nlimits; i++) {
-        algo_policy(plan->limit[i], d->st[i].limit, &q, &w);
+        algo_policy(plan->limit[i], d->st[i].limit, &q, &w[i]);
         buf_puts(&r->headers, i > 0 ? ", \"" : "\"");
         buf_puts(&r->headers, plan->name[i]);
         buf_puts(&r->headers, "\";q=");
         buf_put_ll(&r->headers, q);
         buf_puts(&r->headers, ";w=");
-        buf_put_ll(&r->headers, w);
+        buf_put_ll(&r->headers, w[i]);
     }
     buf_puts(&r->headers, "\r\nRateLimit: ");
     for (i = 0; i < d->nlimits; i++) {
-        algo_policy(plan->limit[i], d->st[i].limit, &q, &w);
         buf_puts(&r->headers, i > 0 ? ", \"" : "\"");
         buf_puts(&r->headers, plan->name[i]);
         buf_puts(&r->headers, "\";r=");
         buf_put_ll(&r->headers, d->st[i].remaining);
         buf_puts(&r->headers, ";t=");
-        buf_put_ll(&r->headers, response_effective_s(&d->st[i], w));
+        buf_put_ll(&r->headers, response_effective_s(&d->st[i], w[i]));
     }
     buf_append(&r->headers, "\r\n", 2);
 }

@@ -229,34 +229,22 @@ worker_read_body(FCGX_Stream *in, const char *content_length, char *buf,
     return 0;
 }
 
-/* Appends s to line[size], which holds n bytes; returns the new length
- * (s is cut to fit). */
-static size_t
-worker_put(char *line, size_t size, size_t n, const char *s)
-{
-    if (n + 1 >= size)
-        return n;
-    n += util_copy(line + n, size - n, s);
-    return n < size ? n : size - 1;
-}
-
 static void
 worker_write(FCGX_Request *fr, const struct rl_response *resp, int head)
 {
-    char line[160];
-    size_t n;
+    char status[21];
 
-    /* "Status: <code> <reason>", the content type and maybe no-store,
-     * without printf (every answer). */
-    memcpy(line, "Status: ", 8);
-    n = 8 + util_lltoa(resp->status, line + 8);
-    line[n++] = ' ';
-    n = worker_put(line, sizeof(line), n, response_reason(resp->status));
-    n = worker_put(line, sizeof(line), n, "\r\nContent-Type: ");
-    n = worker_put(line, sizeof(line), n, resp->content_type);
-    n = worker_put(line, sizeof(line), n, resp->no_store ?
-        "\r\nCache-Control: no-store\r\n" : "\r\n");
-    FCGX_PutStr(line, (int)n, fr->out);
+    /* Piece by piece into libfcgi's buffer, without printf (every
+     * answer). */
+    util_lltoa(resp->status, status);
+    FCGX_PutS("Status: ", fr->out);
+    FCGX_PutS(status, fr->out);
+    FCGX_PutS(" ", fr->out);
+    FCGX_PutS(response_reason(resp->status), fr->out);
+    FCGX_PutS("\r\nContent-Type: ", fr->out);
+    FCGX_PutS(resp->content_type, fr->out);
+    FCGX_PutS(resp->no_store ? "\r\nCache-Control: no-store\r\n" : "\r\n",
+        fr->out);
     if (resp->headers.len > 0)
         FCGX_PutStr(resp->headers.data, (int)resp->headers.len, fr->out);
     FCGX_PutStr("\r\n", 2, fr->out);

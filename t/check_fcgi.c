@@ -182,6 +182,20 @@ START_TEST(test_pair_across_records)
 }
 END_TEST
 
+/* A request whose one pair p (n bytes) is split into two PARAMS records
+ * at byte at, padded with pad1 and pad2 bytes. */
+static void
+split_pair_request(struct wire *w, const unsigned char *p, size_t n,
+    size_t at, int pad1, int pad2)
+{
+    memset(w, 0, sizeof(*w));
+    begin(w, 1, 1, 0);
+    record(w, 4, 1, p, at, pad1);
+    record(w, 4, 1, p + at, n - at, pad2);
+    record(w, 4, 1, "", 0, 0);
+    record(w, 5, 1, "", 0, 0);
+}
+
 /* The pair split into two records at every place: in the lengths, the
  * name and the value, on both sides of the NUL. */
 START_TEST(test_pair_split_anywhere)
@@ -193,12 +207,7 @@ START_TEST(test_pair_split_anywhere)
 
     n = pair(p, "HTTP_X_API_KEY", "abc\0def", 7);
     for (at = 1; at < n; at++) {
-        memset(&w, 0, sizeof(w));
-        begin(&w, 1, 1, 0);
-        record(&w, 4, 1, p, at, 0);
-        record(&w, 4, 1, p + at, n - at, 3);
-        record(&w, 4, 1, "", 0, 0);
-        record(&w, 5, 1, "", 0, 0);
+        split_pair_request(&w, p, n, at, 0, 3);
         ck_assert_int_eq(fcgi_scan(w.b, w.n, 1, &s), FCGI_SCAN_DONE);
         ck_assert_int_eq(s.nparams, 1);
         ck_assert_int_eq(s.nul_in_key, 1);
@@ -206,12 +215,7 @@ START_TEST(test_pair_split_anywhere)
     }
     n = pair(p, "REQUEST_URI", "/abc", 4);
     for (at = 1; at < n; at++) {
-        memset(&w, 0, sizeof(w));
-        begin(&w, 1, 1, 0);
-        record(&w, 4, 1, p, at, 1);
-        record(&w, 4, 1, p + at, n - at, 0);
-        record(&w, 4, 1, "", 0, 0);
-        record(&w, 5, 1, "", 0, 0);
+        split_pair_request(&w, p, n, at, 1, 0);
         ck_assert_int_eq(fcgi_scan(w.b, w.n, 1, &s), FCGI_SCAN_DONE);
         ck_assert_int_eq(s.nul_in_key + s.nul_in_value, 0);
     }
