@@ -13,12 +13,15 @@
 # PostgreSQL queries and exit cancel out.  The request is the benchmark's:
 # POST /v1/check with the demo key, one subject, a rule of one limit.
 #
-# Writes the table to build/profile.txt, and keeps the callgrind files of
-# the N2 runs in build/profile/ (callgrind_annotate reads them).
+# Writes the table to build/profile.txt, with the functions that cost c
+# and e most per request (inclusive: with what they call; also the
+# difference of the two runs), and keeps the callgrind files of the N2
+# runs in build/profile/ (callgrind_annotate reads them).
 #
 # Environment (defaults in brackets):
 #   PROFILE_N1        [500]    requests of the short run
 #   PROFILE_N2        [2500]   requests of the long run
+#   PROFILE_TOP       [25]     functions listed for c and e
 #   PROFILE_PORT      [28085]  the stack's lighttpd (unused but started)
 #   PROFILE_APP_PORT  [28086]  lighttpd -> the program measured
 #   PROFILE_REDIS_PORT [26385] the private Redis
@@ -249,6 +252,41 @@ for prog in $PROGRAMS; do
     done
 done
 
+# Prints "instructions function" for each function of callgrind file $1,
+# inclusive, the largest count where a name appears more than once; a
+# function without a name is shown with its library.
+functions() {
+    callgrind_annotate --inclusive=yes --threshold=100 --auto=no "$1" \
+        2>/dev/null | awk '/^ *[0-9,]+ +\( *[0-9.]+%\) / {
+            n = $1; gsub(",", "", n)
+            f = $0; sub(/^ *[0-9,]+ +\( *[0-9.]+%\) +/, "", f)
+            lib = ""
+            if (match(f, / \[[^]]*\]$/)) {
+                lib = substr(f, RSTART + 2, RLENGTH - 3)
+                sub(/.*\//, "", lib)
+                f = substr(f, 1, RSTART - 1)
+            }
+            sub(/^.*:/, "", f)
+            if (f ~ /^0x/ && lib != "") f = f " (" lib ")"
+            if (f ~ /^(main|master_run|__libc_start_main.*|\(below main\)|PROGRAM TOTALS)$/)
+                next
+            if (n + 0 > c[f]) c[f] = n + 0
+        } END { for (f in c) print c[f], f }'
+}
+
+# The TOP functions of program $1 by instructions per request.
+top_functions() {
+    tf1=$(ls "$VAR/$1.callgrind.$N1".* | head -n 1)
+    tf2=$(ls "$VAR/$1.callgrind.$N2".* | head -n 1)
+    functions "$tf1" >"$VAR/$1.functions.$N1"
+    functions "$tf2" >"$VAR/$1.functions.$N2"
+    awk -v d=$((N2 - N1)) '{ n = $1; sub(/^[0-9]+ /, "") }
+        NR == FNR { a[$0] = n; next }
+        { v = (n - a[$0]) / d; if (v >= 100) printf "%10.0f  %s\n", v, $0 }' \
+        "$VAR/$1.functions.$N1" "$VAR/$1.functions.$N2" |
+        sort -rn | head -n "${PROFILE_TOP:-25}"
+}
+
 rm -rf "$KEEP"
 mkdir -p "$KEEP"
 cp "$VAR"/*.callgrind."$N2".* "$KEEP"/
@@ -305,6 +343,11 @@ cp "$VAR"/*.callgrind."$N2".* "$KEEP"/
                 printf " %10.2f", total[i]
             printf "\n"
         }'
+    for f in ours over; do
+        echo
+        echo "$f: instructions per request, inclusive, by function"
+        top_functions "$f"
+    done
     echo
     echo "callgrind files of the $N2-request runs: $KEEP"
     echo "(callgrind_annotate --inclusive=yes $KEEP/ours.callgrind.$N2.PID | head -60)"

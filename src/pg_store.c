@@ -12,7 +12,9 @@
  * On connect the worker also LISTENs on "ratelimit_changes"; the triggers
  * of schema/001 notify it when keys, tenants, rules or limits change, and
  * pg_store_poll() picks the notifications up from the socket without a
- * round trip.  A new connection also counts as a change (what was missed
+ * round trip.  The worker keeps that socket in its epoll set, so the
+ * socket is read only when something came (a request does not spend a
+ * system call on finding nothing).  A new connection also counts as a change (what was missed
  * while disconnected is unknown).  Between requests pg_store_tick()
  * advances a new connection without waiting (libpq's non-blocking
  * connect, then LISTEN), so LISTEN is back within about a second of
@@ -222,6 +224,7 @@ pg_store_advance(struct pg_store *ps, int64_t deadline)
         vals[1] = "ratelimit-fcgi";
         vals[2] = NULL;
         ps->conn = PQconnectStartParams(keys, vals, 1);
+        ps->serial++;
         if (ps->conn == NULL)
             return pg_store_fail(ps, "postgresql unreachable", "connect",
                 "out of memory");
@@ -541,19 +544,41 @@ pg_store_poll(struct pg_store *ps)
     ps->notified = 0;
     if (ps->state != PGS_READY)
         return changed;
-    if (PQconsumeInput(ps->conn) == 0) {
+    if ((ps->watched != ps->serial || ps->readable) &&
+        PQconsumeInput(ps->conn) == 0) {
         /* The connection broke; the next query reconnects.  The caches
          * stay: they are what keeps known keys working during an outage,
          * and they are dropped once a new connection is made. */
         pg_store_close(ps);
         return changed;
     }
+    ps->readable = 0;
+    /* Also what a query's answer brought along, already read. */
     while ((n = PQnotifies(ps->conn)) != NULL) {
         log_debug("postgresql: change notified (%s)", n->extra);
         changed = 1;
         PQfreemem(n);
     }
     return changed;
+}
+
+int
+pg_store_socket(const struct pg_store *ps, unsigned *serial)
+{
+    *serial = ps->serial;
+    return ps->state == PGS_READY ? PQsocket(ps->conn) : -1;
+}
+
+void
+pg_store_watch(struct pg_store *ps, unsigned serial)
+{
+    ps->watched = serial;
+}
+
+void
+pg_store_readable(struct pg_store *ps)
+{
+    ps->readable = 1;
 }
 
 int

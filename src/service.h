@@ -145,6 +145,9 @@ struct pg_store {
     int64_t retry_at_ms;        /* no connect attempt before (monotonic) */
     int failing;                /* the last attempt to use it failed */
     int notified;               /* a change notification arrived */
+    unsigned serial;            /* counts connections made */
+    unsigned watched;           /* serial of the connection watched */
+    int readable;               /* the watcher saw its socket readable */
     char error[160];            /* short reason, for /health/ready */
     long long used[PG_USED_PENDING];
     int nused;
@@ -184,8 +187,22 @@ int pg_store_rules(struct pg_store *ps, const char *tenant_id,
     struct tenant_rules **out);
 
 /* Reads change notifications that have arrived, without a round trip.
- * Returns 1 when caches should be dropped, else 0. */
+ * Returns 1 when caches should be dropped, else 0.  While a watcher keeps
+ * the socket in its poll set (pg_store_socket, pg_store_watch), the socket
+ * is read only after the watcher has seen it readable. */
 int pg_store_poll(struct pg_store *ps);
+
+/* The socket of a connection that is LISTENing, with the connection's
+ * serial number in *serial (a new connection may reuse the number), or -1
+ * while there is none. */
+int pg_store_socket(const struct pg_store *ps, unsigned *serial);
+
+/* The watcher now has the connection of this serial in its poll set; 0
+ * says it has none. */
+void pg_store_watch(struct pg_store *ps, unsigned serial);
+
+/* The watcher saw the socket readable: the next pg_store_poll reads it. */
+void pg_store_readable(struct pg_store *ps);
 
 /* Readiness: one "SELECT 1".  STORE_OK or STORE_UNAVAILABLE. */
 int pg_store_ready(struct pg_store *ps);

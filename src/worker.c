@@ -23,13 +23,19 @@
  * max_worker_rss_mb.
  *
  * Signals: SIGQUIT asks for a graceful stop, and so does RL_SIG_MASTER_GONE,
- * sent by the kernel when the master dies.  Their handler is installed
- * without SA_RESTART so that it interrupts waits, and the signals are
- * blocked while a request is in hand, because libfcgi does not retry a read
- * or write interrupted by a signal: the request in hand completes, then the
- * worker leaves.  In a pool SIGTERM and SIGINT are the fast stop, as in
- * php-fpm: their default action ends the worker at once, request or not.
- * A lone process (workers = 0) treats them as SIGQUIT.
+ * sent by the kernel when the master dies; SIGUSR1 asks for the logs to be
+ * reopened.  They stay blocked and are read from a signalfd that sits in
+ * the worker's waits (for a connection, and between the requests of a
+ * kept one), so a signal never interrupts a read or write in the middle
+ * of a request (libfcgi does not retry one) and blocking them costs no
+ * system call per request: the request in hand completes, then the worker
+ * leaves.  In a pool SIGTERM and SIGINT are the fast stop, as in php-fpm:
+ * their default action ends the worker at once, request or not.  A lone
+ * process (workers = 0) treats them as SIGQUIT.
+ *
+ * The PostgreSQL socket sits in the same epoll set: a change notification
+ * (or a broken connection) marks it readable, and only then does the next
+ * request read it (pg_store_poll).
  */
 #define _GNU_SOURCE             /* accept4 */
 #include <arpa/inet.h>
@@ -43,6 +49,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/resource.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -54,6 +61,15 @@
 #define WORKER_DRAIN_MAX (16L * 1024 * 1024)
 #define WORKER_TICK_MS 1000         /* housekeeping when idle */
 #define WORKER_ACCEPT_PAUSE_MS 100  /* after EMFILE, ENFILE */
+
+/* What an epoll event is about. */
+enum { WORKER_EV_LISTEN = 0, WORKER_EV_SIGNAL, WORKER_EV_PG };
+
+/* An answer this small, the first on its connection, goes into an empty
+ * socket buffer and cannot block; a larger one, or one on a kept
+ * connection (whose peer may not be reading), is written under
+ * SO_SNDTIMEO. */
+#define WORKER_UNTIMED_MAX 4096
 
 /* How often a busy worker looks at its memory (max_worker_rss_mb). */
 #define WORKER_RSS_CHECK_MS 100
@@ -67,7 +83,11 @@ struct worker {
     struct service svc;
     struct rl_response resp;
     FCGX_Request fr;
-    sigset_t stopset;
+    int sigfd;                  /* the blocked signals, to read */
+    sigset_t oldmask;           /* the signal mask before the worker's */
+    int pg_fd;                  /* the PostgreSQL socket watched, or -1 */
+    unsigned pg_serial;         /* its connection's serial */
+    int timed;                  /* SO_SNDTIMEO is set on the connection */
     unsigned long served;
     int64_t rss_checked_ms;     /* when max_worker_rss_mb was last checked */
     int postponed;              /* recycling put off: PostgreSQL is down */
@@ -106,21 +126,23 @@ worker_on_master_gone(int sig)
     worker_stop = 1;
 }
 
-static void
-worker_signals(sigset_t *stopset, int pooled)
+static int
+worker_signals(struct worker *w, int pooled)
 {
     struct sigaction sa;
+    sigset_t set;
 
+    /* The handlers only run if a signal comes before it is blocked below
+     * or after the worker has unblocked it on its way out. */
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = worker_on_stop;
     sigemptyset(&sa.sa_mask);
-    sa.sa_flags = 0;            /* no SA_RESTART: interrupt waits */
+    sa.sa_flags = 0;
     sigaction(SIGQUIT, &sa, NULL);
     if (pooled)
         sa.sa_handler = SIG_DFL;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
-    sa.sa_handler = worker_on_stop;
     sa.sa_handler = worker_on_master_gone;
     sigaction(RL_SIG_MASTER_GONE, &sa, NULL);
     sa.sa_handler = SIG_IGN;
@@ -132,13 +154,67 @@ worker_signals(sigset_t *stopset, int pooled)
      * requests. */
     sa.sa_handler = worker_on_reopen;
     sigaction(SIGUSR1, &sa, NULL);
-    sigemptyset(stopset);
+    sigemptyset(&set);
     if (!pooled) {
-        sigaddset(stopset, SIGTERM);
-        sigaddset(stopset, SIGINT);
+        sigaddset(&set, SIGTERM);
+        sigaddset(&set, SIGINT);
     }
-    sigaddset(stopset, SIGQUIT);
-    sigaddset(stopset, RL_SIG_MASTER_GONE);
+    sigaddset(&set, SIGQUIT);
+    sigaddset(&set, RL_SIG_MASTER_GONE);
+    sigaddset(&set, SIGUSR1);
+    if (sigprocmask(SIG_BLOCK, &set, &w->oldmask) == -1 ||
+        (w->sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC)) == -1) {
+        log_error("signalfd: %s", strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* Takes the signals that have come off the signalfd. */
+static void
+worker_signals_read(struct worker *w)
+{
+    struct signalfd_siginfo si;
+
+    while (read(w->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+        if (si.ssi_signo == SIGUSR1)
+            worker_reopen = 1;
+        else if ((int)si.ssi_signo == RL_SIG_MASTER_GONE)
+            worker_on_master_gone(RL_SIG_MASTER_GONE);
+        else
+            worker_stop = 1;
+    }
+}
+
+/*
+ * Keeps the socket of the PostgreSQL connection in the epoll set, adding
+ * a new connection's (a closed socket leaves the set by itself).  If it
+ * cannot be added, pg_store_poll reads the socket on every request, as it
+ * does for a connection not watched.
+ */
+static void
+worker_watch_pg(struct worker *w)
+{
+    struct epoll_event ev;
+    unsigned serial;
+    int fd = pg_store_socket(&w->svc.pg, &serial);
+
+    if (fd == w->pg_fd && serial == w->pg_serial)
+        return;
+    w->pg_fd = -1;
+    w->pg_serial = serial;
+    pg_store_watch(&w->svc.pg, 0);
+    if (fd < 0)
+        return;
+    memset(&ev, 0, sizeof(ev));
+    ev.events = EPOLLIN;
+    ev.data.u32 = WORKER_EV_PG;
+    if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) == -1) {
+        log_warn("epoll_ctl (postgresql socket): %s", strerror(errno));
+        return;
+    }
+    w->pg_fd = fd;
+    pg_store_watch(&w->svc.pg, serial);
 }
 
 /*
@@ -368,19 +444,36 @@ worker_state(struct scoreboard_slot *slot, int state)
 /* Waits until fd is readable or deadline (monotonic ms) passes.  Returns
  * 1 when readable, 0 at the deadline or when a stop was asked for. */
 static int
-worker_wait(int fd, int64_t deadline)
+worker_wait(struct worker *w, int fd, int64_t deadline, int idle)
 {
-    struct pollfd p;
+    struct pollfd p[3];
     int64_t left;
-    int n;
+    int n, np = 1;
 
-    p.fd = fd;
-    p.events = POLLIN;
+    p[0].fd = fd;
+    p[0].events = POLLIN;
+    if (idle) {
+        worker_watch_pg(w);
+        p[1].fd = w->sigfd;
+        p[1].events = POLLIN;
+        p[2].fd = w->pg_fd;
+        p[2].events = POLLIN;
+        np = w->pg_fd >= 0 ? 3 : 2;
+    }
     while (!worker_stop && (left = deadline - util_now_ms()) > 0) {
-        if ((n = poll(&p, 1, (int)left)) > 0)
-            return 1;
-        if (n == 0 || errno != EINTR)
+        if ((n = poll(p, (nfds_t)np, (int)left)) < 0) {
+            if (errno != EINTR)
+                return 0;
+            continue;
+        }
+        if (n == 0)
             return 0;
+        if (np > 1 && p[1].revents != 0)
+            worker_signals_read(w);
+        if (np > 2 && p[2].revents != 0)
+            pg_store_readable(&w->svc.pg);
+        if (p[0].revents != 0)
+            return !worker_stop;
     }
     return 0;
 }
@@ -395,19 +488,29 @@ worker_wait(int fd, int64_t deadline)
 static int
 worker_accept(struct worker *w, struct sockaddr_storage *ss, int *fatal)
 {
-    struct epoll_event ev;
+    struct epoll_event ev[3];
     socklen_t len = sizeof(*ss);
-    int fd, n;
+    int fd, i, n, listen = 0;
 
     *fatal = 0;
-    n = epoll_wait(w->epfd, &ev, 1, WORKER_TICK_MS);
-    if (n <= 0) {
-        if (n == -1 && errno != EINTR) {
-            log_error("epoll_wait: %s", strerror(errno));
-            *fatal = 1;
-        }
-        return -1;
+    worker_watch_pg(w);
+    n = epoll_wait(w->epfd, ev, 3, WORKER_TICK_MS);
+    if (n == -1 && errno != EINTR) {
+        log_error("epoll_wait: %s", strerror(errno));
+        *fatal = 1;
     }
+    for (i = 0; i < n; i++) {
+        if (ev[i].data.u32 == WORKER_EV_SIGNAL)
+            worker_signals_read(w);
+        else if (ev[i].data.u32 == WORKER_EV_PG)
+            pg_store_readable(&w->svc.pg);
+        else
+            listen = 1;
+    }
+    /* Without a connection to take, the caller's idle housekeeping reads
+     * what PostgreSQL sent. */
+    if (!listen || worker_stop)
+        return -1;
     memset(ss, 0, sizeof(*ss));
     fd = accept4(w->listen_fd, (struct sockaddr *)ss, &len, SOCK_CLOEXEC);
     if (fd >= 0)
@@ -476,7 +579,7 @@ worker_prefetch(struct worker *w, int fd, int64_t deadline,
             if (errno == EINTR)
                 continue;
             if ((errno != EAGAIN && errno != EWOULDBLOCK) ||
-                !worker_wait(fd, deadline))
+                !worker_wait(w, fd, deadline, 0))
                 return 0;
             continue;
         }
@@ -549,7 +652,7 @@ worker_close(int fd, int tcp)
 
 /* Answers one request that libfcgi has read the parameters of. */
 static void
-worker_serve(struct worker *w, const struct fcgi_scan *s)
+worker_serve(struct worker *w, const struct fcgi_scan *s, int fd, int kept)
 {
     struct http_request req;
     FCGX_Request *fr = &w->fr;
@@ -571,6 +674,11 @@ worker_serve(struct worker *w, const struct fcgi_scan *s)
     observe_begin(&w->svc);
     api_handle(&w->svc, &req, &w->resp);
     observe_request(&w->svc, &req, &w->resp, util_now_us() - t0, w->slot);
+    if (!w->timed && (kept || w->resp.headers.len + w->resp.body.len >
+        WORKER_UNTIMED_MAX)) {
+        worker_set_timeout(fd, SO_SNDTIMEO, w->cfg->fcgi_read_timeout_ms);
+        w->timed = 1;
+    }
     worker_write(fr, &w->resp, strcmp(req.method, "HEAD") == 0);
 }
 
@@ -589,18 +697,17 @@ worker_connection(struct worker *w, int fd, int tcp)
     FCGX_Request *fr = &w->fr;
     struct fcgi_scan s;
     int64_t deadline;
+    unsigned long served0 = w->served;
     int first = 1, keep, rc;
 
-    worker_set_timeout(fd, SO_SNDTIMEO, w->cfg->fcgi_read_timeout_ms);
+    w->timed = 0;
     for (;;) {
         if (!first) {
             /* Idle between requests of a kept connection; a stop ends
              * the wait. */
             worker_state(w->slot, SLOT_KEEPALIVE);
-            sigprocmask(SIG_UNBLOCK, &w->stopset, NULL);
-            rc = worker_wait(fd, util_now_ms() +
-                w->cfg->fcgi_keepalive_timeout_ms);
-            sigprocmask(SIG_BLOCK, &w->stopset, NULL);
+            rc = worker_wait(w, fd, util_now_ms() +
+                w->cfg->fcgi_keepalive_timeout_ms, 1);
             if (!rc)
                 break;
         }
@@ -626,7 +733,7 @@ worker_connection(struct worker *w, int fd, int tcp)
             break;
         }
         keep = fr->keepConnection;
-        worker_serve(w, &s);
+        worker_serve(w, &s, fd, w->served != served0);
         fr->keepConnection = 1;
         fr->detached = 1;
         FCGX_Finish_r(fr);
@@ -669,7 +776,10 @@ worker_run(const struct rl_config *cfg, int listen_fd,
         log_error("FCGX_Init failed");
         return 1;
     }
-    worker_signals(&w.stopset, slot != NULL);
+    w.sigfd = -1;
+    w.pg_fd = -1;
+    if (worker_signals(&w, slot != NULL) == -1)
+        return 1;
     if (allowed != NULL && *allowed != '\0' &&
         (w.nweb = addr_parse_list(allowed, w.web_servers, 32, err,
         sizeof(err))) == -1) {
@@ -684,7 +794,15 @@ worker_run(const struct rl_config *cfg, int listen_fd,
     }
     memset(&ev, 0, sizeof(ev));
     ev.events = EPOLLIN | EPOLLEXCLUSIVE;
+    ev.data.u32 = WORKER_EV_LISTEN;
     if (epoll_ctl(w.epfd, EPOLL_CTL_ADD, listen_fd, &ev) == -1) {
+        log_error("epoll_ctl: %s", strerror(errno));
+        close(w.epfd);
+        return 1;
+    }
+    ev.events = EPOLLIN;
+    ev.data.u32 = WORKER_EV_SIGNAL;
+    if (epoll_ctl(w.epfd, EPOLL_CTL_ADD, w.sigfd, &ev) == -1) {
         log_error("epoll_ctl: %s", strerror(errno));
         close(w.epfd);
         return 1;
@@ -715,7 +833,6 @@ worker_run(const struct rl_config *cfg, int listen_fd,
             }
             continue;
         }
-        sigprocmask(SIG_BLOCK, &w.stopset, NULL);
         if (!worker_peer_allowed(w.web_servers, w.nweb, &ss))
             close(fd);
         else {
@@ -726,7 +843,6 @@ worker_run(const struct rl_config *cfg, int listen_fd,
             }
             worker_connection(&w, fd, ss.ss_family != AF_UNIX);
         }
-        sigprocmask(SIG_UNBLOCK, &w.stopset, NULL);
         service_tick(&w.svc, 0);
         if (worker_reopen) {
             worker_reopen = 0;
@@ -738,6 +854,9 @@ worker_run(const struct rl_config *cfg, int listen_fd,
     service_free(&w.svc);
     free(w.body);
     close(w.epfd);
+    /* What is still pending reaches the handlers. */
+    close(w.sigfd);
+    sigprocmask(SIG_SETMASK, &w.oldmask, NULL);
     /* The master died (SIGKILL, the OOM killer): one orphaned worker, the
      * first to claim the master's place in the scoreboard, starts a new
      * master on the same socket; the others just leave.  The socket stays

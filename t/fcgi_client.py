@@ -9,8 +9,8 @@ far larger than the record that holds them, or send management records
 (requestId 0) of a type nobody knows.  The integration tests use it to check
 that ratelimit-fcgi survives such peers (t/integration/test_hostile.sh).
 
-It is a module (request, send_raw, hold_partial, hold_idle, crash_burst,
-send_management) and a command line tool with one subcommand for each; every
+It is a module (request, kept_requests, send_unread, send_raw,
+hold_partial, hold_idle, crash_burst, send_management) and a command line tool with one subcommand for each; every
 subcommand prints one JSON object with named fields on stdout.  Every socket
 has a timeout and every loop a deadline, so nothing here can hang.
 
@@ -21,9 +21,11 @@ Addresses: "unix:/path" or "/path" (a Unix socket), "host:port",
 import argparse
 import http.client
 import json
+import select
 import selectors
 import socket
 import struct
+import subprocess
 import sys
 import threading
 import time
@@ -325,6 +327,100 @@ def request(address, params, stdin=b"", keep_conn=False, timeout=5.0,
     finally:
         sock.close()
 
+
+def kept_requests(address, params, stdin=b"", count=2, after=0,
+                  between=None, timeout=5.0):
+    """The same request count times, one after another on one
+    FCGI_KEEP_CONN connection; after answer number after (1-based), the
+    shell command between runs (and is waited for, at most timeout s).
+    Returns statuses, closed (whether the peer closed before the last
+    answer), between_rc and errors."""
+    statuses, errors, between_rc = [], [], None
+    try:
+        sock = connect(address, timeout)
+    except OSError as e:
+        return {"statuses": [], "closed": True, "between_rc": None,
+                "errors": [str(e)]}
+    closed = False
+    try:
+        reader = RecordReader(sock)
+        for i in range(1, count + 1):
+            try:
+                sock.sendall(encode_request(params, stdin, keep_conn=True))
+            except OSError as e:
+                errors.append(str(e))
+                closed = True
+                break
+            res = read_response(reader, 1, time.monotonic() + timeout)
+            statuses.append(res["status"])
+            if not res["ended"]:
+                errors.append("request %d not answered" % i)
+                closed = res["closed"]
+                break
+            if res["closed"] and i < count:
+                closed = True
+                break
+            if i == after and between:
+                try:
+                    between_rc = subprocess.run(
+                        between, shell=True, timeout=timeout,
+                        stdout=subprocess.DEVNULL).returncode
+                except subprocess.TimeoutExpired:
+                    errors.append("the command between took over %s s"
+                                  % timeout)
+    finally:
+        sock.close()
+    return {"statuses": statuses, "closed": closed,
+            "between_rc": between_rc, "errors": errors}
+
+
+def send_unread(address, count=5000, uri="/health/live", hold=15.0,
+                interval=0.002, timeout=5.0):
+    """A peer that asks and never reads: one FCGI_KEEP_CONN connection
+    carrying a request for GET uri every interval s (up to count), none of
+    whose answers is read, so the answers fill the socket until the
+    application cannot write.  (Requests are spaced, not sent in one go: a
+    web server never pipelines them, and the application may drop a peer
+    that does.)  Sending stops when the socket has taken nothing for half
+    a second, when the peer has closed, or after count; then it waits up
+    to hold s for the application to close the connection.  Returns sent
+    (whole requests), closed, and elapsed_s (from the last byte sent to
+    the close)."""
+    one = encode_request(http_params("GET", uri), keep_conn=True)
+    sock = connect(address, timeout)
+    sock.setblocking(False)
+    sent, last = 0, time.monotonic()
+    try:
+        stuck = False
+        while sent < count and not stuck:
+            off, since = 0, time.monotonic()
+            while off < len(one):
+                try:
+                    off += sock.send(one[off:])
+                    last = time.monotonic()
+                except BlockingIOError:
+                    if time.monotonic() - since >= 0.5:
+                        stuck = True
+                        break
+                    time.sleep(0.01)
+                except OSError:
+                    stuck = True
+                    break
+            if off == len(one):
+                sent += 1
+                time.sleep(interval)
+        poller = select.poll()
+        poller.register(sock, select.POLLRDHUP | select.POLLHUP)
+        closed = False
+        end = time.monotonic() + hold
+        while not closed and time.monotonic() < end:
+            for _, ev in poller.poll(100):
+                if ev & (select.POLLRDHUP | select.POLLHUP | select.POLLERR):
+                    closed = True
+        return {"sent": sent, "closed": closed,
+                "elapsed_s": round(time.monotonic() - last, 3)}
+    finally:
+        sock.close()
 
 def send_raw(address, data, timeout=5.0):
     """Sends data and reads records until the peer closes or the timeout.
@@ -711,7 +807,8 @@ class _Ordered(argparse.Action):
         setattr(ns, self.dest, items)
 
 
-def _cmd_request(a):
+def _request_params(a):
+    """The params and body of a request described by _request_args."""
     params = http_params(a.method, a.uri)
     for opt, text in a.params or []:
         k, v = _pair(text, opt == "--param-escaped")
@@ -725,8 +822,36 @@ def _cmd_request(a):
         params["CONTENT_LENGTH"] = str(a.content_length)
     elif body or a.method in ("POST", "PUT", "PATCH"):
         params["CONTENT_LENGTH"] = str(len(body))
+    return params, body
+
+
+def _cmd_request(a):
+    params, body = _request_params(a)
     return request(a.address, params, body, a.keep_conn, a.timeout,
                    not a.no_stdin_end, a.wait_close)
+
+
+def _cmd_kept(a):
+    params, body = _request_params(a)
+    return kept_requests(a.address, params, body, a.count, a.after,
+                         a.between, a.timeout)
+
+
+def _request_args(r):
+    """The options that describe one request."""
+    r.add_argument("address", metavar="ADDRESS")
+    r.add_argument("--method", default="GET")
+    r.add_argument("--uri", default="/health/live")
+    r.add_argument("--param", dest="params", action=_Ordered,
+                   metavar="NAME=VALUE", help="a param (repeatable)")
+    r.add_argument("--param-escaped", dest="params", action=_Ordered,
+                   metavar="NAME=VALUE",
+                   help="a param whose VALUE has \\xHH, \\0, \\t escapes")
+    r.add_argument("--stdin", help="the body (\\xHH escapes allowed)")
+    r.add_argument("--stdin-file", help="the body, from a file")
+    r.add_argument("--content-length", type=int,
+                   help="CONTENT_LENGTH to announce (default: the body's)")
+    r.add_argument("--timeout", type=float, default=5.0)
 
 
 def _cmd_raw(a):
@@ -757,25 +882,32 @@ def main(argv=None):
 
     r = sub.add_parser("request", help="one normal request; prints status, "
                        "headers, body, elapsed_s, closed")
-    r.add_argument("address", metavar="ADDRESS")
-    r.add_argument("--method", default="GET")
-    r.add_argument("--uri", default="/health/live")
-    r.add_argument("--param", dest="params", action=_Ordered,
-                   metavar="NAME=VALUE", help="a param (repeatable)")
-    r.add_argument("--param-escaped", dest="params", action=_Ordered,
-                   metavar="NAME=VALUE",
-                   help="a param whose VALUE has \\xHH, \\0, \\t escapes")
-    r.add_argument("--stdin", help="the body (\\xHH escapes allowed)")
-    r.add_argument("--stdin-file", help="the body, from a file")
-    r.add_argument("--content-length", type=int,
-                   help="CONTENT_LENGTH to announce (default: the body's)")
+    _request_args(r)
     r.add_argument("--no-stdin-end", action="store_true",
                    help="leave the STDIN stream open (no empty record)")
     r.add_argument("--keep-conn", action="store_true",
                    help="set FCGI_KEEP_CONN")
     r.add_argument("--wait-close", action="store_true",
                    help="after the answer, wait for the peer to close")
-    r.add_argument("--timeout", type=float, default=5.0)
+
+    k = sub.add_parser("kept", help="the same request COUNT times on one "
+                       "FCGI_KEEP_CONN connection, with a shell command run "
+                       "after answer AFTER; prints statuses, closed")
+    _request_args(k)
+    k.add_argument("--count", type=int, default=2)
+    k.add_argument("--after", type=int, default=0)
+    k.add_argument("--between", metavar="CMD",
+                   help="shell command run after answer --after")
+
+    u = sub.add_parser("unread", help="requests back to back on one "
+                       "FCGI_KEEP_CONN connection whose answers are never "
+                       "read; prints sent, closed, elapsed_s")
+    u.add_argument("address", metavar="ADDRESS")
+    u.add_argument("--count", type=int, default=5000)
+    u.add_argument("--uri", default="/health/live")
+    u.add_argument("--hold", type=float, default=15.0)
+    u.add_argument("--interval", type=float, default=0.002,
+                   help="seconds between requests")
 
     w = sub.add_parser("raw", help="send raw bytes/records; print the "
                        "records received and whether the peer closed")
@@ -836,6 +968,10 @@ def main(argv=None):
     a = p.parse_args(argv)
     if a.cmd == "request":
         res = _cmd_request(a)
+    elif a.cmd == "kept":
+        res = _cmd_kept(a)
+    elif a.cmd == "unread":
+        res = send_unread(a.address, a.count, a.uri, a.hold, a.interval)
     elif a.cmd == "raw":
         res = _cmd_raw(a)
     elif a.cmd == "partial":

@@ -15,6 +15,12 @@
 #           wait at most fcgi_read_timeout + 0.1 s, the app closes them
 #   idle    $WORKERS FCGI_KEEP_CONN connections left idle: probes wait at
 #           most fcgi_keepalive_timeout + 0.1 s, the app closes them
+#   kept    checks on one FCGI_KEEP_CONN connection see a rule changed
+#           between two of them (the change notification is read while
+#           the connection waits)
+#   unread  requests back to back on one kept connection whose answers are
+#           never read: the app gives up writing within
+#           fcgi_read_timeout + 1 s, and no worker is killed for it
 #   burst   50 records announcing 2^30-byte params, as fast as possible
 #   flood   the same, 10 a second for 20 s, while probing
 # HOSTILE_SCENARIOS="nul ctl" runs only those (the order stays the one
@@ -31,7 +37,7 @@ CLIENT=$ROOT/t/fcgi_client.py
 # The interpreter itself: a version manager's python3 shim can take a
 # second to start on a busy machine, and this file runs the client often.
 PY=$(python3 -c 'import sys; print(sys.executable)')
-SCENARIOS=${HOSTILE_SCENARIOS:-ctl nul length mgmt partial idle burst flood}
+SCENARIOS=${HOSTILE_SCENARIOS:-ctl nul length mgmt partial idle kept unread burst flood}
 # The holding client in the background, if any: stopped on any exit.
 BG_PIDS=
 stop_bg() {
@@ -400,6 +406,61 @@ if want idle; then
             printf "]" }')"
     check "idle: ... and not closed before about the keep-alive timeout (earliest $(jf min_close_s) s)" \
         num_ge "$(jf min_close_s)" "$(secs "$KEEP_MS" -0.5)"
+fi
+
+# ---------------------------------------------------------------- kept
+
+if want kept; then
+    # One check an hour on its own route: the second check on the
+    # connection is denied (and the denial cached), the rule turns shadow
+    # between the second and third, and the third must pass.
+    kept_rule=$(ctl rule add demo-corp --route /hostile/kept \
+        --algorithm sliding_window --limit 1 --window 3600 |
+        awk '$1 == "id" { print $2; exit }')
+    check "kept: a rule of one check an hour for /hostile/kept ($kept_rule)" \
+        ne "$kept_rule" ""
+    OUT=$(fc kept "$ADDR" --method POST --uri /v1/check \
+        --param "HTTP_X_API_KEY=$DEMO_KEY" \
+        --param CONTENT_TYPE=application/json \
+        --stdin '{"route":"/hostile/kept","subject":"kept"}' \
+        --count 3 --after 2 --timeout 5 \
+        --between "'$BUILD/ratelimitctl' -c '$VAR/ratelimit.conf' rule set $kept_rule --shadow on && sleep 0.2")
+    check "kept: three checks on one connection: 200, 429, then 200 once the rule is shadow ($(jf statuses); $(jf errors))" \
+        eq "$(jf statuses)" "[200, 429, 200]"
+    check "kept: ... and the connection stayed open ($(jf closed))" \
+        eq "$(jf closed)" false
+    check "kept: ... the change went through ratelimitctl (exit $(jf between_rc))" \
+        eq "$(jf between_rc)" 0
+    ctl rule remove "$kept_rule" >/dev/null 2>&1 || true
+fi
+
+# ---------------------------------------------------------------- unread
+
+if want unread; then
+    live_within 30
+    pids_before=$(fcgi_worker_pids | tr '\n' ' ')
+    limit=$(secs "$READ_MS" 1)
+    OUT=$(fc unread "$ADDR" --count 5000 --hold 15)
+    pids_after=$(fcgi_worker_pids | tr '\n' ' ')
+    took=$(jf elapsed_s)
+    check "unread: requests sent on one kept connection until it took no more ($(jf sent))" \
+        ge "$(jn sent)" 50
+    check "unread: the app ends the connection ($(jf closed))" \
+        eq "$(jf closed)" true
+    check "unread: ... within fcgi_read_timeout + 1 s = $limit s (took $took s)" \
+        num_le "$took" "$limit"
+    check "unread: no worker was killed for it ($pids_before -> $pids_after)" \
+        same_workers "$pids_before" "$pids_after"
+    live_within 10
+    check "unread: a check through lighttpd still answers 200" \
+        eq "$STATUS" 200
+    unread_bad=0
+    [ "$(jf closed)" = true ] && num_le "$took" "$limit" ||
+        unread_bad=$((unread_bad + 1))
+    same_workers "$pids_before" "$pids_after" ||
+        unread_bad=$((unread_bad + 1))
+    fault_row "answers never read on a kept connection ($(jf sent) requests)" \
+        2 "$unread_bad" "$took s"
 fi
 
 # ---------------------------------------------------------------- burst
