@@ -276,10 +276,13 @@ functions() {
 
 # The TOP functions of program $1 by instructions per request.
 top_functions() {
-    tf1=$(ls "$VAR/$1.callgrind.$N1".* | head -n 1)
-    tf2=$(ls "$VAR/$1.callgrind.$N2".* | head -n 1)
-    functions "$tf1" >"$VAR/$1.functions.$N1"
-    functions "$tf2" >"$VAR/$1.functions.$N2"
+    # One process each (workers = 0): one file.
+    for tf in "$VAR/$1.callgrind.$N1".*; do
+        functions "$tf" >"$VAR/$1.functions.$N1"
+    done
+    for tf in "$VAR/$1.callgrind.$N2".*; do
+        functions "$tf" >"$VAR/$1.functions.$N2"
+    done
     awk -v d=$((N2 - N1)) '{ n = $1; sub(/^[0-9]+ /, "") }
         NR == FNR { a[$0] = n; next }
         { v = (n - a[$0]) / d; if (v >= 100) printf "%10.0f  %s\n", v, $0 }' \
