@@ -28,11 +28,17 @@
 # and a small JSON body); the probes read and drop the body.  Every target
 # runs 4 workers behind its own lighttpd (max-procs 1, the application
 # forks).  wrk: 16 connections, 2 threads, BENCH_SECONDS per target after a
-# 2 s warm-up.
+# 2 s warm-up.  The targets take turns, a to e, for BENCH_ROUNDS rounds, so
+# that a machine whose speed drifts (a shared VM's does, by a third over
+# minutes) slows every target alike: each ratio is computed in every round
+# and the table gives the median round's, with the rounds' values beside
+# it; each target's row is its median round.
 #
 # Besides req/s and latency it checks the budgets of DESIGN.md §3 during the
 # timed runs of c and d: Redis round trips per check (INFO commandstats) and
-# PostgreSQL queries (the stack's PostgreSQL logs every statement), and it
+# PostgreSQL queries (the stack's PostgreSQL logs every statement; the
+# batched write of last_used_at, each key at most once a minute by each
+# worker, is bookkeeping rather than a query of the check), and it
 # shows every worker's VmRSS before and after.  The stack runs with
 # max_requests = 0 and cache TTLs longer than the run, so that the workers
 # and their caches stay the same throughout: what is measured is the warm
@@ -43,7 +49,8 @@
 # is also written to build/bench.txt.
 #
 # Environment (defaults in brackets):
-#   BENCH_SECONDS      [10]     timed run per target
+#   BENCH_SECONDS      [5]      timed run per target and round
+#   BENCH_ROUNDS       [3]      rounds of a, b, c, d, e (1-9)
 #   BENCH_WORKERS      [4]      workers of ratelimit-fcgi and of each probe
 #   BENCH_PORT         [28080]  lighttpd -> ratelimit-fcgi
 #   BENCH_NOOP_PORT    [28081]  lighttpd -> noop probe
@@ -84,7 +91,8 @@ case $BUILD in
 /*) ;;
 *) BUILD=$ROOT/$BUILD ;;
 esac
-BENCH_SECONDS=${BENCH_SECONDS:-10}
+BENCH_SECONDS=${BENCH_SECONDS:-5}
+ROUNDS=${BENCH_ROUNDS:-3}
 RATES=${BENCH_RATES:-1000 2000 5000 7500 10000}
 RATE_STEP=${BENCH_RATE_STEP:-5000}
 RATE_MAX=${BENCH_RATE_MAX:-40000}
@@ -127,6 +135,10 @@ die() {
     exit 1
 }
 
+case $ROUNDS in
+[1-9]) ;;
+*) die "BENCH_ROUNDS must be 1-9" ;;
+esac
 case $BENCH_SECONDS in
 '' | *[!0-9]*) die "BENCH_SECONDS must be a whole number of seconds" ;;
 esac
@@ -266,10 +278,11 @@ children_cpu() {
     }' "$1"
 }
 
-# Statements the stack's PostgreSQL has logged so far.
+# Statements the stack's PostgreSQL has logged so far, but the writes of
+# last_used_at.
 pg_statements() {
-    grep -cE 'LOG:  (statement|execute [^:]*):' "$VAR/pg.log" 2>/dev/null ||
-        true
+    grep -E 'LOG:  (statement|execute [^:]*):' "$VAR/pg.log" 2>/dev/null |
+        grep -cv 'last_used_at' || true
 }
 
 # ---------------------------------------------------------------- cleanup
@@ -629,19 +642,62 @@ worker_rss() {
 }
 
 if [ "$ONLY" != rate ]; then
-    bench_target "a noop probe" "$NOOP_PORT" "$VAR/probe-noop/lighttpd.pid" \
-        "$VAR/check.lua" ""
-    bench_target "b evalsha probe" "$EVALSHA_PORT" \
-        "$VAR/probe-evalsha/lighttpd.pid" "$VAR/check.lua" ""
-    bench_target "c ratelimit-fcgi" "$PORT" "$VAR/lighttpd.pid" \
-        "$VAR/check.lua" c
-    bench_target "d ratelimit-fcgi, new subjects" "$PORT" "$VAR/lighttpd.pid" \
-        "$VAR/fresh.lua" d
     "$BUILD/ratelimitctl" -c "$VAR/ratelimit.conf" rule add demo-corp \
         --route /bench-over --algorithm sliding_window --limit 1 --window 3600 \
         >/dev/null || die "ratelimitctl could not add the /bench-over rule"
-    bench_target "e ratelimit-fcgi, over the limit" "$PORT" "$VAR/lighttpd.pid" \
-        "$VAR/over.lua" e
+    round=1
+    while [ "$round" -le "$ROUNDS" ]; do
+        say "round $round of $ROUNDS"
+        ROWS=$VAR/rows.$round
+        CPUROWS=$VAR/cpurows.$round
+        bench_target "a noop probe" "$NOOP_PORT" \
+            "$VAR/probe-noop/lighttpd.pid" "$VAR/check.lua" ""
+        bench_target "b evalsha probe" "$EVALSHA_PORT" \
+            "$VAR/probe-evalsha/lighttpd.pid" "$VAR/check.lua" ""
+        bench_target "c ratelimit-fcgi" "$PORT" "$VAR/lighttpd.pid" \
+            "$VAR/check.lua" c
+        bench_target "d ratelimit-fcgi, new subjects" "$PORT" \
+            "$VAR/lighttpd.pid" "$VAR/fresh.lua" d
+        bench_target "e ratelimit-fcgi, over the limit" "$PORT" \
+            "$VAR/lighttpd.pid" "$VAR/over.lua" e
+        round=$((round + 1))
+    done
+    # Each target's median round (by req/s, the lower middle for an even
+    # count), and every round's req/s by target: "t r1 r2 ..." lines.
+    for f in "$VAR"/rows.*; do
+        cat "$f"
+    done | awk -F'|' '
+        { t = substr($1, 1, 1); n[t]++; row[t, n[t]] = $0; rps[t, n[t]] = $2
+          if (!(t in seen)) { seen[t] = 1; order[++m] = t } }
+        END {
+            for (k = 1; k <= m; k++) {
+                t = order[k]
+                for (i = 1; i <= n[t]; i++) idx[i] = i
+                for (i = 1; i <= n[t]; i++)
+                    for (j = i + 1; j <= n[t]; j++)
+                        if (rps[t, idx[j]] + 0 < rps[t, idx[i]] + 0) {
+                            x = idx[i]; idx[i] = idx[j]; idx[j] = x
+                        }
+                print row[t, idx[int((n[t] + 1) / 2)]]
+            }
+        }' >"$VAR/rows"
+    ROWS=$VAR/rows
+    # CPU: the rounds' ticks and requests added up.
+    for f in "$VAR"/cpurows.*; do
+        cat "$f"
+    done | awk -F'|' '
+        { k = $1; if (!(k in seen)) { seen[k] = 1; order[++m] = k }
+          for (i = 2; i <= 8; i++) sum[k, i] += $i
+          if ($9 != "-") { sc[k] += $9; nsc[k]++ } }
+        END {
+            for (j = 1; j <= m; j++) {
+                k = order[j]
+                printf "%s", k
+                for (i = 2; i <= 8; i++) printf "|%.0f", sum[k, i]
+                printf "|%s\n", nsc[k] ? sprintf("%.1f", sc[k] / nsc[k]) : "-"
+            }
+        }' >"$VAR/cpurows"
+    CPUROWS=$VAR/cpurows
     REDIS_KEYS=$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" DBSIZE 2>/dev/null || echo "?")
 
     # Redis memory per counter, for each algorithm: MEM_COUNTERS checks, each
@@ -824,8 +880,8 @@ fi
         "commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
     if [ "$ONLY" != rate ]; then
         echo "$(nproc) CPUs; wrk $CONNECTIONS connections, $THREADS threads," \
-            "${BENCH_SECONDS} s per target after ${WARMUP_SECONDS} s warm-up;" \
-            "$WORKERS workers each;" \
+            "${BENCH_SECONDS} s per target after ${WARMUP_SECONDS} s warm-up," \
+            "$ROUNDS rounds; $WORKERS workers each;" \
             "load average before: $LOADAVG"
     else
         echo "$(nproc) CPUs; $WORKERS workers each"
@@ -846,33 +902,56 @@ fi
             }
             { printf "%-31s %8s %7s %7s %8s %12s %8s\n", $1, $2, $3, $4, $5, $6, $7 }
         ' "$ROWS"
-        echo "non-2xx: answers >= 400 (wrk's count), then \"/socket errors\" if any;"
-        echo "EVALSHA/req and PG stmts: in Redis and PostgreSQL during the timed run"
+        echo "each row: the target's median round; non-2xx: answers >= 400 (wrk's"
+        echo "count), then \"/socket errors\" if any; EVALSHA/req and PG stmts: in"
+        echo "Redis and PostgreSQL during that round's timed run (PG stmts leaves out"
+        echo "the batched write of last_used_at, each key at most once a minute)"
         echo
-        awk -F'|' '
-            { rps[substr($1, 1, 1)] = $2; p50[substr($1, 1, 1)] = $3
-              p99[substr($1, 1, 1)] = $4 }
-            function ratio(x, y) {
-                return (x + 0 > 0 && y + 0 > 0) ? sprintf("%.2f", x / y) : "-"
+        # Every ratio in every round; the median round's is shown, then
+        # all of them in round order.
+        for f in "$VAR"/rows.*; do
+            cat "$f"
+        done | awk -F'|' '
+            { t = substr($1, 1, 1); r = ++cnt[t]; if (r > rounds) rounds = r
+              rps[t, r] = $2; p50[t, r] = $3; p99[t, r] = $4 }
+            function ratio(v, x, y, r) {
+                if (v[x, r] + 0 > 0 && v[y, r] + 0 > 0)
+                    return v[x, r] / v[y, r]
+                return -1
+            }
+            # The median of the rounds ratio v[x] / v[y], then, with
+            # show, the value of every round when there is more than one.
+            function med(v, x, y, show,    r, i, j, a, t, all) {
+                all = ""
+                for (r = 1; r <= rounds; r++) {
+                    a[r] = ratio(v, x, y, r)
+                    all = all (r > 1 ? " " : "") (a[r] < 0 ? "-" : sprintf("%.2f", a[r]))
+                }
+                for (i = 1; i <= rounds; i++)
+                    for (j = i + 1; j <= rounds; j++)
+                        if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+                t = a[int((rounds + 1) / 2)]
+                t = t < 0 ? "-" : sprintf("%.2f", t)
+                return t (show && rounds > 1 ? " (rounds: " all ")" : "")
             }
             END {
-                printf "ratios c (ours) / b (evalsha probe): req/s %s, p50 %s, p99 %s\n",
-                    ratio(rps["c"], rps["b"]), ratio(p50["c"], p50["b"]),
-                    ratio(p99["c"], p99["b"])
-                printf "ratios c (ours) / a (noop probe):    req/s %s, p50 %s, p99 %s\n",
-                    ratio(rps["c"], rps["a"]), ratio(p50["c"], p50["a"]),
-                    ratio(p99["c"], p99["a"])
-                printf "ratios d (new subjects) / c:          req/s %s, p50 %s, p99 %s\n",
-                    ratio(rps["d"], rps["c"]), ratio(p50["d"], p50["c"]),
-                    ratio(p99["d"], p99["c"])
+                printf "ratios c (ours) / b (evalsha probe): req/s %s; p50 %s, p99 %s\n",
+                    med(rps, "c", "b", 1), med(p50, "c", "b"), med(p99, "c", "b")
+                printf "ratios c (ours) / a (noop probe):    req/s %s; p50 %s, p99 %s\n",
+                    med(rps, "c", "a", 1), med(p50, "c", "a"), med(p99, "c", "a")
+                printf "ratios d (new subjects) / c:          req/s %s\n",
+                    med(rps, "d", "c", 1)
                 printf "ratios d (new subjects) / b:          req/s %s\n",
-                    ratio(rps["d"], rps["b"])
-                printf "ratios e (over the limit) / b:        req/s %s; / a: %s\n",
-                    ratio(rps["e"], rps["b"]), ratio(rps["e"], rps["a"])
+                    med(rps, "d", "b", 1)
+                printf "ratios e (over the limit) / b:        req/s %s\n",
+                    med(rps, "e", "b", 1)
+                printf "ratios e (over the limit) / a:        req/s %s\n",
+                    med(rps, "e", "a", 1)
             }
-        ' "$ROWS"
+        '
         echo
-        echo "Where the time goes: CPU microseconds per request during the timed run"
+        echo "Where the time goes: CPU microseconds per request during the timed runs"
+        echo "of all rounds"
         echo "(rest: the kernel outside these processes, and anything else running"
         echo "on the machine; busy: of all $(nproc) CPUs; in script: time Redis reports"
         echo "per EVALSHA, part of the redis column):"
@@ -902,7 +981,7 @@ fi
                     "check, about %.0f checks/s\n", substr($1, 1, 1), us, 1e6 / us
             }' "$CPUROWS"
         echo
-        echo "ratelimit-fcgi workers, VmRSS kB, around the timed runs of c and d:"
+        echo "ratelimit-fcgi workers, VmRSS kB, around the last round's runs of c and d:"
         echo "  pid       before c   after c  before d   after d"
         cat "$VAR"/rss.c.before "$VAR"/rss.c.after "$VAR"/rss.d.before \
             "$VAR"/rss.d.after 2>/dev/null | tr ' ' '\n' | awk -F: '
