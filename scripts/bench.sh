@@ -14,7 +14,8 @@
 #                                  1 per hour): 429s, answered from the
 #                                  shared over-limit cache
 #
-# Then the constant-rate tiers: a, b and c, each driven at fixed arrival
+# And the constant-rate tiers, which run first, on the fresh stack: a, b
+# and c, each driven at fixed arrival
 # rates by scripts/rategen.c (built as $BUILD/rategen), an open-loop
 # generator: a request is sent when it is due whether or not the earlier
 # ones have been answered, and its latency runs from when it was due, so
@@ -494,7 +495,7 @@ app_workers() {
 }
 
 TICK=$(getconf CLK_TCK)
-LOADAVG=$(cut -d' ' -f1-3 /proc/loadavg)
+LOADAVG=""
 FAILED=0
 ROWS=$VAR/rows
 CPUROWS=$VAR/cpurows
@@ -641,7 +642,124 @@ worker_rss() {
     done
 }
 
+# ---------------------------------------------------------------- rates
+
+# One tier: rategen at $3 req/s for RATE_SECONDS against port $2; appends
+# "label|offered|achieved|p50|p95|p99|max|errors|held" (ms) to RATEROWS
+# and returns 0 when the target held the rate.
+rate_tier() {
+    rt_out=$VAR/rate-$(printf '%s' "$1" | cut -c1)-$3.txt
+    timeout --foreground $((RATE_SECONDS + 30)) "$RATEGEN" -r "$3" \
+        -d "$RATE_SECONDS" -w 1 -c 256 -t 2000 \
+        -H "X-API-Key: $DEMO_KEY" -H "Content-Type: application/json" \
+        -b '{"route":"/bench","subject":"bench"}' \
+        "http://127.0.0.1:$2/v1/check" >"$rt_out" 2>"$rt_out.err" || true
+    awk -v label="$1" '
+        $1 == "RATE" {
+            for (i = 2; i <= NF; i++) {
+                split($i, kv, "=")
+                f[kv[1]] = kv[2]
+            }
+            found = 1
+        }
+        END {
+            if (!found) {
+                printf "%s|%s|-|-|-|-|-|failed|no\n", label, f["offered"]
+                exit 1
+            }
+            errors = f["status_errors"] + f["socket_errors"] + f["timeouts"]
+            held = errors == 0 && f["achieved"] >= 0.98 * f["offered"] &&
+                f["p99_us"] < 10000
+            printf "%s|%d|%.0f|%.2f|%.2f|%.2f|%.2f|%d|%s\n", label,
+                f["offered"], f["achieved"], f["p50_us"] / 1000,
+                f["p95_us"] / 1000, f["p99_us"] / 1000, f["max_us"] / 1000,
+                errors, held ? "yes" : "no"
+            exit held ? 0 : 1
+        }' "$rt_out" >>"$RATEROWS"
+}
+
+RATEROWS=$VAR/raterows
+: >"$RATEROWS"
+if [ "$ONLY" != closed ]; then
+    LOADAVG_RATE=$(cut -d' ' -f1-3 /proc/loadavg)
+    # The fixed tiers for every target, then up by RATE_STEP while some
+    # target still holds the rate; a target that failed a tier above the
+    # fixed ones is not driven higher.
+    ra_held="a b c" ra_rate=0
+    # shellcheck disable=SC2086  # RATES is a list of words
+    set -- $RATES
+    while [ -n "$ra_held" ]; do
+        if [ $# -gt 0 ]; then
+            ra_rate=$1
+            shift
+            ra_targets="a b c"
+        else
+            ra_rate=$((ra_rate + RATE_STEP))
+            [ "$ra_rate" -le "$RATE_MAX" ] || break
+            ra_targets=$ra_held
+        fi
+        ra_next=""
+        for t in $ra_targets; do
+            case $t in
+            a) ra_label="a noop probe" ra_port=$NOOP_PORT ;;
+            b) ra_label="b evalsha probe" ra_port=$EVALSHA_PORT ;;
+            *) ra_label="c ratelimit-fcgi" ra_port=$PORT ;;
+            esac
+            say "rate tier $ra_rate req/s: $ra_label"
+            if rate_tier "$ra_label" "$ra_port" "$ra_rate"; then
+                ra_next="$ra_next $t"
+            fi
+            # Let a target that fell behind drain before the next one.
+            sleep 1
+        done
+        ra_held=$ra_next
+    done
+    for t in a b c; do
+        awk -F'|' -v t="$t" 'substr($1, 1, 1) == t { print $2, $4, $6 }' \
+            "$RATEROWS" >"$VAR/rate.$t.dat"
+    done
+    if command -v gnuplot >/dev/null 2>&1; then
+        cat >"$VAR/rate.gp" <<GP
+set terminal svg size 860,520 dynamic font "sans,12" background rgb "white"
+set output "$VAR/rate.svg"
+set title "Latency against offered rate (open loop), $(date -u '+%Y-%m-%d'), $(nproc) CPUs, everything on one machine"
+set xlabel "offered rate, requests per second"
+set ylabel "latency, ms (log scale)"
+set logscale y
+set grid
+set key top left
+set style data linespoints
+set arrow from graph 0, first 10 to graph 1, first 10 nohead dt 3 lc rgb "#555555"
+set label "10 ms: a rate is held below this p99" at graph 0.62, first 12.5 tc rgb "#555555"
+set arrow from graph 0, first 2 to graph 1, first 2 nohead dt 3 lc rgb "#555555"
+set label "2 ms: the goal at 5,000 req/s" at graph 0.62, first 2.5 tc rgb "#555555"
+plot "$VAR/rate.a.dat" using 1:2 title "a no-op probe p50" lc rgb "#999999" pt 7, \
+     "$VAR/rate.a.dat" using 1:3 title "a no-op probe p99" lc rgb "#999999" dt 2 pt 6, \
+     "$VAR/rate.b.dat" using 1:2 title "b EVALSHA probe p50" lc rgb "#1f77b4" pt 7, \
+     "$VAR/rate.b.dat" using 1:3 title "b EVALSHA probe p99" lc rgb "#1f77b4" dt 2 pt 6, \
+     "$VAR/rate.c.dat" using 1:2 title "c ratelimit-fcgi p50" lc rgb "#d62728" pt 7, \
+     "$VAR/rate.c.dat" using 1:3 title "c ratelimit-fcgi p99" lc rgb "#d62728" dt 2 pt 6
+GP
+        if gnuplot "$VAR/rate.gp" 2>"$VAR/gnuplot.err" && [ -s "$VAR/rate.svg" ]; then
+            cp "$VAR/rate.svg" "$SVG.tmp" && mv "$SVG.tmp" "$SVG"
+        else
+            cat "$VAR/gnuplot.err" >&2
+            echo "bench: gnuplot could not draw $SVG" >&2
+            FAILED=1
+        fi
+    else
+        echo "bench: gnuplot is missing (make deps): no $SVG" >&2
+        FAILED=1
+    fi
+fi
+
+# ---------------------------------------------------------------- closed loop
+
+# After the tiers, which run first on the fresh stack: the closed-loop
+# runs and the memory runs leave tens of thousands of keys in Redis, and
+# their expiry minutes later would land in the tiers.
 if [ "$ONLY" != rate ]; then
+    LOADAVG=$(cut -d' ' -f1-3 /proc/loadavg)
     "$BUILD/ratelimitctl" -c "$VAR/ratelimit.conf" rule add demo-corp \
         --route /bench-over --algorithm sliding_window --limit 1 --window 3600 \
         >/dev/null || die "ratelimitctl could not add the /bench-over rule"
@@ -759,117 +877,6 @@ if [ "$ONLY" != rate ]; then
         done
         wait "$rs_gen" || true
         RSS_LINE=$(cat "$VAR/rss.rate")
-    fi
-fi
-
-# ---------------------------------------------------------------- rates
-
-# One tier: rategen at $3 req/s for RATE_SECONDS against port $2; appends
-# "label|offered|achieved|p50|p95|p99|max|errors|held" (ms) to RATEROWS
-# and returns 0 when the target held the rate.
-rate_tier() {
-    rt_out=$VAR/rate-$(printf '%s' "$1" | cut -c1)-$3.txt
-    timeout --foreground $((RATE_SECONDS + 30)) "$RATEGEN" -r "$3" \
-        -d "$RATE_SECONDS" -w 1 -c 256 -t 2000 \
-        -H "X-API-Key: $DEMO_KEY" -H "Content-Type: application/json" \
-        -b '{"route":"/bench","subject":"bench"}' \
-        "http://127.0.0.1:$2/v1/check" >"$rt_out" 2>"$rt_out.err" || true
-    awk -v label="$1" '
-        $1 == "RATE" {
-            for (i = 2; i <= NF; i++) {
-                split($i, kv, "=")
-                f[kv[1]] = kv[2]
-            }
-            found = 1
-        }
-        END {
-            if (!found) {
-                printf "%s|%s|-|-|-|-|-|failed|no\n", label, f["offered"]
-                exit 1
-            }
-            errors = f["status_errors"] + f["socket_errors"] + f["timeouts"]
-            held = errors == 0 && f["achieved"] >= 0.98 * f["offered"] &&
-                f["p99_us"] < 10000
-            printf "%s|%d|%.0f|%.2f|%.2f|%.2f|%.2f|%d|%s\n", label,
-                f["offered"], f["achieved"], f["p50_us"] / 1000,
-                f["p95_us"] / 1000, f["p99_us"] / 1000, f["max_us"] / 1000,
-                errors, held ? "yes" : "no"
-            exit held ? 0 : 1
-        }' "$rt_out" >>"$RATEROWS"
-}
-
-RATEROWS=$VAR/raterows
-: >"$RATEROWS"
-if [ "$ONLY" != closed ]; then
-    LOADAVG_RATE=$(cut -d' ' -f1-3 /proc/loadavg)
-    # The fixed tiers for every target, then up by RATE_STEP while some
-    # target still holds the rate; a target that failed a tier above the
-    # fixed ones is not driven higher.
-    ra_held="a b c" ra_rate=0
-    # shellcheck disable=SC2086  # RATES is a list of words
-    set -- $RATES
-    while [ -n "$ra_held" ]; do
-        if [ $# -gt 0 ]; then
-            ra_rate=$1
-            shift
-            ra_targets="a b c"
-        else
-            ra_rate=$((ra_rate + RATE_STEP))
-            [ "$ra_rate" -le "$RATE_MAX" ] || break
-            ra_targets=$ra_held
-        fi
-        ra_next=""
-        for t in $ra_targets; do
-            case $t in
-            a) ra_label="a noop probe" ra_port=$NOOP_PORT ;;
-            b) ra_label="b evalsha probe" ra_port=$EVALSHA_PORT ;;
-            *) ra_label="c ratelimit-fcgi" ra_port=$PORT ;;
-            esac
-            say "rate tier $ra_rate req/s: $ra_label"
-            if rate_tier "$ra_label" "$ra_port" "$ra_rate"; then
-                ra_next="$ra_next $t"
-            fi
-            # Let a target that fell behind drain before the next one.
-            sleep 1
-        done
-        ra_held=$ra_next
-    done
-    for t in a b c; do
-        awk -F'|' -v t="$t" 'substr($1, 1, 1) == t { print $2, $4, $6 }' \
-            "$RATEROWS" >"$VAR/rate.$t.dat"
-    done
-    if command -v gnuplot >/dev/null 2>&1; then
-        cat >"$VAR/rate.gp" <<GP
-set terminal svg size 860,520 dynamic font "sans,12" background rgb "white"
-set output "$VAR/rate.svg"
-set title "Latency against offered rate (open loop), $(date -u '+%Y-%m-%d'), $(nproc) CPUs, everything on one machine"
-set xlabel "offered rate, requests per second"
-set ylabel "latency, ms (log scale)"
-set logscale y
-set grid
-set key top left
-set style data linespoints
-set arrow from graph 0, first 10 to graph 1, first 10 nohead dt 3 lc rgb "#555555"
-set label "10 ms: a rate is held below this p99" at graph 0.62, first 12.5 tc rgb "#555555"
-set arrow from graph 0, first 2 to graph 1, first 2 nohead dt 3 lc rgb "#555555"
-set label "2 ms: the goal at 5,000 req/s" at graph 0.62, first 2.5 tc rgb "#555555"
-plot "$VAR/rate.a.dat" using 1:2 title "a no-op probe p50" lc rgb "#999999" pt 7, \
-     "$VAR/rate.a.dat" using 1:3 title "a no-op probe p99" lc rgb "#999999" dt 2 pt 6, \
-     "$VAR/rate.b.dat" using 1:2 title "b EVALSHA probe p50" lc rgb "#1f77b4" pt 7, \
-     "$VAR/rate.b.dat" using 1:3 title "b EVALSHA probe p99" lc rgb "#1f77b4" dt 2 pt 6, \
-     "$VAR/rate.c.dat" using 1:2 title "c ratelimit-fcgi p50" lc rgb "#d62728" pt 7, \
-     "$VAR/rate.c.dat" using 1:3 title "c ratelimit-fcgi p99" lc rgb "#d62728" dt 2 pt 6
-GP
-        if gnuplot "$VAR/rate.gp" 2>"$VAR/gnuplot.err" && [ -s "$VAR/rate.svg" ]; then
-            cp "$VAR/rate.svg" "$SVG.tmp" && mv "$SVG.tmp" "$SVG"
-        else
-            cat "$VAR/gnuplot.err" >&2
-            echo "bench: gnuplot could not draw $SVG" >&2
-            FAILED=1
-        fi
-    else
-        echo "bench: gnuplot is missing (make deps): no $SVG" >&2
-        FAILED=1
     fi
 fi
 
