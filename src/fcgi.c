@@ -98,7 +98,8 @@ fcgi_cursor_byte(struct fcgi_cursor *c)
 {
     if (c->remaining == 0)
         return -1;
-    fcgi_cursor_next_record(c);
+    if (c->left == 0)
+        fcgi_cursor_next_record(c);
     c->left--;
     c->remaining--;
     return c->buf[c->pos++];
@@ -115,7 +116,8 @@ fcgi_cursor_run(struct fcgi_cursor *c, size_t want, const unsigned char **p)
 
     if (c->remaining == 0 || want == 0)
         return 0;
-    fcgi_cursor_next_record(c);
+    if (c->left == 0)
+        fcgi_cursor_next_record(c);
     n = want < c->left ? want : c->left;
     if (n > c->remaining)
         n = c->remaining;
@@ -158,15 +160,14 @@ static int
 fcgi_scan_params(const unsigned char *buf, size_t len, size_t first,
     size_t total, int complete, struct fcgi_scan *s)
 {
-    static const char *const key_params[] = { "HTTP_X_API_KEY",
-        "HTTP_AUTHORIZATION" };
+    static const char key1[] = "HTTP_X_API_KEY", key2[] = "HTTP_AUTHORIZATION";
     struct fcgi_cursor c;
     struct fcgi_record r;
-    char name[32];
+    char name[sizeof(key2)];
     const unsigned char *p = NULL;
     long nlen, vlen;
-    size_t k, room, want, n, got, keep;
-    int v, is_key;
+    size_t room, want, n, got;
+    int v, is_key, maybe_key;
 
     memset(&c, 0, sizeof(c));
     c.buf = buf;
@@ -193,25 +194,22 @@ fcgi_scan_params(const unsigned char *buf, size_t len, size_t first,
         if ((size_t)(nlen + vlen) > c.remaining)
             return FCGI_SCAN_MORE;      /* the rest is still to come */
         s->nparams++;
-        /* The name, of which the first bytes are kept (enough to tell
-         * the key parameters); then the value, searched for a NUL. */
+        /* The name, kept only when it is as long as a key parameter's
+         * (to tell those apart); then the value, searched for a NUL. */
+        maybe_key = nlen == (long)sizeof(key1) - 1 ||
+            nlen == (long)sizeof(key2) - 1;
         got = 0;
         for (want = (size_t)nlen; want > 0; want -= n) {
             if ((n = fcgi_cursor_run(&c, want, &p)) == 0)
                 return fcgi_bad(s, "the PARAMS stream is cut short");
-            if (got < sizeof(name) - 1) {
-                keep = sizeof(name) - 1 - got < n ? sizeof(name) - 1 - got :
-                    n;
-                memcpy(name + got, p, keep);
-                got += keep;
+            if (maybe_key) {
+                memcpy(name + got, p, n);
+                got += n;
             }
         }
         name[got] = '\0';
-        is_key = 0;
-        for (k = 0; k < sizeof(key_params) / sizeof(key_params[0]); k++)
-            if (nlen == (long)strlen(key_params[k]) &&
-                strcmp(name, key_params[k]) == 0)
-                is_key = 1;
+        is_key = maybe_key && (strcmp(name, key1) == 0 ||
+            strcmp(name, key2) == 0);
         for (want = (size_t)vlen; want > 0; want -= n) {
             if ((n = fcgi_cursor_run(&c, want, &p)) == 0)
                 return fcgi_bad(s, "the PARAMS stream is cut short");
