@@ -72,7 +72,8 @@ static const struct config_key config_keys[] = {
     { "fcgi_read_timeout_ms", CT_LONG, OFF(fcgi_read_timeout_ms), 0, 100,
       600000, "3000", NULL, "deadline from accepting a FastCGI connection "
       "(or from the first byte of a kept-alive one) to the end of the "
-      "request's input; a slower peer is disconnected (milliseconds)" },
+      "request's input, and for each write of an answer; a slower peer is "
+      "disconnected (milliseconds)" },
     { "fcgi_keepalive_timeout_ms", CT_LONG, OFF(fcgi_keepalive_timeout_ms),
       0, 100, 3600000, "5000", NULL, "an idle kept-alive FastCGI "
       "connection (FCGI_KEEP_CONN) is closed after this long "
