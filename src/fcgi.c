@@ -160,7 +160,8 @@ static int
 fcgi_scan_params(const unsigned char *buf, size_t len, size_t first,
     size_t total, int complete, struct fcgi_scan *s)
 {
-    static const char key1[] = "HTTP_X_API_KEY", key2[] = "HTTP_AUTHORIZATION";
+    static const char key1[] = "HTTP_X_API_KEY",
+        key2[] = "HTTP_AUTHORIZATION";
     struct fcgi_cursor c;
     struct fcgi_record r;
     char name[sizeof(key2)];

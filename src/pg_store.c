@@ -14,12 +14,13 @@
  * pg_store_poll() picks the notifications up from the socket without a
  * round trip.  The worker keeps that socket in its epoll set, so the
  * socket is read only when something came (a request does not spend a
- * system call on finding nothing).  A new connection also counts as a change (what was missed
- * while disconnected is unknown).  Between requests pg_store_tick()
- * advances a new connection without waiting (libpq's non-blocking
- * connect, then LISTEN), so LISTEN is back within about a second of
- * PostgreSQL's return, not at the next cache miss, and a PostgreSQL that
- * does not answer at all never holds a worker outside a request.
+ * system call on finding nothing).  A new connection also counts as a
+ * change (what was missed while disconnected is unknown).  Between
+ * requests pg_store_tick() advances a new connection without waiting
+ * (libpq's non-blocking connect, then LISTEN), so LISTEN is back within
+ * about a second of PostgreSQL's return, not at the next cache miss, and
+ * a PostgreSQL that does not answer at all never holds a worker outside a
+ * request.
  *
  * After a failure no new connection is tried for PG_BACKOFF_MS, so an
  * outage costs one fast failure per request, not one deadline each.
