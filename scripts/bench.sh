@@ -654,6 +654,7 @@ rate_tier() {
         -H "X-API-Key: $DEMO_KEY" -H "Content-Type: application/json" \
         -b '{"route":"/bench","subject":"bench"}' \
         "http://127.0.0.1:$2/v1/check" >"$rt_out" 2>"$rt_out.err" || true
+    rt_rc=0
     awk -v label="$1" '
         $1 == "RATE" {
             for (i = 2; i <= NF; i++) {
@@ -675,11 +676,20 @@ rate_tier() {
                 f["p95_us"] / 1000, f["p99_us"] / 1000, f["max_us"] / 1000,
                 errors, held ? "yes" : "no"
             exit held ? 0 : 1
-        }' "$rt_out" >>"$RATEROWS"
+        }' "$rt_out" >>"$RATEROWS" || rt_rc=$?
+    # What the errors were: rategen's first socket error and the count of
+    # every unexpected status.
+    if grep -q '^rategen: \(first socket error\|status\)' "$rt_out.err"; then
+        sed -n 's/^rategen: \(first socket error\|status\)/\1/p' \
+            "$rt_out.err" | sed "s/^/  $3 req\/s, $1: /" >>"$RATENOTES"
+    fi
+    return "$rt_rc"
 }
 
 RATEROWS=$VAR/raterows
 : >"$RATEROWS"
+RATENOTES=$VAR/ratenotes
+: >"$RATENOTES"
 if [ "$ONLY" != closed ]; then
     LOADAVG_RATE=$(cut -d' ' -f1-3 /proc/loadavg)
     # The fixed tiers for every target, then up by RATE_STEP while some
@@ -1081,6 +1091,10 @@ fi
                         "error: %s (p99 %s ms, %s errors)\n", goal, goal_p99,
                         goal_err
             }' "$RATEROWS"
+        if [ -s "$RATENOTES" ]; then
+            echo "what the errors were:"
+            cat "$RATENOTES"
+        fi
         [ ! -s "$SVG" ] || echo "latency against offered rate drawn in $SVG"
     fi
     if [ "$FAILED" -ne 0 ]; then

@@ -87,6 +87,7 @@ struct conn {
     enum cstate  state;
     uint64_t     req;           /* request index, while busy */
     uint64_t     sched;         /* its scheduled time, ns */
+    uint64_t     idle_since;    /* when it last became idle, ns */
     size_t               woff;          /* bytes of it written */
     size_t               wlen;          /* its length */
     char                 clen[32];      /* Content-Length value CRLF CRLF */
@@ -114,6 +115,7 @@ static uint64_t          opt_seconds;
 static uint64_t          opt_warmup;
 static uint64_t          opt_maxconn = 256;
 static uint64_t          opt_timeout_ms = 2000;
+static uint64_t          opt_idle_ms = 2000;
 static uint64_t          opt_start;
 static const char       *opt_method;
 static const char       *opt_headers[MAX_HEADERS];
@@ -142,6 +144,7 @@ static struct connlist   busy;
 static int               epfd = -1;
 static int               tfd = -1;
 static uint64_t          timeout_ns;
+static uint64_t          idle_ns;
 static uint64_t          t0;
 static uint64_t          total;         /* requests, warm-up included */
 static uint64_t          warm;          /* the first timed request */
@@ -149,6 +152,7 @@ static uint64_t          next_send;
 static uint64_t          due;
 static uint64_t          nopen;
 static uint64_t          peak_open;
+static uint64_t          opened;
 static int               error_shown;
 
 /* Results of the timed part. */
@@ -156,6 +160,7 @@ static uint64_t          st_sent;
 static uint64_t          st_completed;
 static uint64_t          st_ok;
 static uint64_t          st_status_err;
+static uint64_t          st_by_status[600];     /* the unexpected ones */
 static uint64_t          st_sock_err;
 static uint64_t          st_timeouts;
 static uint64_t          st_late;
@@ -170,8 +175,8 @@ static const char help_text[] =
 "\n"
 "SYNOPSIS\n"
 "     rategen -r RATE -d SECONDS [-c MAXCONN] [-w WARMUP] [-t TIMEOUT_MS]\n"
-"             [-m METHOD] [-H 'Name: value'] ... [-b BODY] [-s START_INDEX]\n"
-"             [-e STATUS[,STATUS...]] URL\n"
+"             [-k IDLE_MS] [-m METHOD] [-H 'Name: value'] ... [-b BODY]\n"
+"             [-s START_INDEX] [-e STATUS[,STATUS...]] URL\n"
 "\n"
 "DESCRIPTION\n"
 "     rategen sends requests to URL at a fixed rate: request i is due at\n"
@@ -201,6 +206,11 @@ static const char help_text[] =
 "     -t TIMEOUT_MS  A request not answered this long after its scheduled\n"
 "                    time, 1 to 600000 (2000), is a timeout; its\n"
 "                    connection is closed.\n"
+"     -k IDLE_MS     A connection left idle this long, 0 to 600000 (2000),\n"
+"                    is closed; 0 keeps idle ones open.  Keep it under the\n"
+"                    server's keep-alive timeout (lighttpd's is 5 s): a\n"
+"                    request sent on a connection that the server is\n"
+"                    closing at that moment is lost.\n"
 "     -m METHOD      Request method (GET, or POST when -b is given).\n"
 "     -H HEADER      A header line 'Name: value' to send; up to 32.  Host\n"
 "                    is sent unless given here; Content-Length and\n"
@@ -220,8 +230,8 @@ static const char help_text[] =
 "\n"
 "     RATE offered=R seconds=S sent=N completed=N achieved=F ok=N\n"
 "          status_errors=N socket_errors=N timeouts=N p50_us=N p95_us=N\n"
-"          p99_us=N p999_us=N max_us=N conns=N send_lag_max_us=N\n"
-"          late_sends=N\n"
+"          p99_us=N p999_us=N max_us=N conns=N opened=N\n"
+"          send_lag_max_us=N late_sends=N\n"
 "\n"
 "     sent        requests written to a connection (or connecting one);\n"
 "     completed   responses read whole, of any status: ok + status_errors;\n"
@@ -234,13 +244,15 @@ static const char help_text[] =
 "     pNN_us, max_us  exact latency percentiles (nearest rank) over the\n"
 "                 completed responses, microseconds;\n"
 "     conns       the most connections open at once (whole run);\n"
+"     opened      connections opened (whole run);\n"
 "     send_lag_max_us  the largest delay from a request's scheduled time\n"
 "                 to its hand-over to a connection, which includes any\n"
 "                 wait for a free connection when MAXCONN are busy;\n"
 "     late_sends  requests handed over more than 1 ms late.\n"
 "\n"
 "     Every timed request ends as exactly one of ok, status_errors,\n"
-"     socket_errors or timeouts.  A short summary goes to standard error.\n"
+"     socket_errors or timeouts.  A short summary goes to standard error,\n"
+"     with the count of every status that was not expected.\n"
 "\n"
 "EXIT STATUS\n"
 "     0 when the run was made, whatever its errors; 1 when it could not be\n"
@@ -257,9 +269,9 @@ usage(void)
 {
     fputs("usage: rategen -r RATE -d SECONDS [-c MAXCONN] [-w WARMUP] "
         "[-t TIMEOUT_MS]\n"
-        "               [-m METHOD] [-H 'Name: value']... [-b BODY] "
-        "[-s START_INDEX]\n"
-        "               [-e STATUS,...] URL\n"
+        "               [-k IDLE_MS] [-m METHOD] [-H 'Name: value']... "
+        "[-b BODY]\n"
+        "               [-s START_INDEX] [-e STATUS,...] URL\n"
         "       rategen -h\n", stderr);
     exit(2);
 }
@@ -393,6 +405,7 @@ conn_open(void)
     c->prev = c->next = NULL;
     c->fd = fd;
     c->rlen = 0;
+    opened++;
     if (++nopen > peak_open)
         peak_open = nopen;
     return c;
@@ -458,8 +471,10 @@ req_done(struct conn *c)
         st_completed++;
         if (c->status < 600 && expect[c->status])
             st_ok++;
-        else
+        else {
             st_status_err++;
+            st_by_status[c->status < 600 ? c->status : 0]++;
+        }
         st_last_done = now;
     }
     /*
@@ -472,6 +487,7 @@ req_done(struct conn *c)
     }
     list_remove(&busy, c);
     c->state = CS_IDLE;
+    c->idle_since = now_ns();
     list_push(&idle, c);
     return 0;
 }
@@ -904,6 +920,23 @@ expire(uint64_t now)
         req_fail(c, OUT_TIMEOUT, NULL, 0);
 }
 
+/*
+ * Close the connections idle for IDLE_MS; idle is newest first.  A server
+ * closes an idle keep-alive connection on its own clock (lighttpd after
+ * 5 s, nginx after 75 s), and a request sent on one just as it does is
+ * lost: a client that lets go first never meets that race.
+ */
+static void
+reap_idle(uint64_t now)
+{
+    struct conn *c;
+
+    if (opt_idle_ms == 0)
+        return;
+    while ((c = idle.tail) != NULL && c->idle_since + idle_ns <= now)
+        conn_close(c);
+}
+
 static void
 arm_timer(uint64_t when)
 {
@@ -928,6 +961,7 @@ run(void)
         now = now_ns();
         expire(now);
         dispatch(now);
+        reap_idle(now);
         if (next_send >= total && busy.head == NULL)
             break;
 
@@ -939,6 +973,9 @@ run(void)
             wake = t;
         if (busy.head != NULL &&
             (t = busy.head->sched + timeout_ns) < wake)
+            wake = t;
+        if (opt_idle_ms != 0 && idle.tail != NULL &&
+            (t = idle.tail->idle_since + idle_ns) < wake)
             wake = t;
         if (wake < now + MIN_STEP_NS)
             wake = now + MIN_STEP_NS;
@@ -1001,6 +1038,7 @@ first_connect(const char *url)
     }
     /* It was in no list yet. */
     c->state = CS_IDLE;
+    c->idle_since = now_ns();
     list_push(&idle, c);
 }
 
@@ -1276,6 +1314,7 @@ report(void)
 {
     uint64_t start, span;
     double achieved = 0.0;
+    int i;
 
     qsort(lat, (size_t)nlat, sizeof(lat[0]), cmp_u32);
     /*
@@ -1292,12 +1331,12 @@ report(void)
         " status_errors=%" PRIu64 " socket_errors=%" PRIu64
         " timeouts=%" PRIu64 " p50_us=%" PRIu32 " p95_us=%" PRIu32
         " p99_us=%" PRIu32 " p999_us=%" PRIu32 " max_us=%" PRIu32
-        " conns=%" PRIu64 " send_lag_max_us=%" PRIu64
+        " conns=%" PRIu64 " opened=%" PRIu64 " send_lag_max_us=%" PRIu64
         " late_sends=%" PRIu64 "\n",
         opt_rate, opt_seconds, st_sent, st_completed, achieved, st_ok,
         st_status_err, st_sock_err, st_timeouts, pct(50, 100),
         pct(95, 100), pct(99, 100), pct(999, 1000), pct(1, 1),
-        peak_open, st_lag_max / 1000, st_late) < 0 ||
+        peak_open, opened, st_lag_max / 1000, st_late) < 0 ||
         fflush(stdout) == EOF)
         die(1, "writing the result: %s", strerror(errno));
     fprintf(stderr, "rategen: %" PRIu64 "/s for %" PRIu64 " s: %.1f/s ok; "
@@ -1305,6 +1344,16 @@ report(void)
         "max %.3f ms\n", opt_rate, opt_seconds, achieved, st_ok,
         st_status_err + st_sock_err + st_timeouts, pct(50, 100) / 1e3,
         pct(99, 100) / 1e3, pct(1, 1) / 1e3);
+    for (i = 0; i < 600; i++) {
+        if (st_by_status[i] == 0)
+            continue;
+        if (i == 0)
+            fprintf(stderr, "rategen: status 600 or over: %" PRIu64
+                " times\n", st_by_status[i]);
+        else
+            fprintf(stderr, "rategen: status %d: %" PRIu64 " times\n", i,
+                st_by_status[i]);
+    }
 }
 
 int
@@ -1315,7 +1364,7 @@ main(int argc, char *argv[])
     int ch, have_r = 0, have_d = 0;
 
     expect[200] = 1;
-    while ((ch = getopt(argc, argv, "r:d:c:w:t:m:H:b:s:e:h")) != -1) {
+    while ((ch = getopt(argc, argv, "r:d:c:w:t:k:m:H:b:s:e:h")) != -1) {
         switch (ch) {
         case 'r':
             opt_rate = parse_num(optarg, 1, MAX_RATE, "-r RATE");
@@ -1337,6 +1386,10 @@ main(int argc, char *argv[])
         case 't':
             opt_timeout_ms = parse_num(optarg, 1, MAX_TIMEOUT_MS,
                 "-t TIMEOUT_MS");
+            break;
+        case 'k':
+            opt_idle_ms = parse_num(optarg, 0, MAX_TIMEOUT_MS,
+                "-k IDLE_MS");
             break;
         case 'm':
             opt_method = optarg;
@@ -1389,6 +1442,7 @@ main(int argc, char *argv[])
     if (total - 1 > UINT64_MAX - opt_start)
         die(2, "-s START_INDEX + requests overflows");
     timeout_ns = opt_timeout_ms * 1000000ULL;
+    idle_ns = opt_idle_ms * 1000000ULL;
 
     raise_nofile();
     if ((lat = malloc((size_t)timed * sizeof(lat[0]))) == NULL)

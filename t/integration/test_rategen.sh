@@ -72,8 +72,25 @@ check "%n: subject 400 was never sent" eq "$(peek 400)" 1
 
 gen -r 100 -d 1 "http://127.0.0.1:$P_GEN/no/such/path"
 check "404s: counted as status errors" eq "$(field status_errors)" 100
+check "404s: the summary counts them by status" contains \
+    "$(cat "$D/gen.err")" "status 404: 100 times"
 gen -r 100 -d 1 -e 404 "http://127.0.0.1:$P_GEN/no/such/path"
 check "404s with -e 404: all ok" eq "$(field ok)/$(field status_errors)" 100/0
+check "404s with -e 404: no status counted as unexpected" not_contains \
+    "$(cat "$D/gen.err")" "times"
+
+# Idle connections: 4 requests a second are 250 ms apart.  With -k 100
+# every one finds its connection closed by rategen and opens a new one;
+# with -k 0 one connection carries them all (lighttpd keeps it 5 s).
+gen -r 4 -d 2 -k 100 "http://127.0.0.1:$P_GEN/health/live"
+check "-k 100: every request on a new connection (opened $(field opened))" \
+    ge "$(field opened)" 8
+check "-k 100: and none lost" eq "$(field ok)" 8
+gen -r 4 -d 2 -k 0 "http://127.0.0.1:$P_GEN/health/live"
+check "-k 0: one connection for all" eq "$(field opened)" 1
+check "-k 0: and none lost" eq "$(field ok)" 8
+gen -r 4 -d 1 -k 600001 "http://127.0.0.1:$P_GEN/health/live"
+check "-k over 600000 is refused (exit 2)" eq "$GEN_RC" 2
 
 # Open loop: lighttpd is stopped for 400 ms in the middle of a run.  The
 # requests due meanwhile are still sent on time (the connections and the
