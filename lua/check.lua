@@ -9,14 +9,15 @@
 -- cost. A denial writes nothing at all; a peek never writes.
 --
 -- KEYS[i] is the state key (a hash) of limit i. KEYS[n + 1], optional, is
--- the request's own key (in the same {tenant} hash-tag slot), which makes a
--- call that charges safe to send twice: see "Sent twice" below. Nothing
+-- the caller's reply slot (in the same {tenant} hash-tag slot), which makes
+-- a call that charges safe to send twice: see "Sent twice" below. Nothing
 -- else is touched.
 -- ARGV[1] = cost (integer >= 1), ARGV[2] = "1" to peek, "0" to commit or
 -- "2" to commit a call sent again (see "Sent twice"; needs KEYS[n + 1]),
 -- ARGV[3] = n, the number of limits (1..8; #KEYS is n, or n + 1 with the
--- request key), then five arguments per limit: algorithm name, p1, p2, p3,
--- shadow.
+-- reply slot), then five arguments per limit: algorithm name, p1, p2, p3,
+-- shadow, and with the reply slot one more: the call's id, 1 to 40 of
+-- [0-9a-zA-Z.-].
 --   token_bucket:   p1 = capacity (integer), p2 = refill rate per second
 --                   (decimal, e.g. "0.5"), p3 = "0"
 --   sliding_window: p1 = limit (integer), p2 = window in seconds (integer),
@@ -55,19 +56,23 @@
 --
 -- Sent twice: a client whose connection dies after sending a call cannot
 -- know whether the script ran, and sends it again with the same KEYS[n + 1]
--- (a request id unique to this check) and ARGV[2] = "2". A call that
--- charged stores its reply under KEYS[n + 1], for REPLAY_TTL_MS; a call
--- with "2" that finds a stored reply returns it as it is, writing nothing,
--- so a check is never charged twice, and one that finds none (the first
--- call never ran, or was a denial) is decided as a "0" would be. Only a
--- "2" looks: a first call cannot find anything under its new id. A denial
--- and a peek charge nothing and store nothing, so that sending them again
--- decides afresh. The stored reply is the reply's integers in decimal,
--- separated by spaces, as Redis would have sent them (truncated toward
--- zero).
+-- and id and ARGV[2] = "2". The reply slot is the caller's own (one per
+-- client process and tenant), and a caller sends nothing else between a
+-- call and its resend, so the slot needs to hold only the caller's last
+-- call that charged: that call's id and reply, for REPLAY_TTL_MS. A call
+-- with "2" that finds its own id there returns the stored reply as it is,
+-- writing nothing, so a check is never charged twice; one that finds
+-- another id or nothing (the first call never ran, or was a denial) is
+-- decided as a "0" would be. Only a "2" looks. A denial and a peek charge
+-- nothing and store nothing, so that sending them again decides afresh.
+-- The slot holds the id, a space, then the reply's integers in decimal,
+-- each followed by a space, as Redis would have sent them (truncated
+-- toward zero). One key per caller, overwritten by each call that charges,
+-- costs Redis neither a new key nor an expiry per check.
 --
--- The arguments are exactly these 3 + 5 * n. (The tests' script also takes
--- one more, a time that replaces Redis TIME: see clock_test.lua.)
+-- The arguments are exactly these 3 + 5 * n, or 4 + 5 * n with the reply
+-- slot. (The tests' script also takes one more, a time that replaces
+-- Redis TIME: see clock_test.lua.)
 --
 -- Redis runs the whole script on every call, so this driver is straight-line
 -- code that dispatches on the algorithm name with if/elseif. It makes no
@@ -80,12 +85,12 @@
 local keys, argv = KEYS, ARGV
 local argc = #argv
 
--- How long the reply of a call that charged is kept under KEYS[n + 1]. A
+-- How long the reply of a call that charged is kept in KEYS[n + 1]. A
 -- client sends a call again right after it has reconnected, within its
 -- connect and command timeouts (tens of milliseconds), and never later
 -- than a second after the first send (redis_store.c); three seconds leave
--- room for that, and cost the memory of three seconds of allowed checks
--- (about 230 bytes each).
+-- room for that. A slot whose caller goes on checking never expires; one
+-- whose caller stopped is gone three seconds later.
 local REPLAY_TTL_MS = 3000
 
 local function check_error(message)
@@ -124,11 +129,20 @@ if n ~= #keys and (once == nil or keys[n + 2] ~= nil) then
     return check_error('number of limits does not match number of keys')
 end
 if resent and once == nil then
-    return check_error('peek 2 (sent again) needs the request key')
+    return check_error('peek 2 (sent again) needs the reply slot')
 end
-if argc ~= 3 + 5 * n then
+local expected = 3 + 5 * n
+local rid
+if once ~= nil then
+    expected = expected + 1
+    rid = argv[expected]
+    if rid == nil or #rid > 40 or not rid:find('^[%w.-]+$') then
+        return check_error('the call id must be 1 to 40 of [0-9a-zA-Z.-]')
+    end
+end
+if argc ~= expected then
     -- The clock decides: clock.lua refuses every other count.
-    local message = clock_extra_arguments(argv, argc, 3 + 5 * n)
+    local message = clock_extra_arguments(argv, argc, expected)
     if message ~= nil then
         return check_error(message)
     end
@@ -197,9 +211,9 @@ end
 -- A call sent again after its first send charged: the first reply, again.
 if resent then
     local stored = redis.call('GET', once)
-    if stored then
+    if stored and stored:sub(1, #rid + 1) == rid .. ' ' then
         local replay, count = {}, 0
-        for v in stored:gmatch('%-?%d+') do
+        for v in stored:sub(#rid + 2):gmatch('%-?%d+') do
             count = count + 1
             replay[count] = v + 0
         end
@@ -336,8 +350,9 @@ if reply[1] == 1 and pending ~= nil then
         -- %d truncates toward zero, as Redis does with a number it turns
         -- into an integer reply.
         local count = 2 + 5 * n
-        redis.call('SET', once, string.format(string.rep('%d ', count),
-            unpack(reply, 1, count)), 'PX', REPLAY_TTL_MS)
+        redis.call('SET', once, rid .. ' ' ..
+            string.format(string.rep('%d ', count), unpack(reply, 1, count)),
+            'PX', REPLAY_TTL_MS)
     end
 end
 return reply

@@ -5,10 +5,11 @@
 -- ($(BUILD)/check.lua); the tests' script ($(BUILD)/check_test.lua) has
 -- clock_test.lua there instead, which defines the same two functions but
 -- also takes a time given by the caller. So the embedded script accepts
--- exactly 3 + 5 * n arguments and never runs on any time but Redis'.
+-- exactly the arguments check.lua describes (3 + 5 * n, one more with a
+-- reply slot) and never runs on any time but Redis'.
 --
 -- clock_extra_arguments(argv, argc, expected) is called only when a call
--- has argc arguments where its n limits take expected = 3 + 5 * n. It
+-- has argc arguments where its limits (and reply slot) take expected. It
 -- returns the error message for the call (check.lua puts "ERR ratelimit: "
 -- before it), or nil when the clock takes the arguments beyond the limits
 -- as its own; this one takes none.

@@ -5,10 +5,11 @@
 -- scripts/accuracy load; it defines the same two functions as clock.lua
 -- (see there), and is never embedded in the service.
 --
--- Test hook: one more argument after the last limit, "__now_us=<digits>",
--- replaces Redis TIME with that time in microseconds (unix epoch), so that
--- tests can place calls exactly at window edges. It is accepted only as the
--- very last of exactly 3 + 5 * n + 1 arguments, with at most 16 digits, and
+-- Test hook: one more argument after the last limit (and the call id, with
+-- a reply slot), "__now_us=<digits>", replaces Redis TIME with that time in
+-- microseconds (unix epoch), so that tests can place calls exactly at
+-- window edges. It is accepted only as the very last argument, one more
+-- than check.lua takes, with at most 16 digits, and
 -- no later than 2^52 microseconds (in 2112), so that sums of times and
 -- durations stay exact.
 

@@ -1024,8 +1024,8 @@ fi
         echo
         echo "Redis memory per counter ($MEM_COUNTERS checks of new subjects on a"
         echo "one-limit rule; used_memory after minus before, per check answered"
-        echo "200: each made one counter and one short-lived replay key, which"
-        echo "expires soon after, so a counter alone costs less):"
+        echo "200: each made one counter; the reply slots, one per worker and"
+        echo "tenant, were there before and are only overwritten):"
         awk -F'|' '
             BEGIN { printf "  %-16s %8s %8s %14s %15s\n", "algorithm", "200s",
                 "new keys", "bytes in all", "bytes per check" }

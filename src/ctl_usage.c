@@ -175,7 +175,7 @@ usage_read(struct redis_store *rs, const char *key, struct usage_limit *u)
 }
 
 /* The limit a counter key "rl:{tid}:RULE:LIMIT[:...]" belongs to, or
- * NULL (the request keys rl:{tid}:req:..., a removed limit). */
+ * NULL (the reply slots rl:{tid}:req:..., a removed limit). */
 static struct usage_limit *
 usage_owner(const char *key, size_t taglen, struct usage_limit *us, int n)
 {

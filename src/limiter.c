@@ -198,22 +198,30 @@ limiter_key(const char *tenant_id, const struct rl_rule *rule,
     return 0;
 }
 
-int
-limiter_request_key(struct limiter_call *call, const char *id)
+static int
+limiter_id_ok(const char *id, size_t len)
 {
     static const char id_chars[] = "0123456789abcdefghijklmnopqrstuvwxyz"
         "ABCDEFGHIJKLMNOPQRSTUVWXYZ.-";
+
+    return len > 0 && len <= LIMITER_ID_MAX && strspn(id, id_chars) == len;
+}
+
+int
+limiter_request_key(struct limiter_call *call, const char *slot,
+    const char *id)
+{
     const char *tag, *end;
     char key[RL_UUID_LEN + LIMITER_ID_MAX + 16];
-    size_t used, idlen, taglen;
+    size_t used, slotlen, idlen, taglen;
     int i, k, at, n;
 
+    slotlen = strlen(slot);
     idlen = strlen(id);
-    if (idlen == 0 || idlen > LIMITER_ID_MAX ||
-        strspn(id, id_chars) != idlen)
+    if (!limiter_id_ok(slot, slotlen) || !limiter_id_ok(id, idlen))
         return -1;
     /* limiter_build's calls have 4 + 6k arguments for k keys (k < 10);
-     * with the request key there are 6k - 1. */
+     * with the reply slot and the call's id there are 6k. */
     if (call->argc < 2 || call->argvlen[0] != 1)
         return -1;
     k = call->argv[0][0] - '0';
@@ -226,18 +234,19 @@ limiter_request_key(struct limiter_call *call, const char *id)
     if (strncmp(tag, "rl:{", 4) != 0 || end == NULL ||
         (taglen = (size_t)(end - tag) + 1) > 4 + RL_UUID_LEN + 1)
         return -1;
-    /* "<tag>:req:<id>"; both parts were measured above to fit. */
+    /* "<tag>:req:<slot>"; both parts were measured above to fit. */
     memcpy(key, tag, taglen);
     memcpy(key + taglen, ":req:", 5);
-    memcpy(key + taglen + 5, id, idlen + 1);
-    n = (int)(taglen + 5 + idlen);
+    memcpy(key + taglen + 5, slot, slotlen + 1);
+    n = (int)(taglen + 5 + slotlen);
     used = (size_t)(call->argv[call->argc - 1] - call->store) +
         call->argvlen[call->argc - 1] + 1;
     if ((size_t)n >= sizeof(key) ||
-        call->argc + 1 > LIMITER_MAX_ARGS ||
-        used + (size_t)n + 1 + 2 > sizeof(call->store))
+        call->argc + 2 > LIMITER_MAX_ARGS ||
+        used + (size_t)n + 1 + idlen + 1 + 2 > sizeof(call->store))
         return -1;
-    /* The key goes in after the limits' keys; the key count grows by one. */
+    /* The key goes in after the limits' keys, and the key count grows by
+     * one; the id goes last. */
     at = 1 + k;
     for (i = call->argc; i > at; i--) {
         call->argv[i] = call->argv[i - 1];
@@ -248,6 +257,11 @@ limiter_request_key(struct limiter_call *call, const char *id)
     call->argv[at] = call->store + used;
     call->argvlen[at] = (size_t)n;
     used += (size_t)n + 1;
+    memcpy(call->store + used, id, idlen + 1);
+    call->argv[call->argc] = call->store + used;
+    call->argvlen[call->argc] = idlen;
+    call->argc++;
+    used += idlen + 1;
     call->store[used] = (char)('0' + k + 1);
     call->store[used + 1] = '\0';
     call->argv[0] = call->store + used;
@@ -262,7 +276,7 @@ limiter_resend(struct limiter_call *call)
     if (call->argc < 2 || call->argvlen[0] != 1)
         return -1;
     k = call->argv[0][0] - '0';
-    if (k < 2 || k > RL_MAX_LIMITS + 1 || call->argc != 6 * k - 1)
+    if (k < 2 || k > RL_MAX_LIMITS + 1 || call->argc != 6 * k)
         return -1;
     at = 1 + k + 1;                     /* after the keys and the cost */
     if (call->argvlen[at] != 1)
@@ -284,17 +298,18 @@ limiter_unkey(struct limiter_call *call)
     if (call->argc < 2 || call->argvlen[0] != 1)
         return -1;
     k = call->argv[0][0] - '0';
-    if (k < 2 || k > RL_MAX_LIMITS + 1 || call->argc != 6 * k - 1)
+    if (k < 2 || k > RL_MAX_LIMITS + 1 || call->argc != 6 * k)
         return -1;
     at = 1 + k + 1;                     /* the peek argument */
     if (call->argvlen[at] != 1 ||
         (call->argv[at][0] != '0' && call->argv[at][0] != '1'))
         return -1;
-    for (i = k; i < call->argc - 1; i++) {
+    /* Out go the key, argv[k], and the id, the last argument. */
+    for (i = k; i < call->argc - 2; i++) {
         call->argv[i] = call->argv[i + 1];
         call->argvlen[i] = call->argvlen[i + 1];
     }
-    call->argc--;
+    call->argc -= 2;
     call->argv[0] = digits[k - 1];
     return 0;
 }

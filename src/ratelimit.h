@@ -858,12 +858,12 @@ int limiter_apply_shadow(const struct rl_plan *plan, struct rl_decision *d);
 /*
  * The script's keys and arguments for one check, as EVALSHA takes them
  * after the script: "n key... cost peek n (algorithm p1 p2 p3 shadow)...",
- * and, once limiter_request_key() has added it, the request's own key
- * after the limits' keys.  The store puts the command and the script in
- * front.  See lua/check.lua for the contract.  Pointers in argv point into
- * store.
+ * and, once limiter_request_key() has added them, the caller's reply slot
+ * after the limits' keys and the call's id last.  The store puts the
+ * command and the script in front.  See lua/check.lua for the contract.
+ * Pointers in argv point into store.
  */
-#define LIMITER_MAX_ARGS (1 + RL_MAX_LIMITS + 1 + 3 + 5 * RL_MAX_LIMITS)
+#define LIMITER_MAX_ARGS (1 + RL_MAX_LIMITS + 1 + 3 + 5 * RL_MAX_LIMITS + 1)
 struct limiter_call {
     int argc;
     const char *argv[LIMITER_MAX_ARGS];
@@ -885,27 +885,32 @@ int limiter_key(const char *tenant_id, const struct rl_rule *rule,
     const struct rl_limit *limit, const struct check_request *req,
     char *out, size_t outlen);
 
-/* Longest request id limiter_request_key() takes. */
+/* Longest reply slot name and call id limiter_request_key() takes. */
 #define LIMITER_ID_MAX 40
 
-/* Adds the request's own key, rl:{tenant}:req:<id>, after the limits' keys
- * of a call made by limiter_build(): the script stores the reply of a call
- * that charged under it and replays that reply when the same call is sent
- * again, so a resend is never charged twice.  id is [0-9a-zA-Z.-]{1,40}
- * and unique to this check.  Returns 0, or -1 when the call already has
- * such a key, is not one of limiter_build's, or id is unusable. */
-int limiter_request_key(struct limiter_call *call, const char *id);
+/* Adds the caller's reply slot, rl:{tenant}:req:<slot>, after the limits'
+ * keys of a call made by limiter_build(), and the call's id as its last
+ * argument: the script keeps the id and reply of a call that charged in
+ * the slot and replays that reply when the same call is sent again, so a
+ * resend is never charged twice.  slot is unique to the calling process
+ * (one slot per process and tenant holds its last call that charged), id
+ * unique to this check within the process; both are [0-9a-zA-Z.-]{1,40}.
+ * Returns 0, or -1 when the call already has a slot, is not one of
+ * limiter_build's, or slot or id is unusable. */
+int limiter_request_key(struct limiter_call *call, const char *slot,
+    const char *id);
 
-/* Marks a call that has its request key as sent again (the peek argument
+/* Marks a call that has its reply slot as sent again (the peek argument
  * "0" becomes "2"): the script then replays the reply it stored if the
  * first send charged.  A peek is left as it is.  Returns 0, or -1 when the
- * call has no request key. */
+ * call has no reply slot. */
 int limiter_resend(struct limiter_call *call);
 
-/* Takes the request key out of a call again (for a node that cannot take
- * a key the call creates, as the target of a Redis Cluster ASK with the
- * limits' keys already there): the call then has no replay.  Returns 0,
- * or -1 when it has no request key or was marked as sent again. */
+/* Takes the reply slot and the id out of a call again (for a node that
+ * cannot take a key the call may create, as the target of a Redis Cluster
+ * ASK with the limits' keys already there): the call then has no replay.
+ * Returns 0, or -1 when it has no reply slot or was marked as sent
+ * again. */
 int limiter_unkey(struct limiter_call *call);
 
 /* Index of the most restrictive limit (the one the X-RateLimit-* headers

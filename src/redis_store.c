@@ -35,17 +35,20 @@
  *
  * A check's script call charges; when its connection dies before the reply
  * came (the server closed it: a restart, a failover, CLIENT KILL, the idle
- * timeout), it may or may not have run.  Every call carries a request key
- * of its own (limiter_request_key: a per-process random prefix and a
- * counter, no system call), under which lua/check.lua keeps the reply of a
- * call that charged for three seconds.  So the call is sent once more on a
+ * timeout), it may or may not have run.  Every call carries the process's
+ * reply slot (limiter_request_key: a key named by 64 random bits drawn
+ * when the process starts) and an id (a counter, no system call); in the
+ * slot lua/check.lua keeps the id and reply of the process's last call
+ * that charged, for three seconds.  So the call is sent once more on a
  * new connection, marked as sent again (limiter_resend), and the script
- * replays the stored reply if there is one: a check is never charged
- * twice.  A timeout is not retried: the budget of a check is one command
- * timeout, and a Redis too slow to answer is not helped by more load.  The
- * target of an ASK gets the call without its request key (limiter_unkey):
- * an importing node answers TRYAGAIN to a call whose keys it does not all
- * have, and the request key is new by nature.
+ * replays the stored reply if the slot holds the call's id: a check is
+ * never charged twice.  One slot per process and tenant is enough, since
+ * a worker sends nothing else between a call and its resend.  A timeout
+ * is not retried: the budget of a check is one command timeout, and a
+ * Redis too slow to answer is not helped by more load.  The target of an
+ * ASK gets the call without its reply slot (limiter_unkey): an importing
+ * node answers TRYAGAIN to a call whose keys it does not all have, and the
+ * slot may well not be among them.
  *
  * The script is run with EVALSHA.  Redis forgets scripts on restart,
  * failover and SCRIPT FLUSH; a NOSCRIPT reply is answered by one EVAL of
@@ -195,13 +198,13 @@ redis_store_init(struct redis_store *rs, const struct rl_config *cfg,
     SHA1((const unsigned char *)embedded_check_lua,
         strlen(embedded_check_lua), md);
     util_hex(md, sizeof(md), rs->sha);
-    /* Request ids: 64 random bits per process, then a counter.  Should the
-     * random source fail, the pid and the clock still tell processes
-     * apart on one host. */
+    /* The reply slot: 64 random bits per process (the calls' ids are a
+     * counter).  Should the random source fail, the pid and the clock
+     * still tell processes apart on one host. */
     if (util_random(seed, sizeof(seed)) == -1) {
         uint64_t v = ((uint64_t)getpid() << 40) ^ (uint64_t)util_now_ms();
 
-        log_warn("redis: no random bytes for request ids; using the pid");
+        log_warn("redis: no random bytes for the reply slot; using the pid");
         for (i = 0; i < sizeof(seed); i++)
             seed[i] = (unsigned char)(v >> (8 * i));
     }
@@ -992,27 +995,22 @@ redis_send(redisContext *c, int argc, const char **argv,
     return r;
 }
 
-/* The next request id of this process, "<id_prefix>.<counter in hex>",
- * into id[size] (no printf: one per check). */
+/* The next call id of this process, its counter in hex, into id[size]
+ * (no printf: one per check). */
 static void
 redis_request_id(struct redis_store *rs, char *id, size_t size)
 {
     static const char hex[] = "0123456789abcdef";
     char digits[16];
     unsigned long long v = rs->id_next++;
-    size_t n = util_copy(id, size, rs->id_prefix), k = 0;
+    size_t n = 0, k = 0;
 
-    if (n >= size)
-        n = size - 1;
     do {
         digits[k++] = hex[v & 15];
         v >>= 4;
     } while (v != 0);
-    if (n + 1 + k >= size) {
-        id[n] = '\0';
-        return;
-    }
-    id[n++] = '.';
+    if (k >= size)
+        k = 0;
     while (k > 0)
         id[n++] = digits[--k];
     id[n] = '\0';
@@ -1120,9 +1118,9 @@ redis_store_check(struct redis_store *rs, struct limiter_call *call,
     unsigned slot = 0;
 
     redis_request_id(rs, id, sizeof(id));
-    keyed = limiter_request_key(call, id) == 0;
+    keyed = limiter_request_key(call, rs->id_prefix, id) == 0;
     if (!keyed)
-        log_error("redis: cannot add a request key to the call; a lost "
+        log_error("redis: cannot add the reply slot to the call; a lost "
             "reply will not be sent again");
     if (rs->type == REDIS_CLUSTER && call->argc > 1)
         slot = cluster_keyslot(call->argv[1], call->argvlen[1]);
@@ -1169,7 +1167,7 @@ redis_store_check(struct redis_store *rs, struct limiter_call *call,
             limiter_resend(call);
             resent = 1;
             /* Where the keys live now: the same node, or the replica that
-             * took its place (its copy of the replay key, if the first
+             * took its place (its copy of the reply slot, if the first
              * send ran and was replicated, keeps the resend exact). */
             if (rs->type != REDIS_SINGLE && !rerouted && redis_reroute(rs)) {
                 rerouted = 1;
@@ -1188,7 +1186,8 @@ redis_store_check(struct redis_store *rs, struct limiter_call *call,
                 util_now_ms() + REDIS_TRYAGAIN_MS < deadline_ms)
                 poll(NULL, 0, REDIS_TRYAGAIN_MS);
             /* The target of an ASK is importing the slot: it runs a call
-             * only if it has every key, and the request key is new. */
+             * only if it has every key, and the reply slot may not be
+             * there. */
             if (asking && keyed && !resent && limiter_unkey(call) == 0)
                 keyed = 0;
             freeReplyObject(r);
@@ -1209,8 +1208,8 @@ redis_store_check(struct redis_store *rs, struct limiter_call *call,
         if (strncmp(r->str, "TRYAGAIN", 8) == 0 && keyed && !resent &&
             limiter_unkey(call) == 0) {
             /* A slot being migrated: a node runs a call only with all its
-             * keys, and the request key is new by nature; without it the
-             * counters may all be here (no replay for this call then). */
+             * keys, and the reply slot may not be here; without it the
+             * counters may all be (no replay for this call then). */
             keyed = 0;
             freeReplyObject(r);
             asking = 0;

@@ -40,8 +40,8 @@ struct redis_store {
     struct rl_counters *counters;
     int type;                   /* REDIS_SINGLE, ... */
     char sha[41];               /* SHA-1 of embedded_check_lua */
-    char id_prefix[17];         /* random, per process: request ids */
-    unsigned long long id_next; /* the next request id's counter */
+    char id_prefix[17];         /* random, per process: the reply slot */
+    unsigned long long id_next; /* the next call id */
     char error[160];            /* the last failure, short and without
                                    addresses: /health/ready shows it */
     /* The configured addresses: the server, the seeds or the sentinels. */
@@ -65,14 +65,14 @@ struct redis_store {
 
 enum { STORE_OK = 0, STORE_UNAVAILABLE = -1, STORE_BAD_REPLY = -2 };
 
-/* Call after fork: the request ids' prefix is drawn here.  counters gets
+/* Call after fork: the reply slot's name is drawn here.  counters gets
  * the redirections and topology lookups. */
 void redis_store_init(struct redis_store *rs, const struct rl_config *cfg,
     struct rl_counters *counters);
 void redis_store_close(struct redis_store *rs);
 
-/* Runs the check script, with a request key of its own (see
- * limiter_request_key), so that a call whose connection died before its
+/* Runs the check script, with the process's reply slot and an id of its
+ * own (see limiter_request_key), so that a call whose connection died before its
  * reply came is sent once more on a new connection without being charged
  * twice.  On STORE_OK, fills d.  STORE_UNAVAILABLE means Redis could not be
  * reached or did not answer in time (or connects are failing and Redis

@@ -356,22 +356,23 @@ START_TEST(test_build_max_limits)
     hash32("/r", r);
     hash32("subject", s);
     ck_assert_int_eq(limiter_build(TENANT, &plan, &req, &call), 0);
-    /* All but the one argument the request key takes. */
-    ck_assert_int_eq(call.argc, LIMITER_MAX_ARGS - 1);
+    /* All but the two arguments of the reply slot and the call id. */
+    ck_assert_int_eq(call.argc, LIMITER_MAX_ARGS - 2);
     ck_assert_str_eq(call.argv[0], "8");
     snprintf(want, sizeof(want), "rl:{%s}:9223372036854775807:"
         "9223372036854775007:r%s:s%s", TENANT, r, s);
     ck_assert_str_eq(call.argv[1 + 7], want);
     ck_assert_str_eq(call.argv[1 + 8], "5");
     ck_assert_str_eq(call.argv[1 + 8 + 2], "8");
-    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 6], "token_bucket");
-    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 5], "1000000000000");
-    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 4], "12345678.5");
+    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 7], "token_bucket");
+    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 6], "1000000000000");
+    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 5], "12345678.5");
+    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 4], "0");
     ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 3], "0");
-    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 2], "0");
-    /* The largest call still takes the longest request id. */
+    /* The largest call still takes the longest slot and id. */
     ck_assert_int_eq(limiter_request_key(&call,
-        "0123456789abcdef0123456789abcdef01234567"), 0);
+        "0123456789abcdef0123456789abcdef01234567",
+        "76543210fedcba9876543210fedcba9876543210"), 0);
     ck_assert_int_eq(call.argc, LIMITER_MAX_ARGS);
     ck_assert_str_eq(call.argv[0], "9");
     ck_assert_str_eq(call.argv[1 + 7], want);
@@ -379,21 +380,24 @@ START_TEST(test_build_max_limits)
         "0123456789abcdef0123456789abcdef01234567", TENANT);
     ck_assert_str_eq(call.argv[1 + 8], want);
     ck_assert_str_eq(call.argv[1 + 9], "5");
-    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 1], "0");
+    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 2], "0");
+    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 1],
+        "76543210fedcba9876543210fedcba9876543210");
 }
 END_TEST
 
-/* The request key goes in after the limits' keys, with their hash tag;
- * the key count grows by one and nothing else moves. */
+/* The reply slot goes in after the limits' keys, with their hash tag, and
+ * the call's id last; the key count grows by one and nothing else moves. */
 START_TEST(test_request_key_layout)
 {
     static const char *const want[] = {
         "3",
         "rl:{" TENANT "}:42:7", "rl:{" TENANT "}:42:8",
-        "rl:{" TENANT "}:req:5f3a9c0e12ab44d1.1f",
+        "rl:{" TENANT "}:req:5f3a9c0e12ab44d1",
         "3", "0", "2",
         "token_bucket", "10", "2", "0", "0",
         "sliding_window", "100", "60", "0", "0",
+        "1f",
     };
     struct rl_rule rule;
     struct rl_plan plan;
@@ -402,10 +406,12 @@ START_TEST(test_request_key_layout)
 
     rule_42(&rule, &plan, &req);
     ck_assert_int_eq(limiter_build(TENANT, &plan, &req, &call), 0);
-    ck_assert_int_eq(limiter_request_key(&call, "5f3a9c0e12ab44d1.1f"), 0);
+    ck_assert_int_eq(limiter_request_key(&call, "5f3a9c0e12ab44d1", "1f"),
+        0);
     assert_argv(&call, want, (int)(sizeof(want) / sizeof(want[0])));
     /* Once only: a second key would be taken for a limit's. */
-    ck_assert_int_eq(limiter_request_key(&call, "5f3a9c0e12ab44d1.20"), -1);
+    ck_assert_int_eq(limiter_request_key(&call, "5f3a9c0e12ab44d1", "20"),
+        -1);
     assert_argv(&call, want, (int)(sizeof(want) / sizeof(want[0])));
 }
 END_TEST
@@ -416,10 +422,11 @@ START_TEST(test_resend)
     static const char *const want[] = {
         "3",
         "rl:{" TENANT "}:42:7", "rl:{" TENANT "}:42:8",
-        "rl:{" TENANT "}:req:ab.1",
+        "rl:{" TENANT "}:req:ab",
         "3", "2", "2",
         "token_bucket", "10", "2", "0", "0",
         "sliding_window", "100", "60", "0", "0",
+        "1",
     };
     struct rl_rule rule;
     struct rl_plan plan;
@@ -428,10 +435,10 @@ START_TEST(test_resend)
 
     rule_42(&rule, &plan, &req);
     ck_assert_int_eq(limiter_build(TENANT, &plan, &req, &call), 0);
-    /* Without a request key there is nothing to replay from. */
+    /* Without a reply slot there is nothing to replay from. */
     ck_assert_int_eq(limiter_resend(&call), -1);
     ck_assert_str_eq(call.argv[2 + 2], "0");
-    ck_assert_int_eq(limiter_request_key(&call, "ab.1"), 0);
+    ck_assert_int_eq(limiter_request_key(&call, "ab", "1"), 0);
     ck_assert_int_eq(limiter_resend(&call), 0);
     assert_argv(&call, want, (int)(sizeof(want) / sizeof(want[0])));
     /* A second resend is the same. */
@@ -454,16 +461,17 @@ START_TEST(test_resend_peek)
     fixture_plan_of(&plan, &rule);
     request_set(&req, "/", NULL, 1, 1);
     ck_assert_int_eq(limiter_build("t1", &plan, &req, &call), 0);
-    ck_assert_int_eq(limiter_request_key(&call, "p"), 0);
+    ck_assert_int_eq(limiter_request_key(&call, "p", "7"), 0);
     ck_assert_str_eq(call.argv[3], "1");
     ck_assert_int_eq(limiter_resend(&call), 0);
     ck_assert_str_eq(call.argv[2], "rl:{t1}:req:p");
     ck_assert_str_eq(call.argv[3], "1");
     ck_assert_str_eq(call.argv[4], "1");
+    ck_assert_str_eq(call.argv[call.argc - 1], "7");
 }
 END_TEST
 
-/* limiter_unkey takes the request key out again: the call is as
+/* limiter_unkey takes the reply slot and id out again: the call is as
  * limiter_build made it; a call sent again, or one without the key, is
  * left alone. */
 START_TEST(test_unkey)
@@ -484,8 +492,8 @@ START_TEST(test_unkey)
     /* (argv points into the call's own store: no struct copy) */
     ck_assert_int_eq(limiter_build("t1", &plan, &req, &call), 0);
     ck_assert_int_eq(limiter_unkey(&call), -1);
-    ck_assert_int_eq(limiter_request_key(&call, "r.1"), 0);
-    ck_assert_int_eq(call.argc, built.argc + 1);
+    ck_assert_int_eq(limiter_request_key(&call, "r", "1"), 0);
+    ck_assert_int_eq(call.argc, built.argc + 2);
     ck_assert_int_eq(limiter_unkey(&call), 0);
     ck_assert_int_eq(call.argc, built.argc);
     for (i = 0; i < call.argc; i++) {
@@ -494,11 +502,11 @@ START_TEST(test_unkey)
             built.argvlen[i]), 0);
     }
     ck_assert_int_eq(limiter_unkey(&call), -1);
-    /* Sent again: the key is what makes the resend safe; it stays. */
-    ck_assert_int_eq(limiter_request_key(&call, "r.2"), 0);
+    /* Sent again: the slot is what makes the resend safe; it stays. */
+    ck_assert_int_eq(limiter_request_key(&call, "r", "2"), 0);
     ck_assert_int_eq(limiter_resend(&call), 0);
     ck_assert_int_eq(limiter_unkey(&call), -1);
-    ck_assert_int_eq(call.argc, built.argc + 1);
+    ck_assert_int_eq(call.argc, built.argc + 2);
 }
 END_TEST
 
@@ -554,7 +562,7 @@ START_TEST(test_request_key_one_limit)
 {
     static const char *const want[] = {
         "2", "rl:{t1}:1:9:sabc", "rl:{t1}:req:x-1",
-        "1", "1", "1", "sliding_window", "5", "1", "0", "0",
+        "1", "1", "1", "sliding_window", "5", "1", "0", "0", "c.d",
     };
     struct limiter_call call;
     struct rl_rule rule;
@@ -571,7 +579,7 @@ START_TEST(test_request_key_one_limit)
     hash32("subj", s);
     snprintf(key, sizeof(key), "rl:{t1}:1:9:s%s", s);
     ck_assert_str_eq(call.argv[1], key);
-    ck_assert_int_eq(limiter_request_key(&call, "x-1"), 0);
+    ck_assert_int_eq(limiter_request_key(&call, "x-1", "c.d"), 0);
     ck_assert_int_eq(call.argc, (int)(sizeof(want) / sizeof(want[0])));
     ck_assert_str_eq(call.argv[0], "2");
     ck_assert_str_eq(call.argv[1], key);
@@ -579,6 +587,8 @@ START_TEST(test_request_key_one_limit)
     ck_assert_uint_eq(call.argvlen[2], strlen(want[2]));
     ck_assert_str_eq(call.argv[3], "1");
     ck_assert_str_eq(call.argv[10], "0");
+    ck_assert_str_eq(call.argv[11], want[11]);
+    ck_assert_uint_eq(call.argvlen[11], strlen(want[11]));
 }
 END_TEST
 
@@ -599,11 +609,14 @@ START_TEST(test_request_key_bad)
     memcpy(&before, &call, sizeof(call));
     memset(long_id, 'a', sizeof(long_id) - 1);
     long_id[sizeof(long_id) - 1] = '\0';
-    ck_assert_int_eq(limiter_request_key(&call, ""), -1);
-    ck_assert_int_eq(limiter_request_key(&call, long_id), -1);
-    ck_assert_int_eq(limiter_request_key(&call, "a b"), -1);
-    ck_assert_int_eq(limiter_request_key(&call, "a:b"), -1);
-    ck_assert_int_eq(limiter_request_key(&call, "a}b"), -1);
+    ck_assert_int_eq(limiter_request_key(&call, "", "1"), -1);
+    ck_assert_int_eq(limiter_request_key(&call, long_id, "1"), -1);
+    ck_assert_int_eq(limiter_request_key(&call, "a b", "1"), -1);
+    ck_assert_int_eq(limiter_request_key(&call, "a:b", "1"), -1);
+    ck_assert_int_eq(limiter_request_key(&call, "a}b", "1"), -1);
+    ck_assert_int_eq(limiter_request_key(&call, "s", ""), -1);
+    ck_assert_int_eq(limiter_request_key(&call, "s", long_id), -1);
+    ck_assert_int_eq(limiter_request_key(&call, "s", "1 2"), -1);
     /* Nothing changed by a refusal. */
     ck_assert_int_eq(call.argc, before.argc);
     ck_assert_int_eq(memcmp(call.argv, before.argv, sizeof(call.argv)), 0);
@@ -611,7 +624,7 @@ START_TEST(test_request_key_bad)
         0);
     /* Not a call of limiter_build's. */
     call.argc = 0;
-    ck_assert_int_eq(limiter_request_key(&call, "id"), -1);
+    ck_assert_int_eq(limiter_request_key(&call, "s", "id"), -1);
 }
 END_TEST
 

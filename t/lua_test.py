@@ -143,7 +143,8 @@ TB5 = [tb(5, 20)]
 SW3 = [sw(3, 2)]
 # 10 per second is one every T = 100000 µs; burst 2 lets 3 through at once.
 G10B2 = [gcra(10, 1000000, 2)]
-# A request key KEYS[n + 1] makes a call replayable (see "Sent twice").
+# A reply slot KEYS[n + 1] (with the call's id as the last argument) makes
+# a call replayable (see "Sent twice").
 FW2 = [fw(2, "minute")]
 
 
@@ -156,20 +157,23 @@ def evalsha(keys, argv, script=None):
         [str(a) for a in argv]
 
 
-def check_argv(limits, cost, peek, now, n):
+def check_argv(limits, cost, peek, now, n, rid=None):
     argv = [str(cost), str(peek), str(len(limits) if n is None else n)]
     for spec in limits:
         argv.extend(spec)
+    if rid is not None:
+        argv.append(rid)
     if now is not None:
         argv.append("__now_us=%d" % now)
     return argv
 
 
-def check(keys, limits, cost=1, peek=0, now=None, n=None):
+def check(keys, limits, cost=1, peek=0, now=None, n=None, rid=None):
     """Runs the script once: KEYS keys, the given cost and peek flag, the
-    limits (lists of five arguments) and, if now is given, the test hook.
-    Returns the Reply; an error reply fails the case."""
-    argv = check_argv(limits, cost, peek, now, n)
+    limits (lists of five arguments), the call id rid (with a reply slot)
+    and, if now is given, the test hook.  Returns the Reply; an error reply
+    fails the case."""
+    argv = check_argv(limits, cost, peek, now, n, rid)
     return Reply.parse(redis.pipeline([evalsha(keys, argv)])[0])
 
 
@@ -985,83 +989,105 @@ def fw2(allowed, now_ms, remaining, reset_ms, retry_after_ms):
 
 def test_replay_allowed():
     t0 = redis_now_ms()
-    first = check(["rp:fw", "rp:once:a"], FW2, now=N)
+    keys = ["rp:fw", "rp:slot"]
+    first = check(keys, FW2, now=N, rid="a")
     expect_reply("first", first, fw2(allowed=1, now_ms=NMS, remaining=1,
                                      reset_ms=40000, retry_after_ms=0))
     expect_state("charged once", "rp:fw", {"win": 1835395200, "count": 1})
-    expect_eq("reply stored", cmd("GET", "rp:once:a"),
-              "1 %d 1 2 1 40000 0 " % NMS)
-    expect_pttl("rp:once:a", 3000, t0)
+    expect_eq("id and reply stored", cmd("GET", "rp:slot"),
+              "a 1 %d 1 2 1 40000 0 " % NMS)
+    expect_pttl("rp:slot", 3000, t0)
     # A millisecond later, as a resend after a reconnect would be.
-    again = check(["rp:fw", "rp:once:a"], FW2, peek=2, now=N + 1000)
+    again = check(keys, FW2, peek=2, now=N + 1000, rid="a")
     expect_reply("sent again: the first reply", again, first)
     expect_state("sent again: not charged", "rp:fw",
                  {"win": 1835395200, "count": 1})
-    r = check(["rp:fw", "rp:once:b"], FW2, now=N + 2000)
-    expect_reply("another request", r, fw2(
-        allowed=1, now_ms=NMS + 2, remaining=0, reset_ms=39998,
-        retry_after_ms=0))
+    r = check(keys, FW2, now=N + 2000, rid="b")
+    b = fw2(allowed=1, now_ms=NMS + 2, remaining=0, reset_ms=39998,
+            retry_after_ms=0)
+    expect_reply("the next call", r, b)
     expect_state("charged", "rp:fw", {"win": 1835395200, "count": 2})
-    # The limit is used up now; the first request still gets its answer.
-    again = check(["rp:fw", "rp:once:a"], FW2, peek=2, now=N + 3000)
-    expect_reply("sent again after the limit is used up", again, first)
+    expect_eq("the slot holds the last call that charged",
+              cmd("GET", "rp:slot"), "b 1 %d 1 2 0 39998 0 " % (NMS + 2))
+    again = check(keys, FW2, peek=2, now=N + 3000, rid="b")
+    expect_reply("that one sent again", again, b)
+    # The caller never sends an older call again once it has sent a newer
+    # one; if it did, the older one would be decided afresh (denied here,
+    # the limit being used up), not replayed.
+    r = check(keys, FW2, peek=2, now=N + 3000, rid="a")
+    expect_reply("an older call is not in the slot any more", r, fw2(
+        allowed=0, now_ms=NMS + 3, remaining=0, reset_ms=39997,
+        retry_after_ms=39997))
     expect_state("still charged twice in all", "rp:fw",
                  {"win": 1835395200, "count": 2})
 
 
 def test_replay_only_when_sent_again():
-    # Only peek 2 looks for a stored reply (a first call's id is new); a
-    # peek 2 that finds none is decided and charged as a first call.
-    check(["ro:fw", "ro:once:a"], FW2, now=N)
-    r = check(["ro:fw", "ro:once:a"], FW2, now=N)
+    # Only peek 2 looks for a stored reply; a peek 2 that finds another id
+    # or none is decided and charged as a first call.
+    keys = ["ro:fw", "ro:slot"]
+    check(keys, FW2, now=N, rid="a")
+    r = check(keys, FW2, now=N, rid="a")
     expect_reply("peek 0 decides again", r, fw2(
         allowed=1, now_ms=NMS, remaining=0, reset_ms=40000, retry_after_ms=0))
     expect_state("and charges", "ro:fw", {"win": 1835395200, "count": 2})
     cmd("DEL", "ro:fw")
-    r = check(["ro:fw", "ro:once:n"], FW2, peek=2, now=N)
-    expect_reply("sent again, first never ran", r, fw2(
+    # The slot holds "a ...": an id that "a" begins is not "a".
+    for rid in ("n", "a1"):
+        cmd("DEL", "ro:fw")
+        r = check(keys, FW2, peek=2, now=N, rid=rid)
+        expect_reply("sent again as %s, first never ran" % rid, r, fw2(
+            allowed=1, now_ms=NMS, remaining=1, reset_ms=40000,
+            retry_after_ms=0))
+        expect_state("charged once", "ro:fw",
+                     {"win": 1835395200, "count": 1})
+        expect_eq("stored", cmd("GET", "ro:slot"),
+                  "%s 1 %d 1 2 1 40000 0 " % (rid, NMS))
+    cmd("DEL", "ro:fw", "ro:slot")
+    r = check(keys, FW2, peek=2, now=N, rid="e")
+    expect_reply("sent again, slot empty", r, fw2(
         allowed=1, now_ms=NMS, remaining=1, reset_ms=40000, retry_after_ms=0))
-    expect_state("charged once", "ro:fw", {"win": 1835395200, "count": 1})
-    expect_eq("stored", cmd("GET", "ro:once:n"), "1 %d 1 2 1 40000 0 " % NMS)
 
 
 def test_replay_denial():
     # A denial charges nothing and stores nothing: sent again, it is decided
     # again (here: denied again, and once the window has passed, allowed and
     # charged once).
+    keys = ["rd:fw", "rd:slot"]
     check(["rd:fw"], FW2, cost=2, now=N)
     before = state("rd:fw")
     denied = fw2(allowed=0, now_ms=NMS, remaining=0, reset_ms=40000,
                  retry_after_ms=40000)
-    r = check(["rd:fw", "rd:once:c"], FW2, now=N)
+    r = check(keys, FW2, now=N, rid="c")
     expect_reply("denied", r, denied)
-    r = check(["rd:fw", "rd:once:c"], FW2, peek=2, now=N)
+    r = check(keys, FW2, peek=2, now=N, rid="c")
     expect_reply("denied again", r, denied)
     expect_state("nothing charged", "rd:fw", before)
-    expect_eq("nothing stored", cmd("EXISTS", "rd:once:c"), 0)
+    expect_eq("nothing stored", cmd("EXISTS", "rd:slot"), 0)
     next_minute = fw2(allowed=1, now_ms=NMS + 40000, remaining=1,
                       reset_ms=60000, retry_after_ms=0)
-    r = check(["rd:fw", "rd:once:c"], FW2, peek=2, now=N + 40000000)
+    r = check(keys, FW2, peek=2, now=N + 40000000, rid="c")
     expect_reply("next minute", r, next_minute)
-    r = check(["rd:fw", "rd:once:c"], FW2, peek=2, now=N + 40000000)
+    r = check(keys, FW2, peek=2, now=N + 40000000, rid="c")
     expect_reply("next minute, sent again", r, next_minute)
     expect_state("charged once", "rd:fw", {"win": 1835395260, "count": 1})
 
 
 def test_replay_peek():
-    # A peek charges nothing and stores nothing, with or without a request
-    # key.
+    # A peek charges nothing and stores nothing, with or without a reply
+    # slot.
+    keys = ["rk:fw", "rk:slot"]
     check(["rk:fw"], FW2, now=N)
     before = state("rk:fw")
     for what in ("peek", "peek again"):
-        r = check(["rk:fw", "rk:once:p"], FW2, peek=1, now=N)
+        r = check(keys, FW2, peek=1, now=N, rid="p")
         expect_reply(what, r, fw2(allowed=1, now_ms=NMS, remaining=0,
                                   reset_ms=40000, retry_after_ms=0))
     expect_state("nothing charged", "rk:fw", before)
-    expect_eq("nothing stored", cmd("EXISTS", "rk:once:p"), 0)
-    # A peek with the key of a request that charged is not a resend of it.
-    check(["rk:fw", "rk:once:q"], FW2, now=N)
-    r = check(["rk:fw", "rk:once:q"], FW2, peek=1, now=N)
+    expect_eq("nothing stored", cmd("EXISTS", "rk:slot"), 0)
+    # A peek with the id of a call that charged is not a resend of it.
+    check(keys, FW2, now=N, rid="q")
+    r = check(keys, FW2, peek=1, now=N, rid="q")
     expect_reply("peek after the limit is used up", r, fw2(
         allowed=0, now_ms=NMS, remaining=0, reset_ms=40000,
         retry_after_ms=40000))
@@ -1071,14 +1097,14 @@ def test_replay_several():
     # Several limits, one of them a shadow limit whose cost can never pass
     # (retry_after_ms -1): every field of the reply comes back as it was.
     a = [gcra(10, 1000000, 4), fw(1, "minute", shadow=1)]
-    keys = ["rs:g", "rs:fw", "rs:once:m"]
-    first = check(keys, a, cost=2, now=N)
+    keys = ["rs:g", "rs:fw", "rs:slot"]
+    first = check(keys, a, cost=2, now=N, rid="m.1")
     expect_reply("first", first, reply(allowed=1, now_ms=NMS, limits=[
         lim(allowed=1, limit=5, remaining=3, reset_ms=200, retry_after_ms=0),
         lim(allowed=0, limit=1, remaining=1, reset_ms=40000,
             retry_after_ms=-1)]))
     g = state("rs:g")
-    again = check(keys, a, cost=2, peek=2, now=N + 7)
+    again = check(keys, a, cost=2, peek=2, now=N + 7, rid="m.1")
     expect_reply("sent again", again, first)
     expect_state("gcra charged once", "rs:g", g)
     expect_eq("shadow limit not charged", cmd("EXISTS", "rs:fw"), 0)
@@ -1088,10 +1114,10 @@ def test_replay_real_time():
     # With Redis TIME: the resend, 20 ms later, answers with the first
     # call's time, so it is the stored reply and not a new decision.
     a = [tb(5, "0.5")]
-    first = check(["rt:tb", "rt:once:t"], a)
+    first = check(["rt:tb", "rt:slot"], a, rid="t")
     tokens = cmd("HGET", "rt:tb", "tokens")
     time.sleep(0.02)
-    again = check(["rt:tb", "rt:once:t"], a, peek=2)
+    again = check(["rt:tb", "rt:slot"], a, peek=2, rid="t")
     expect_reply("sent again", again, first)
     expect_eq("charged once", cmd("HGET", "rt:tb", "tokens"), tokens)
     expect_eq("remaining", first.limits[0].remaining, 4)
@@ -1112,8 +1138,19 @@ ARGUMENT_ERRORS = [
     ("zero cost", "cost", ["e:a"], ["0", "0", "1"] + TB),
     ("fractional cost", "cost", ["e:a"], ["1.5", "0", "1"] + TB),
     ("bad peek flag", "peek must be", ["e:a"], ["1", "3", "1"] + TB),
-    ("peek 2 without the request key", "needs the request key",
+    ("peek 2 without the reply slot", "needs the reply slot",
      ["e:a"], ["1", "2", "1"] + TB),
+    ("reply slot without a call id", "call id",
+     ["e:a", "e:b"], ["1", "0", "1"] + TB),
+    ("reply slot, the hook where the call id goes", "call id",
+     ["e:a", "e:b"], ["1", "0", "1"] + TB + ["__now_us=1"]),
+    ("call id with a space", "call id",
+     ["e:a", "e:b"], ["1", "0", "1"] + TB + ["a b"]),
+    ("call id empty", "call id", ["e:a", "e:b"], ["1", "0", "1"] + TB + [""]),
+    ("call id of 41 characters", "call id",
+     ["e:a", "e:b"], ["1", "0", "1"] + TB + ["a" * 41]),
+    ("call id and one more", "5 arguments",
+     ["e:a", "e:b"], ["1", "0", "1"] + TB + ["a", "b"]),
     ("unknown algorithm", "unknown algorithm",
      ["e:a"], ["1", "0", "1", "leaky_bucket", "5", "1", "0", "0"]),
     ("zero capacity", "capacity",

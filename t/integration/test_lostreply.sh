@@ -13,7 +13,8 @@
 #   check's own counter is above 1, every 200 is charged once, and the
 #   shared counter equals the 200s plus the few 503s that were charged (a
 #   connection closed twice under one check).  Before the replay, the same
-#   run charged some checks twice (their own counter 2).  Up to 3 rounds,
+#   run charged some checks twice (their own counter 2).  The replies are
+#   kept in one reply slot per worker and tenant.  Up to 3 rounds,
 #   until replies were lost in flight: how many the loop catches depends
 #   on how fast the machine runs the burst.
 # - Readiness: after CLIENT KILL of every client, /health/ready on every
@@ -225,6 +226,21 @@ check "lost replies: each shared counter equals its 200s and its 503s that were 
     eq "$bad_count" 0
 fault_row "CLIENT KILL every 10 ms, 500 checks on 100 ($round rounds)" \
     $((round * 500)) $((twice + bad_200 + bad_429)) -
+# The replies are kept in one reply slot per worker and tenant, not one
+# key per check: after the last round's 500 checks (at most 3 s ago, the
+# slots' TTL), the tenant has at most one slot per worker, each holding a
+# call id and an allowed reply.
+rcli --scan --pattern "rl:{$tid}:req:*" >"$T_TMP/slots"
+slots=$(wc -l <"$T_TMP/slots" | tr -d ' ')
+check "reply slots: 1 to $WORKERS for 500 checks ($slots)" awk \
+    -v n="$slots" -v w="$WORKERS" 'BEGIN { exit !(n >= 1 && n <= w) }'
+slot_bad=0
+while read -r slot; do
+    rcli GET "$slot" | grep -Eq '^[0-9a-f]+ 1 [0-9]+ 1 ' ||
+        slot_bad=$((slot_bad + 1))
+done <"$T_TMP/slots"
+check "reply slots: each holds a call id and an allowed reply" \
+    eq "$slot_bad" 0
 
 # ---------------------------------------------------------------- readiness
 
