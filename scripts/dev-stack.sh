@@ -194,10 +194,10 @@ redis_start() {
     set --
     [ "$REDIS_TRANSPORT" = unix ] &&
         set -- --unixsocket "$VAR/redis.sock" --unixsocketperm 700
-    # hz 100: every allowed check leaves a replay key that expires after
-    # 3 s, and at thousands of checks a second Redis's expiry, run hz
-    # times a second, otherwise stops everything for milliseconds at a
-    # time (README, "Persistence, eviction and expiry").
+    # hz 100: with thousands of keys expiring a second (the counters of
+    # new subjects), Redis's expiry, run hz times a second, otherwise
+    # stops everything for milliseconds at a time (README, "Persistence,
+    # eviction and expiry").
     redis-server --bind 127.0.0.1 --port "$REDIS_PORT" "$@" --hz 100 \
         --save "" --appendonly no --dir "$VAR/redis" \
         --pidfile "$VAR/redis.pid" --logfile "$VAR/redis.log" \
