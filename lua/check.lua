@@ -65,10 +65,12 @@
 -- another id or nothing (the first call never ran, or was a denial) is
 -- decided as a "0" would be. Only a "2" looks. A denial and a peek charge
 -- nothing and store nothing, so that sending them again decides afresh.
--- The slot holds the id, a space, then the reply's integers in decimal,
--- each followed by a space, as Redis would have sent them (truncated
--- toward zero). One key per caller, overwritten by each call that charges,
--- costs Redis neither a new key nor an expiry per check.
+-- The slot holds the id, a space, then the reply's 2 + 5 * n numbers as
+-- big-endian IEEE doubles (struct.pack), which hold them exactly; Redis
+-- truncates them toward zero when it sends them, as it does the reply's.
+-- (Packing costs the call a third of what string.format costs.) One key
+-- per caller, overwritten by each call that charges, costs Redis neither
+-- a new key nor an expiry per check.
 --
 -- The arguments are exactly these 3 + 5 * n, or 4 + 5 * n with the reply
 -- slot. (The tests' script also takes one more, a time that replaces
@@ -209,14 +211,15 @@ for i = 1, n do
 end
 
 -- A call sent again after its first send charged: the first reply, again.
+-- (A stored reply is 2 + 5 * n doubles.)
 if resent then
     local stored = redis.call('GET', once)
-    if stored and stored:sub(1, #rid + 1) == rid .. ' ' then
-        local replay, count = {}, 0
-        for v in stored:sub(#rid + 2):gmatch('%-?%d+') do
-            count = count + 1
-            replay[count] = v + 0
-        end
+    if stored and #stored == #rid + 1 + 8 * (2 + 5 * n) and
+            stored:sub(1, #rid + 1) == rid .. ' ' then
+        local replay = { struct.unpack('>' .. string.rep('d', 2 + 5 * n),
+            stored, #rid + 2) }
+        -- (struct.unpack returns the position after the data last.)
+        replay[3 + 5 * n] = nil
         return replay
     end
 end
@@ -347,12 +350,10 @@ if reply[1] == 1 and pending ~= nil then
         end
     end
     if once ~= nil then
-        -- %d truncates toward zero, as Redis does with a number it turns
-        -- into an integer reply.
-        local count = 2 + 5 * n
-        redis.call('SET', once, rid .. ' ' ..
-            string.format(string.rep('%d ', count), unpack(reply, 1, count)),
-            'PX', REPLAY_TTL_MS)
+        -- One limit, the usual case, has its format written out.
+        redis.call('SET', once, rid .. ' ' .. struct.pack(n == 1 and
+            '>ddddddd' or '>' .. string.rep('d', 2 + 5 * n),
+            unpack(reply, 1, 2 + 5 * n)), 'PX', REPLAY_TTL_MS)
     end
 end
 return reply

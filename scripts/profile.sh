@@ -13,6 +13,13 @@
 # PostgreSQL queries and exit cancel out.  The request is the benchmark's:
 # POST /v1/check with the demo key, one subject, a rule of one limit.
 #
+# Inside Redis, the same way: a private redis-server under callgrind runs
+# N1 and then N2 calls of a script, and the difference per call is what
+# one call costs Redis.  The scripts: lua/check.lua as the service sends
+# it (a one-limit sliding window, one subject, with the worker's reply
+# slot and a new call id each time), the same without the reply slot, and
+# the EVALSHA probe's one-liner.
+#
 # Writes the table to build/profile.txt, with the functions that cost c
 # and e most per request (inclusive: with what they call; also the
 # difference of the two runs), and keeps the callgrind files of the N2
@@ -26,6 +33,7 @@
 #   PROFILE_APP_PORT  [28086]  lighttpd -> the program measured
 #   PROFILE_REDIS_PORT [26385] the private Redis
 #   PROFILE_PG_PORT   [25435]  the private PostgreSQL
+#   PROFILE_CG_REDIS_PORT [26386] the Redis run under callgrind
 #   BUILD             [build]
 set -eu
 
@@ -43,6 +51,7 @@ PORT=${PROFILE_PORT:-28085}
 APP_PORT=${PROFILE_APP_PORT:-28086}
 REDIS_PORT=${PROFILE_REDIS_PORT:-26385}
 PG_PORT=${PROFILE_PG_PORT:-25435}
+CG_REDIS_PORT=${PROFILE_CG_REDIS_PORT:-26386}
 DEMO_KEY=rl_demo_abc123xyz
 LIGHTTPD=/usr/sbin/lighttpd
 RESULT=$BUILD/profile.txt
@@ -68,7 +77,9 @@ fi
 for f in "$BUILD/ratelimit-fcgi" "$BUILD/bench_probe"; do
     [ -x "$f" ] || die "$f is missing: run make profile"
 done
-for cmd in valgrind strace spawn-fcgi curl redis-server "$LIGHTTPD"; do
+[ -f "$BUILD/check.lua" ] || die "$BUILD/check.lua is missing: run make profile"
+for cmd in valgrind strace spawn-fcgi curl redis-server redis-cli sha1sum \
+    "$LIGHTTPD"; do
     command -v "$cmd" >/dev/null 2>&1 ||
         die "$cmd is missing: run make deps (as root)"
 done
@@ -84,11 +95,13 @@ VAR=""
 STACK_STARTED=0
 APP_PID=""
 MEASURE_TOOL=""
+CG_REDIS_PID=""
 
 # shellcheck disable=SC2317  # reached from the EXIT trap
 cleanup() {
     trap - EXIT INT TERM
     stop_measured
+    [ -z "$CG_REDIS_PID" ] || end_pids "$CG_REDIS_PID" || true
     if [ -n "$VAR" ]; then
         if [ -f "$VAR/lighttpd-app.pid" ]; then
             end_pids "$(cat "$VAR/lighttpd-app.pid")" || true
@@ -252,6 +265,66 @@ for prog in $PROGRAMS; do
     done
 done
 
+# ------------------------------------------------------- inside Redis
+
+# The calls, one inline command a line: $VAR/calls.slot (check.lua as the
+# service sends it: the reply slot and a new call id each time),
+# calls.plain (without them) and calls.probe (the probe's script).
+CHECK_SHA=$(sha1sum "$BUILD/check.lua" | cut -d' ' -f1)
+PROBE_SHA=$(printf '%s' "return redis.call('INCR', KEYS[1])" | sha1sum |
+    cut -d' ' -f1)
+awk -v n="$N2" -v sha="$CHECK_SHA" -v probe="$PROBE_SHA" -v d="$VAR" '
+    BEGIN {
+        k = "rl:{11111111-2222-3333-4444-555555555555}"
+        lim = "1 0 1 sliding_window 1000000000 3600 0 0"
+        for (i = 1; i <= n; i++) {
+            printf "EVALSHA %s 2 %s:1:1:sbench %s:req:5f3a9c0e12ab44d1 " \
+                "%s %x\n", sha, k, k, lim, i >d "/calls.slot"
+            printf "EVALSHA %s 1 %s:1:1:sbench %s\n", sha, k, lim \
+                >d "/calls.plain"
+            printf "EVALSHA %s 1 bench:probe\n", probe >d "/calls.probe"
+        }
+    }'
+
+# Runs the first $2 calls of $VAR/calls.$1 in a redis-server under
+# callgrind; its counts go to $VAR/redis-$1.callgrind.$2.
+redis_measure() {
+    valgrind --tool=callgrind \
+        --callgrind-out-file="$VAR/redis-$1.callgrind.$2.%p" \
+        redis-server --bind 127.0.0.1 --port "$CG_REDIS_PORT" --save '' \
+        --appendonly no --dir "$VAR" >"$VAR/redis-cg.log" 2>&1 &
+    CG_REDIS_PID=$!
+    rm_i=0
+    until [ "$(redis-cli -p "$CG_REDIS_PORT" PING 2>/dev/null)" = PONG ]; do
+        rm_i=$((rm_i + 1))
+        if [ "$rm_i" -gt 300 ] || ! kill -0 "$CG_REDIS_PID" 2>/dev/null; then
+            cat "$VAR/redis-cg.log" >&2
+            die "redis-server under callgrind did not answer"
+        fi
+        sleep 0.1
+    done
+    redis-cli -p "$CG_REDIS_PORT" -x SCRIPT LOAD <"$BUILD/check.lua" \
+        >/dev/null || die "SCRIPT LOAD of check.lua failed"
+    redis-cli -p "$CG_REDIS_PORT" SCRIPT LOAD \
+        "return redis.call('INCR', KEYS[1])" >/dev/null ||
+        die "SCRIPT LOAD of the probe's script failed"
+    head -n "$2" "$VAR/calls.$1" | redis-cli -p "$CG_REDIS_PORT" \
+        >"$VAR/redis-$1.out" 2>&1 || die "the $1 calls failed"
+    ! grep -q ERR "$VAR/redis-$1.out" ||
+        die "the $1 calls failed: $(grep -m 1 ERR "$VAR/redis-$1.out")"
+    redis-cli -p "$CG_REDIS_PORT" SHUTDOWN NOSAVE >/dev/null 2>&1 || true
+    wait_gone "$CG_REDIS_PID" 300 || die "redis-server did not stop"
+    CG_REDIS_PID=""
+}
+
+REDIS_SCRIPTS="slot plain probe"
+for rs in $REDIS_SCRIPTS; do
+    for n in "$N1" "$N2"; do
+        say "Redis under callgrind, $n calls ($rs)"
+        redis_measure "$rs" "$n"
+    done
+done
+
 # Prints "instructions function" for each function of callgrind file $1,
 # inclusive, the largest count where a name appears more than once; a
 # function without a name is shown with its library.
@@ -346,6 +419,19 @@ cp "$VAR"/*.callgrind."$N2".* "$KEEP"/
                 printf " %10.2f", total[i]
             printf "\n"
         }'
+    echo
+    echo "inside Redis, instructions per call (redis-server, the whole process):"
+    for rs in $REDIS_SCRIPTS; do
+        rs_1=$(instructions "redis-$rs" "$N1")
+        rs_2=$(instructions "redis-$rs" "$N2")
+        case $rs in
+        slot) rs_what="check.lua as the service sends it (reply slot, call id)" ;;
+        plain) rs_what="check.lua without the reply slot" ;;
+        *) rs_what="the EVALSHA probe's script (one INCR)" ;;
+        esac
+        awk -v a="$rs_1" -v b="$rs_2" -v d=$((N2 - N1)) -v w="$rs_what" \
+            'BEGIN { printf "  %10.0f  %s\n", (b - a) / d, w }'
+    done
     for f in ours over; do
         echo
         echo "$f: instructions per request, inclusive, by function"

@@ -30,6 +30,7 @@ import os
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -192,6 +193,19 @@ def cmd(*args):
     if isinstance(r, list):
         return [v.decode() if isinstance(v, bytes) else v for v in r]
     return r
+
+
+def slot(key):
+    """A reply slot as "id n n n ...": the id, then the stored reply's
+    numbers (big-endian doubles) as integers; None if there is none."""
+    raw = redis.command("GET", key)
+    if raw is None:
+        return None
+    rid, _, packed = raw.partition(b" ")
+    if len(packed) % 8 != 0:
+        return "bad length %d" % len(packed)
+    values = struct.unpack(">%dd" % (len(packed) // 8), packed)
+    return " ".join([rid.decode()] + ["%d" % v for v in values])
 
 
 def state(key):
@@ -994,8 +1008,8 @@ def test_replay_allowed():
     expect_reply("first", first, fw2(allowed=1, now_ms=NMS, remaining=1,
                                      reset_ms=40000, retry_after_ms=0))
     expect_state("charged once", "rp:fw", {"win": 1835395200, "count": 1})
-    expect_eq("id and reply stored", cmd("GET", "rp:slot"),
-              "a 1 %d 1 2 1 40000 0 " % NMS)
+    expect_eq("id and reply stored", slot("rp:slot"),
+              "a 1 %d 1 2 1 40000 0" % NMS)
     expect_pttl("rp:slot", 3000, t0)
     # A millisecond later, as a resend after a reconnect would be.
     again = check(keys, FW2, peek=2, now=N + 1000, rid="a")
@@ -1008,7 +1022,7 @@ def test_replay_allowed():
     expect_reply("the next call", r, b)
     expect_state("charged", "rp:fw", {"win": 1835395200, "count": 2})
     expect_eq("the slot holds the last call that charged",
-              cmd("GET", "rp:slot"), "b 1 %d 1 2 0 39998 0 " % (NMS + 2))
+              slot("rp:slot"), "b 1 %d 1 2 0 39998 0" % (NMS + 2))
     again = check(keys, FW2, peek=2, now=N + 3000, rid="b")
     expect_reply("that one sent again", again, b)
     # The caller never sends an older call again once it has sent a newer
@@ -1041,12 +1055,20 @@ def test_replay_only_when_sent_again():
             retry_after_ms=0))
         expect_state("charged once", "ro:fw",
                      {"win": 1835395200, "count": 1})
-        expect_eq("stored", cmd("GET", "ro:slot"),
-                  "%s 1 %d 1 2 1 40000 0 " % (rid, NMS))
+        expect_eq("stored", slot("ro:slot"),
+                  "%s 1 %d 1 2 1 40000 0" % (rid, NMS))
     cmd("DEL", "ro:fw", "ro:slot")
     r = check(keys, FW2, peek=2, now=N, rid="e")
     expect_reply("sent again, slot empty", r, fw2(
         allowed=1, now_ms=NMS, remaining=1, reset_ms=40000, retry_after_ms=0))
+    # A slot that holds the id but not a reply of this call's shape (one
+    # limit: 7 doubles) is not replayed either.
+    cmd("DEL", "ro:fw")
+    cmd("SET", "ro:slot", "f 1 2 3")
+    r = check(keys, FW2, peek=2, now=N, rid="f")
+    expect_reply("sent again, slot of another shape", r, fw2(
+        allowed=1, now_ms=NMS, remaining=1, reset_ms=40000, retry_after_ms=0))
+    expect_state("charged once", "ro:fw", {"win": 1835395200, "count": 1})
 
 
 def test_replay_denial():

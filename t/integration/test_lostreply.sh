@@ -234,10 +234,15 @@ rcli --scan --pattern "rl:{$tid}:req:*" >"$T_TMP/slots"
 slots=$(wc -l <"$T_TMP/slots" | tr -d ' ')
 check "reply slots: 1 to $WORKERS for 500 checks ($slots)" awk \
     -v n="$slots" -v w="$WORKERS" 'BEGIN { exit !(n >= 1 && n <= w) }'
+# (A slot is the id, a space and the reply as big-endian doubles: 2 + 5 * 2
+# of them for the two limits here, the first 1 for allowed.)
 slot_bad=0
 while read -r slot; do
-    rcli GET "$slot" | grep -Eq '^[0-9a-f]+ 1 [0-9]+ 1 ' ||
-        slot_bad=$((slot_bad + 1))
+    rcli EVAL "local v = redis.call('GET', KEYS[1])
+        local sp = v:find(' ', 1, true)
+        return v:sub(1, sp - 1) .. ' ' .. (#v - sp) .. ' ' ..
+            struct.unpack('>d', v, sp + 1)" 1 "$slot" |
+        grep -Eq '^[0-9a-f]+ 96 1$' || slot_bad=$((slot_bad + 1))
 done <"$T_TMP/slots"
 check "reply slots: each holds a call id and an allowed reply" \
     eq "$slot_bad" 0
