@@ -988,11 +988,11 @@ def test_shadow_peek():
     expect_eq("keys written", cmd("EXISTS", "sh4:fw", "sh4:g"), 0)
 
 
-# --- Sent twice: the request key KEYS[n + 1] and peek 2 --------------------
+# --- Sent twice: the reply slot KEYS[n + 1], the call id and peek 2 ---------
 #
-# A call that charged, sent again with the same request key and peek 2,
-# gets the first reply again and charges nothing; another request key is a
-# new request.
+# A call that charged, sent again with the same slot, the same id and peek
+# 2, gets the first reply again and charges nothing; another id is a new
+# call.
 
 def fw2(allowed, now_ms, remaining, reset_ms, retry_after_ms):
     """A reply of FW2 (one limit, 2 per minute): every field named."""
