@@ -1046,8 +1046,9 @@ def test_replay_only_when_sent_again():
         allowed=1, now_ms=NMS, remaining=0, reset_ms=40000, retry_after_ms=0))
     expect_state("and charges", "ro:fw", {"win": 1835395200, "count": 2})
     cmd("DEL", "ro:fw")
-    # The slot holds "a ...": an id that "a" begins is not "a".
-    for rid in ("n", "a1"):
+    # The slot holds "a ...": "a1", which begins with "a", is not "a"; then
+    # it holds "a1 ...", and "a" is not "a1"; "n" is another call again.
+    for rid in ("a1", "a", "n"):
         cmd("DEL", "ro:fw")
         r = check(keys, FW2, peek=2, now=N, rid=rid)
         expect_reply("sent again as %s, first never ran" % rid, r, fw2(
