@@ -579,6 +579,238 @@ START_TEST(test_normalize_path_bounds)
 }
 END_TEST
 
+/*
+ * The fast path and json-c agree.  Random bodies are put together from
+ * pieces that the fast path reads (flat objects, plain strings, small
+ * integers, true, false, null) and pieces that it leaves to json-c
+ * (escapes, non-ASCII, fractions, exponents, nesting, odd white space,
+ * names given twice, broken syntax); every body must get the same answer
+ * from request_parse_check() as from request_parse_check_json() alone:
+ * the same verdict, the same fields, the same reason.
+ */
+static unsigned long fast_seed = 12345;
+
+static unsigned
+fast_rand(unsigned n)
+{
+    fast_seed = fast_seed * 6364136223846793005UL + 1442695040888963407UL;
+    return (unsigned)(fast_seed >> 33) % n;
+}
+
+static const char *const fast_spaces[] = {
+    "", "", "", " ", "  ", "\t", "\n", "\r\n", "\v", "\f",
+};
+static const char *const fast_names[] = {
+    "route", "route", "subject", "subject", "cost", "peek", "x", "",
+    "Route", "route ", "r\\u006fute", "subj", "pee\\u006b", "c\\nost",
+};
+static const char *const fast_values[] = {
+    "\"/a\"", "\"/bench\"", "\"  /b  \"", "\"\"", "\" \"", "\"user-42\"",
+    "\"/\xc3\xbc\"", "\"/a\\n\"", "\"\\u0041\"", "\"/x\ty\"", "\"/a\\\"b\"",
+    "\"\\u0000\"", "\"/\x7f\"", "0", "-0", "1", "-1", "5", "999999999",
+    "1000000", "1000001", "1234567890", "-999999999", "1.0", "1e2", "01",
+    "-", "1.5", "2E0", "1.", "true", "false", "null", "tru", "nul",
+    "falsey", "{}", "[]", "{\"a\":1}", "[1,2]", "\"/a", "'/a'",
+};
+
+/* Values that make a valid body, for each name (route, subject, cost,
+ * peek, another). */
+static const char *const fast_good[5][4] = {
+    { "\"/a\"", "\"/bench\"", "\"  /b c \"", "\"/v1/x?y=1\"" },
+    { "\"user-42\"", "\"\"", "null", "\"a b\"" },
+    { "1", "-3", "1000000", "null" },
+    { "true", "false", "null", "true" },
+    { "1", "\"z\"", "null", "false" },
+};
+static const char *const fast_good_names[5] = {
+    "route", "subject", "cost", "peek", "other",
+};
+
+/* A string of n bytes of c, quoted, into buf. */
+static void
+fast_long(char *buf, size_t size, size_t n, char c)
+{
+    size_t i;
+
+    if (n + 3 > size)
+        n = size - 3;
+    buf[0] = '"';
+    for (i = 0; i < n; i++)
+        buf[1 + i] = c;
+    buf[1 + n] = '"';
+    buf[2 + n] = '\0';
+}
+
+static void
+fast_body(char *b, size_t size)
+{
+    char lv[700];
+    int i, members = (int)fast_rand(5);
+    size_t n = 0;
+
+#define PUT(str) do { \
+        const char *put_s = (str); \
+        size_t put_n = strlen(put_s); \
+        if (n + put_n + 1 < size) { \
+            memcpy(b + n, put_s, put_n); \
+            n += put_n; \
+        } \
+    } while (0)
+#define SP() PUT(fast_spaces[fast_rand( \
+        sizeof(fast_spaces) / sizeof(fast_spaces[0]))])
+
+    SP();
+    if (fast_rand(30) != 0)
+        PUT("{");
+    /* Half the bodies are mostly valid: a route first, then members of
+     * the right types, now and then one of anything. */
+    if (fast_rand(2) == 0) {
+        int k;
+
+        PUT("\"route\"");
+        SP();
+        PUT(":");
+        SP();
+        PUT(fast_good[0][fast_rand(4)]);
+        for (i = 0; i < members; i++) {
+            SP();
+            PUT(",");
+            SP();
+            k = (int)fast_rand(5);
+            PUT("\"");
+            PUT(fast_good_names[k]);
+            PUT("\":");
+            SP();
+            if (fast_rand(10) == 0)
+                PUT(fast_values[fast_rand(sizeof(fast_values) /
+                    sizeof(fast_values[0]))]);
+            else
+                PUT(fast_good[k][fast_rand(4)]);
+        }
+        members = 0;
+    }
+    for (i = 0; i < members; i++) {
+        SP();
+        PUT("\"");
+        PUT(fast_names[fast_rand(sizeof(fast_names) /
+            sizeof(fast_names[0]))]);
+        PUT("\"");
+        SP();
+        if (fast_rand(40) != 0)
+            PUT(":");
+        SP();
+        switch (fast_rand(12)) {
+        case 0:
+            fast_long(lv, sizeof(lv), 250 + fast_rand(300), 'r');
+            PUT(lv);
+            break;
+        case 1:
+            fast_long(lv, sizeof(lv), 505 + fast_rand(15), '/');
+            PUT(lv);
+            break;
+        default:
+            PUT(fast_values[fast_rand(sizeof(fast_values) /
+                sizeof(fast_values[0]))]);
+        }
+        SP();
+        if (i + 1 < members || fast_rand(40) == 0)
+            PUT(",");
+    }
+    SP();
+    if (fast_rand(30) != 0)
+        PUT("}");
+    SP();
+    if (fast_rand(40) == 0)
+        PUT("x");
+    b[n] = '\0';
+    /* Now and then cut short. */
+    if (n > 0 && fast_rand(30) == 0)
+        b[fast_rand((unsigned)n)] = '\0';
+#undef PUT
+#undef SP
+}
+
+START_TEST(test_fast_path_agrees)
+{
+    char body[2048], err1[256], err2[256];
+    struct check_request r1, r2;
+    int i, rc1, rc2, ok = 0;
+
+    for (i = 0; i < 200000; i++) {
+        fast_body(body, sizeof(body));
+        err1[0] = err2[0] = '\0';
+        rc1 = request_parse_check(body, strlen(body), &r1, err1,
+            sizeof(err1));
+        rc2 = request_parse_check_json(body, strlen(body), &r2, err2,
+            sizeof(err2));
+        ck_assert_msg(rc1 == rc2, "body %s: %d against json-c's %d (%s%s)",
+            body, rc1, rc2, err1, err2);
+        if (rc1 == 0) {
+            ok++;
+            ck_assert_msg(strcmp(r1.route, r2.route) == 0 &&
+                strcmp(r1.subject, r2.subject) == 0 &&
+                r1.has_subject == r2.has_subject && r1.cost == r2.cost &&
+                r1.peek == r2.peek, "body %s: fields differ", body);
+        } else
+            ck_assert_msg(strcmp(err1, err2) == 0, "body %s: %s against "
+                "json-c's %s", body, err1, err2);
+    }
+    /* Both kinds were there in numbers. */
+    ck_assert_int_ge(ok, 5000);
+    ck_assert_int_le(ok, 195000);
+}
+END_TEST
+
+/* A body cut short inside a \u surrogate pair leaves nothing behind for
+ * the next body (json-c's tokener, kept across bodies, would have put a
+ * U+FFFD before the next one's first \u escape). */
+START_TEST(test_cut_body_leaves_nothing)
+{
+    static const char *const cut[] = {
+        "{\"route\":\"/\\ud800",
+        "{\"route\":\"/\\ud800\\u",
+        "{\"route\":\"/a\", \"x\":\"\\ud83d",
+    };
+    struct check_request req;
+    char err[256];
+    size_t i;
+
+    for (i = 0; i < sizeof(cut) / sizeof(cut[0]); i++) {
+        ck_assert_int_eq(parse(cut[i], &req, err, sizeof(err)), -1);
+        parse_ok("{\"route\":\"/\\u00e9\"}", &req);
+        ck_assert_str_eq(req.route, "/\xc3\xa9");
+    }
+}
+END_TEST
+
+/* Bodies the fast path reads, with what they mean. */
+START_TEST(test_fast_path_plain)
+{
+    struct check_request req;
+
+    parse_ok("{\"route\":\"/bench\",\"subject\":\"bench\"}", &req);
+    ck_assert_str_eq(req.route, "/bench");
+    ck_assert_str_eq(req.subject, "bench");
+    ck_assert_int_eq(req.has_subject, 1);
+    ck_assert_int_eq(req.cost, 1);
+    ck_assert_int_eq(req.peek, 0);
+    parse_ok(" { \"peek\" : true , \"cost\" : 999999 , \"x\" : null ,"
+        " \"route\" : \"  /a b  \" , \"subject\" : \"\" }\r\n", &req);
+    ck_assert_str_eq(req.route, "/a b");
+    ck_assert_int_eq(req.has_subject, 0);
+    ck_assert_int_eq(req.cost, 999999);
+    ck_assert_int_eq(req.peek, 1);
+    parse_ok("{\"route\":\"/a\",\"cost\":-7,\"subject\":null,"
+        "\"peek\":false}", &req);
+    ck_assert_int_eq(req.cost, 1);
+    ck_assert_int_eq(req.has_subject, 0);
+    ck_assert_int_eq(req.peek, 0);
+    /* A name given twice: json-c's answer, the last one. */
+    parse_ok("{\"route\":\"/a\",\"route\":\"/b\"}", &req);
+    ck_assert_str_eq(req.route, "/b");
+}
+END_TEST
+
 Suite *
 request_suite(void)
 {
@@ -621,6 +853,12 @@ request_suite(void)
     tcase_add_loop_test(tc, test_cost_bad, 0,
         (int)(sizeof(bad_costs) / sizeof(bad_costs[0])));
     tcase_add_test(tc, test_peek);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("fast_path");
+    tcase_add_test(tc, test_fast_path_agrees);
+    tcase_add_test(tc, test_fast_path_plain);
+    tcase_add_test(tc, test_cut_body_leaves_nothing);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("api_key");
