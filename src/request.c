@@ -67,9 +67,15 @@ request_raw_control(const char *body, size_t len)
  * decide.
  */
 
-/* JSON white space (json-c's strict mode takes no other outside strings). */
-#define FAST_SPACE(c) ((c) == ' ' || (c) == '\t' || (c) == '\n' || \
-    (c) == '\r')
+/* Past the JSON white space at p (json-c's strict mode takes no other
+ * outside strings). */
+static const char *
+fast_space(const char *p, const char *end)
+{
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+        p++;
+    return p;
+}
 
 /* A string that starts at p[0] == '"': its content is p[1 .. *n], and
  * the return is past its closing quote; NULL when it has a byte the fast
@@ -100,118 +106,106 @@ request_fast_check(const char *body, size_t len, struct check_request *out)
     int seen = 0, field;
     long long num;
 
-    while (p < end && FAST_SPACE(*p))
-        p++;
+    p = fast_space(p, end);
     if (p == end || *p++ != '{')
         return -1;
-    while (p < end && FAST_SPACE(*p))
-        p++;
-    if (p < end && *p == '}')
-        p++;
-    else {
-        for (;;) {
-            if (p == end || *p != '"')
+    /* Member after member ("{}" has no route: json-c says so). */
+    for (;;) {
+        if (p == end || *p != '"')
+            return -1;
+        name = p + 1;
+        if ((p = fast_string(p, end, &nlen)) == NULL)
+            return -1;
+        p = fast_space(p, end);
+        if (p == end || *p++ != ':')
+            return -1;
+        p = fast_space(p, end);
+        if (p == end)
+            return -1;
+        /* 1 route, 2 subject, 4 cost, 8 peek, 0 any other name; a
+         * name given twice is left to json-c (the last one wins
+         * there). */
+        field = nlen == 5 && memcmp(name, "route", 5) == 0 ? 1 :
+            nlen == 7 && memcmp(name, "subject", 7) == 0 ? 2 :
+            nlen == 4 && memcmp(name, "cost", 4) == 0 ? 4 :
+            nlen == 4 && memcmp(name, "peek", 4) == 0 ? 8 : 0;
+        if (field & seen)
+            return -1;
+        seen |= field;
+        v = p;
+        if (*p == '"') {
+            if ((p = fast_string(p, end, &vlen)) == NULL)
                 return -1;
-            name = p + 1;
-            if ((p = fast_string(p, end, &nlen)) == NULL)
+            if (field == 1) {
+                s = v + 1;
+                e = s + vlen;
+                while (s < e && *s == ' ')
+                    s++;
+                while (e > s && e[-1] == ' ')
+                    e--;
+                if (e == s || (size_t)(e - s) > RL_ROUTE_MAX)
+                    return -1;
+                memcpy(out->route, s, (size_t)(e - s));
+                out->route[e - s] = '\0';
+            } else if (field == 2) {
+                if (vlen > RL_SUBJECT_MAX)
+                    return -1;
+                memcpy(out->subject, v + 1, vlen);
+                out->subject[vlen] = '\0';
+                out->has_subject = vlen > 0;
+            } else if (field != 0)
                 return -1;
-            while (p < end && FAST_SPACE(*p))
+        } else if (*p == '-' || (*p >= '0' && *p <= '9')) {
+            s = p;
+            if (*p == '-')
                 p++;
-            if (p == end || *p++ != ':')
+            if (p == end || *p < '0' || *p > '9' ||
+                (*p == '0' && p + 1 < end && p[1] >= '0' && p[1] <= '9'))
                 return -1;
-            while (p < end && FAST_SPACE(*p))
-                p++;
-            if (p == end)
-                return -1;
-            /* 1 route, 2 subject, 4 cost, 8 peek, 0 any other name; a
-             * name given twice is left to json-c (the last one wins
-             * there). */
-            field = nlen == 5 && memcmp(name, "route", 5) == 0 ? 1 :
-                nlen == 7 && memcmp(name, "subject", 7) == 0 ? 2 :
-                nlen == 4 && memcmp(name, "cost", 4) == 0 ? 4 :
-                nlen == 4 && memcmp(name, "peek", 4) == 0 ? 8 : 0;
-            if (field & seen)
-                return -1;
-            seen |= field;
-            v = p;
-            if (*p == '"') {
-                if ((p = fast_string(p, end, &vlen)) == NULL)
+            /* At most 9 digits: no overflow, and json-c's int. */
+            for (num = 0; p < end && *p >= '0' && *p <= '9'; p++) {
+                if (p - s >= 9 + (*s == '-'))
                     return -1;
-                if (field == 1) {
-                    s = v + 1;
-                    e = s + vlen;
-                    while (s < e && *s == ' ')
-                        s++;
-                    while (e > s && e[-1] == ' ')
-                        e--;
-                    if (e == s || (size_t)(e - s) > RL_ROUTE_MAX)
-                        return -1;
-                    memcpy(out->route, s, (size_t)(e - s));
-                    out->route[e - s] = '\0';
-                } else if (field == 2) {
-                    if (vlen > RL_SUBJECT_MAX)
-                        return -1;
-                    memcpy(out->subject, v + 1, vlen);
-                    out->subject[vlen] = '\0';
-                    out->has_subject = vlen > 0;
-                } else if (field != 0)
-                    return -1;
-            } else if (*p == '-' || (*p >= '0' && *p <= '9')) {
-                s = p;
-                if (*p == '-')
-                    p++;
-                if (p == end || *p < '0' || *p > '9' ||
-                    (*p == '0' && p + 1 < end && p[1] >= '0' && p[1] <= '9'))
-                    return -1;
-                /* At most 9 digits: no overflow, and json-c's int. */
-                for (num = 0; p < end && *p >= '0' && *p <= '9'; p++) {
-                    if (p - s >= 9 + (*s == '-'))
-                        return -1;
-                    num = num * 10 + (*p - '0');
-                }
-                if (p < end && (*p == '.' || *p == 'e' || *p == 'E'))
-                    return -1;
-                if (field == 4) {
-                    if (*s == '-' || num == 0)
-                        num = 1;
-                    if (num > RL_COST_MAX)
-                        return -1;
-                    out->cost = num;
-                } else if (field != 0)
-                    return -1;
-            } else if ((size_t)(end - p) >= 4 && memcmp(p, "true", 4) == 0) {
-                p += 4;
-                if (field == 8)
-                    out->peek = 1;
-                else if (field != 0)
-                    return -1;
-            } else if ((size_t)(end - p) >= 5 &&
-                memcmp(p, "false", 5) == 0) {
-                p += 5;
-                if (field != 8 && field != 0)
-                    return -1;
-            } else if ((size_t)(end - p) >= 4 && memcmp(p, "null", 4) == 0) {
-                p += 4;
-                if (field == 1)
-                    return -1;
-            } else
-                return -1;
-            while (p < end && FAST_SPACE(*p))
-                p++;
-            if (p == end)
-                return -1;
-            if (*p == '}') {
-                p++;
-                break;
+                num = num * 10 + (*p - '0');
             }
-            if (*p++ != ',')
+            if (p < end && (*p == '.' || *p == 'e' || *p == 'E'))
                 return -1;
-            while (p < end && FAST_SPACE(*p))
-                p++;
+            if (field == 4) {
+                if (*s == '-' || num == 0)
+                    num = 1;
+                if (num > RL_COST_MAX)
+                    return -1;
+                out->cost = num;
+            } else if (field != 0)
+                return -1;
+        } else if ((size_t)(end - p) >= 4 && memcmp(p, "true", 4) == 0) {
+            p += 4;
+            if (field == 8)
+                out->peek = 1;
+            else if (field != 0)
+                return -1;
+        } else if ((size_t)(end - p) >= 5 && memcmp(p, "false", 5) == 0) {
+            p += 5;
+            if (field != 8 && field != 0)
+                return -1;
+        } else if ((size_t)(end - p) >= 4 && memcmp(p, "null", 4) == 0) {
+            p += 4;
+            if (field == 1)
+                return -1;
+        } else
+            return -1;
+        p = fast_space(p, end);
+        if (p == end)
+            return -1;
+        if (*p == '}') {
+            p++;
+            break;
         }
+        if (*p++ != ',')
+            return -1;
+        p = fast_space(p, end);
     }
-    while (p < end && FAST_SPACE(*p))
-        p++;
+    p = fast_space(p, end);
     return p == end && (seen & 1) ? 0 : -1;
 }
 
