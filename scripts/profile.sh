@@ -164,6 +164,23 @@ for r in bench bench-over; do
     done
 done
 
+# wait_ready PID LOG WHAT CMD...: waits until CMD succeeds (every 0.1 s,
+# at most 30 s: under valgrind, start-up takes seconds); dies with LOG
+# when it never does or PID has exited.
+wait_ready() {
+    wr_pid=$1 wr_log=$2 wr_what=$3
+    shift 3
+    wr_i=0
+    until "$@"; do
+        wr_i=$((wr_i + 1))
+        if [ "$wr_i" -gt 300 ] || ! kill -0 "$wr_pid" 2>/dev/null; then
+            cat "$wr_log" >&2
+            die "$wr_what did not answer"
+        fi
+        sleep 0.1
+    done
+}
+
 # Stops the measured program and waits until its tool has written its
 # counts (bounded: 30 s, then SIGKILL).
 stop_measured() {
@@ -181,6 +198,11 @@ stop_measured() {
         wait_gone "$APP_PID" 20 || true
     fi
     APP_PID=""
+}
+
+# 0 when the measured program answers the first request as it should.
+app_answers() {
+    [ "$(curl -s -K "$VAR/$m_route.one.curl")" = "$m_want" ]
 }
 
 # Runs program $1 (noop: the no-op probe; probe: the EVALSHA probe; ours:
@@ -221,16 +243,7 @@ measure() {
     spawn-fcgi -n -s "$VAR/fcgi.sock" -M 0600 -- $m_tool "$@" \
         >"$VAR/measured.log" 2>&1 &
     APP_PID=$!
-    # The first answer (under valgrind, start-up takes seconds).
-    m_i=0
-    until [ "$(curl -s -K "$VAR/$m_route.one.curl")" = "$m_want" ]; do
-        m_i=$((m_i + 1))
-        if [ "$m_i" -gt 300 ] || ! kill -0 "$APP_PID" 2>/dev/null; then
-            cat "$VAR/measured.log" >&2
-            die "$m_what did not answer"
-        fi
-        sleep 0.1
-    done
+    wait_ready "$APP_PID" "$VAR/measured.log" "$m_what" app_answers
     curl -s -K "$VAR/$m_route.n$([ "$m_n" = "$N1" ] && echo 1 || echo 2).curl" \
         >"$VAR/status" || die "curl failed"
     m_ok=$(grep -c "^$m_want\$" "$VAR/status" || true)
@@ -286,6 +299,11 @@ awk -v n="$N2" -v sha="$CHECK_SHA" -v probe="$PROBE_SHA" -v d="$VAR" '
         }
     }'
 
+# 0 when the Redis under callgrind answers PING.
+redis_answers() {
+    [ "$(redis-cli -p "$CG_REDIS_PORT" PING 2>/dev/null)" = PONG ]
+}
+
 # Runs the first $2 calls of $VAR/calls.$1 in a redis-server under
 # callgrind; its counts go to $VAR/redis-$1.callgrind.$2.
 redis_measure() {
@@ -294,15 +312,8 @@ redis_measure() {
         redis-server --bind 127.0.0.1 --port "$CG_REDIS_PORT" --save '' \
         --appendonly no --dir "$VAR" >"$VAR/redis-cg.log" 2>&1 &
     CG_REDIS_PID=$!
-    rm_i=0
-    until [ "$(redis-cli -p "$CG_REDIS_PORT" PING 2>/dev/null)" = PONG ]; do
-        rm_i=$((rm_i + 1))
-        if [ "$rm_i" -gt 300 ] || ! kill -0 "$CG_REDIS_PID" 2>/dev/null; then
-            cat "$VAR/redis-cg.log" >&2
-            die "redis-server under callgrind did not answer"
-        fi
-        sleep 0.1
-    done
+    wait_ready "$CG_REDIS_PID" "$VAR/redis-cg.log" \
+        "redis-server under callgrind" redis_answers
     redis-cli -p "$CG_REDIS_PORT" -x SCRIPT LOAD <"$BUILD/check.lua" \
         >/dev/null || die "SCRIPT LOAD of check.lua failed"
     redis-cli -p "$CG_REDIS_PORT" SCRIPT LOAD \
