@@ -679,10 +679,8 @@ rate_tier() {
         }' "$rt_out" >>"$RATEROWS" || rt_rc=$?
     # What the errors were: rategen's first socket error and the count of
     # every unexpected status.
-    if grep -q '^rategen: \(first socket error\|status\)' "$rt_out.err"; then
-        sed -n 's/^rategen: \(first socket error\|status\)/\1/p' \
-            "$rt_out.err" | sed "s/^/  $3 req\/s, $1: /" >>"$RATENOTES"
-    fi
+    sed -n "s/^rategen: \(first socket error\|status\)/  $3 req\/s, $1: \1/p" \
+        "$rt_out.err" >>"$RATENOTES"
     return "$rt_rc"
 }
 
