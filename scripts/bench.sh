@@ -23,7 +23,10 @@
 # p99 and the largest latency, and the errors.  A target holds a rate when
 # it achieves 98% of it with no error and p99 under 10 ms.  The tiers are
 # also drawn (gnuplot) as build/bench-rate.svg: p50 and p99 against the
-# offered rate.
+# offered rate.  Every request of every tier is kept in
+# build/bench-traces/TARGET-RATE.txt (rategen -o: when it was due, its
+# latency, its status), which tells a tail made by a few stalls from one
+# spread over the whole tier.
 #
 # a, b and c send the very same request (POST /v1/check with the demo key
 # and a small JSON body); the probes read and drop the body.  Every target
@@ -104,6 +107,8 @@ RSS_LINE=""
 ONLY=${BENCH_ONLY:-all}
 RATEGEN=$BUILD/rategen
 SVG=$BUILD/bench-rate.svg
+# Each tier's per-request trace (rategen -o): "due_us latency_us status".
+TRACES=$BUILD/bench-traces
 WARMUP_SECONDS=2
 CONNECTIONS=16
 THREADS=2
@@ -651,6 +656,7 @@ rate_tier() {
     rt_out=$VAR/rate-$(printf '%s' "$1" | cut -c1)-$3.txt
     timeout --foreground $((RATE_SECONDS + 30)) "$RATEGEN" -r "$3" \
         -d "$RATE_SECONDS" -w 1 -c 256 -t 2000 \
+        -o "$TRACES/$(printf '%s' "$1" | cut -c1)-$3.txt" \
         -H "X-API-Key: $DEMO_KEY" -H "Content-Type: application/json" \
         -b '{"route":"/bench","subject":"bench"}' \
         "http://127.0.0.1:$2/v1/check" >"$rt_out" 2>"$rt_out.err" || true
@@ -689,6 +695,8 @@ RATEROWS=$VAR/raterows
 RATENOTES=$VAR/ratenotes
 : >"$RATENOTES"
 if [ "$ONLY" != closed ]; then
+    rm -rf "$TRACES"
+    mkdir -p "$TRACES"
     LOADAVG_RATE=$(cut -d' ' -f1-3 /proc/loadavg)
     # The fixed tiers for every target, then up by RATE_STEP while some
     # target still holds the rate; a target that failed a tier above the
@@ -1094,6 +1102,7 @@ fi
             cat "$RATENOTES"
         fi
         [ ! -s "$SVG" ] || echo "latency against offered rate drawn in $SVG"
+        echo "every request of each tier (due_us latency_us status): $TRACES/"
     fi
     if [ "$FAILED" -ne 0 ]; then
         echo

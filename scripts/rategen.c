@@ -121,6 +121,8 @@ static const char       *opt_method;
 static const char       *opt_headers[MAX_HEADERS];
 static int               opt_nheaders;
 static const char       *opt_body;
+static const char       *opt_trace;
+static FILE             *trace;
 static unsigned char     expect[600];
 static struct sockaddr_in target;
 static char             *target_name;   /* host[:port] as in the URL */
@@ -176,7 +178,7 @@ static const char help_text[] =
 "SYNOPSIS\n"
 "     rategen -r RATE -d SECONDS [-c MAXCONN] [-w WARMUP] [-t TIMEOUT_MS]\n"
 "             [-k IDLE_MS] [-m METHOD] [-H 'Name: value'] ... [-b BODY]\n"
-"             [-s START_INDEX] [-e STATUS[,STATUS...]] URL\n"
+"             [-s START_INDEX] [-e STATUS[,STATUS...]] [-o TRACE] URL\n"
 "\n"
 "DESCRIPTION\n"
 "     rategen sends requests to URL at a fixed rate: request i is due at\n"
@@ -222,6 +224,11 @@ static const char help_text[] =
 "     -s START_INDEX First number for %n (0).\n"
 "     -e STATUSES    Comma-separated statuses that count as ok (200).\n"
 "                    Others are status errors.\n"
+"     -o TRACE       Write one line per completed timed request to the\n"
+"                    file TRACE: \"DUE_US LATENCY_US STATUS\", DUE_US its\n"
+"                    scheduled time from the start of the timed part, in\n"
+"                    the order the responses came.  It shows whether slow\n"
+"                    answers come together (a stall) or spread out.\n"
 "     -h             Print this text.\n"
 "\n"
 "OUTPUT\n"
@@ -271,7 +278,7 @@ usage(void)
         "[-t TIMEOUT_MS]\n"
         "               [-k IDLE_MS] [-m METHOD] [-H 'Name: value']... "
         "[-b BODY]\n"
-        "               [-s START_INDEX] [-e STATUS,...] URL\n"
+        "               [-s START_INDEX] [-e STATUS,...] [-o TRACE] URL\n"
         "       rategen -h\n", stderr);
     exit(2);
 }
@@ -476,6 +483,10 @@ req_done(struct conn *c)
             st_by_status[c->status < 600 ? c->status : 0]++;
         }
         st_last_done = now;
+        if (trace != NULL)
+            fprintf(trace, "%" PRIu64 " %" PRIu64 " %d\n",
+                (c->sched - t0) / 1000 - opt_warmup * 1000000, us,
+                c->status);
     }
     /*
      * Close unless the server keeps it alive, the request was written
@@ -1364,7 +1375,7 @@ main(int argc, char *argv[])
     int ch, have_r = 0, have_d = 0;
 
     expect[200] = 1;
-    while ((ch = getopt(argc, argv, "r:d:c:w:t:k:m:H:b:s:e:h")) != -1) {
+    while ((ch = getopt(argc, argv, "r:d:c:w:t:k:m:H:b:s:e:o:h")) != -1) {
         switch (ch) {
         case 'r':
             opt_rate = parse_num(optarg, 1, MAX_RATE, "-r RATE");
@@ -1412,6 +1423,9 @@ main(int argc, char *argv[])
         case 'e':
             parse_expect(optarg);
             break;
+        case 'o':
+            opt_trace = optarg;
+            break;
         case 'h':
             if (fputs(help_text, stdout) == EOF ||
                 fflush(stdout) == EOF)
@@ -1444,6 +1458,8 @@ main(int argc, char *argv[])
     timeout_ns = opt_timeout_ms * 1000000ULL;
     idle_ns = opt_idle_ms * 1000000ULL;
 
+    if (opt_trace != NULL && (trace = fopen(opt_trace, "w")) == NULL)
+        die(1, "%s: %s", opt_trace, strerror(errno));
     raise_nofile();
     if ((lat = malloc((size_t)timed * sizeof(lat[0]))) == NULL)
         die(1, "cannot allocate %" PRIu64 " latencies", timed);
@@ -1470,6 +1486,8 @@ main(int argc, char *argv[])
     error_shown = 0;
     t0 = now_ns();
     run();
+    if (trace != NULL && (ferror(trace) | fclose(trace)) != 0)
+        die(1, "writing %s failed", opt_trace);
     report();
     return 0;
 }
