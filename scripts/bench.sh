@@ -25,8 +25,9 @@
 # also drawn (gnuplot) as build/bench-rate.svg: p50 and p99 against the
 # offered rate.  Every request of every tier is kept in
 # build/bench-traces/TARGET-RATE.txt (rategen -o: when it was due, its
-# latency, its status), which tells a tail made by a few stalls from one
-# spread over the whole tier.
+# latency, its status, how late rategen sent it), which tells a tail made
+# by a few stalls from one spread over the whole tier, and the generator's
+# share of it.
 #
 # a, b and c send the very same request (POST /v1/check with the demo key
 # and a small JSON body); the probes read and drop the body.  Every target
@@ -107,7 +108,7 @@ RSS_LINE=""
 ONLY=${BENCH_ONLY:-all}
 RATEGEN=$BUILD/rategen
 SVG=$BUILD/bench-rate.svg
-# Each tier's per-request trace (rategen -o): "due_us latency_us status".
+# Each tier's per-request trace (rategen -o): "due_us latency_us status lag_us".
 TRACES=$BUILD/bench-traces
 WARMUP_SECONDS=2
 CONNECTIONS=16
@@ -1102,7 +1103,7 @@ fi
             cat "$RATENOTES"
         fi
         [ ! -s "$SVG" ] || echo "latency against offered rate drawn in $SVG"
-        echo "every request of each tier (due_us latency_us status): $TRACES/"
+        echo "every request of each tier (due_us latency_us status lag_us): $TRACES/"
     fi
     if [ "$FAILED" -ne 0 ]; then
         echo

@@ -10,9 +10,12 @@
  * One thread, epoll, non-blocking keep-alive connections with one request
  * in flight on each (no pipelining).  A due request takes an idle
  * connection, or opens a new one while fewer than MAXCONN are open, or
- * waits in order for one to come free.  A timerfd on CLOCK_MONOTONIC wakes
- * the loop when the next request is due, but not more often than every
- * MIN_STEP_NS: above that rate every wake sends all that are due.
+ * waits in order for one to come free.  epoll_pwait2()'s timeout, in
+ * nanoseconds with the timer slack set to 1 ns, wakes the loop when the
+ * next request is due, but not more often than every MIN_STEP_NS: above
+ * that rate every wake sends all that are due.  The generator shares the
+ * machine with what it measures, so it spends as few system calls as it
+ * can: one wait per wake, one sendmsg and (mostly) one read per request.
  *
  * Build: cc -std=c99 -D_GNU_SOURCE -O2 -Wall -Wextra -o rategen rategen.c -lm
  * Run `rategen -h` for the manual.
@@ -21,7 +24,7 @@
 #include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/timerfd.h>
+#include <sys/prctl.h>
 #include <sys/uio.h>
 
 #include <netinet/in.h>
@@ -87,6 +90,7 @@ struct conn {
     enum cstate  state;
     uint64_t     req;           /* request index, while busy */
     uint64_t     sched;         /* its scheduled time, ns */
+    uint64_t     lag;           /* from then to its hand-over, ns */
     uint64_t     idle_since;    /* when it last became idle, ns */
     size_t               woff;          /* bytes of it written */
     size_t               wlen;          /* its length */
@@ -144,7 +148,6 @@ static struct conn      *freelist;
 static struct connlist   idle;
 static struct connlist   busy;
 static int               epfd = -1;
-static int               tfd = -1;
 static uint64_t          timeout_ns;
 static uint64_t          idle_ns;
 static uint64_t          t0;
@@ -225,10 +228,13 @@ static const char help_text[] =
 "     -e STATUSES    Comma-separated statuses that count as ok (200).\n"
 "                    Others are status errors.\n"
 "     -o TRACE       Write one line per completed timed request to the\n"
-"                    file TRACE: \"DUE_US LATENCY_US STATUS\", DUE_US its\n"
-"                    scheduled time from the start of the timed part, in\n"
-"                    the order the responses came.  It shows whether slow\n"
-"                    answers come together (a stall) or spread out.\n"
+"                    file TRACE: \"DUE_US LATENCY_US STATUS LAG_US\", DUE_US\n"
+"                    its scheduled time from the start of the timed part,\n"
+"                    LAG_US how late rategen handed it to a connection\n"
+"                    (part of LATENCY_US), in the order the responses\n"
+"                    came.  It shows whether slow answers come together\n"
+"                    (a stall) or spread out, and how much of the wait was\n"
+"                    rategen's own.\n"
 "     -h             Print this text.\n"
 "\n"
 "OUTPUT\n"
@@ -484,9 +490,9 @@ req_done(struct conn *c)
         }
         st_last_done = now;
         if (trace != NULL)
-            fprintf(trace, "%" PRIu64 " %" PRIu64 " %d\n",
+            fprintf(trace, "%" PRIu64 " %" PRIu64 " %d %" PRIu64 "\n",
                 (c->sched - t0) / 1000 - opt_warmup * 1000000, us,
-                c->status);
+                c->status, c->lag / 1000);
     }
     /*
      * Close unless the server keeps it alive, the request was written
@@ -724,15 +730,22 @@ partial:
     return 0;
 }
 
-/* Read until the socket has no more (edge-triggered). */
+/*
+ * Read until the socket has no more (edge-triggered), or until a response
+ * is complete with room left over in the read: the server sends nothing
+ * more until the next request, and whatever it does send (a close) comes
+ * as a new edge.  That spares a read that would only find EAGAIN.
+ */
 static void
 conn_read(struct conn *c)
 {
     ssize_t n;
+    size_t room;
     int r;
 
     for (;;) {
-        n = read(c->fd, c->rbuf + c->rlen, sizeof(c->rbuf) - c->rlen);
+        room = sizeof(c->rbuf) - c->rlen;
+        n = read(c->fd, c->rbuf + c->rlen, room);
         if (n == -1) {
             if (errno == EINTR)
                 continue;
@@ -765,7 +778,7 @@ conn_read(struct conn *c)
             req_fail(c, OUT_SOCKET, "malformed response", 0);
             return;
         }
-        if (r == 1 && req_done(c) == -1)
+        if (r == 1 && (req_done(c) == -1 || (size_t)n < room))
             return;
     }
 }
@@ -910,6 +923,7 @@ dispatch(uint64_t now)
         if (next_send >= warm) {
             st_sent++;
             lag = now_ns() - s;
+            c->lag = lag;
             if (lag > st_lag_max)
                 st_lag_max = lag;
             if (lag > LATE_NS)
@@ -949,23 +963,11 @@ reap_idle(uint64_t now)
 }
 
 static void
-arm_timer(uint64_t when)
-{
-    struct itimerspec its;
-
-    memset(&its, 0, sizeof(its));
-    its.it_value.tv_sec = (time_t)(when / NSEC);
-    its.it_value.tv_nsec = (long)(when % NSEC);
-    if (timerfd_settime(tfd, TFD_TIMER_ABSTIME, &its, NULL) == -1)
-        die(1, "timerfd_settime: %s", strerror(errno));
-}
-
-static void
 run(void)
 {
     struct epoll_event ev[MAX_EVENTS];
-    uint64_t now, wake, armed = 0, t, ticks;
-    ssize_t r;
+    struct timespec ts;
+    uint64_t now, wake, t;
     int i, n;
 
     for (;;) {
@@ -990,29 +992,23 @@ run(void)
             wake = t;
         if (wake < now + MIN_STEP_NS)
             wake = now + MIN_STEP_NS;
-        if (wake != armed) {
-            arm_timer(wake);
-            armed = wake;
+        if (wake == UINT64_MAX) {
+            ts.tv_sec = 3600;   /* cannot happen: something is pending */
+            ts.tv_nsec = 0;
+        } else {
+            now = now_ns();
+            t = wake > now ? wake - now : 0;
+            ts.tv_sec = (time_t)(t / NSEC);
+            ts.tv_nsec = (long)(t % NSEC);
         }
-
-        n = epoll_wait(epfd, ev, MAX_EVENTS, -1);
+        n = epoll_pwait2(epfd, ev, MAX_EVENTS, &ts, NULL);
         if (n == -1) {
             if (errno == EINTR)
                 continue;
-            die(1, "epoll_wait: %s", strerror(errno));
+            die(1, "epoll_pwait2: %s", strerror(errno));
         }
-        for (i = 0; i < n; i++) {
-            if (ev[i].data.ptr == NULL) {
-                r = read(tfd, &ticks, sizeof(ticks));
-                if (r == -1 && errno != EAGAIN &&
-                    errno != EINTR)
-                    die(1, "timerfd read: %s",
-                        strerror(errno));
-                armed = 0;
-                continue;
-            }
+        for (i = 0; i < n; i++)
             conn_event(ev[i].data.ptr, ev[i].events);
-        }
     }
 }
 
@@ -1370,7 +1366,6 @@ report(void)
 int
 main(int argc, char *argv[])
 {
-    struct epoll_event ev;
     uint64_t i, timed;
     int ch, have_r = 0, have_d = 0;
 
@@ -1473,14 +1468,8 @@ main(int argc, char *argv[])
     }
     if ((epfd = epoll_create1(EPOLL_CLOEXEC)) == -1)
         die(1, "epoll_create1: %s", strerror(errno));
-    if ((tfd = timerfd_create(CLOCK_MONOTONIC,
-        TFD_NONBLOCK | TFD_CLOEXEC)) == -1)
-        die(1, "timerfd_create: %s", strerror(errno));
-    memset(&ev, 0, sizeof(ev));
-    ev.events = EPOLLIN;
-    ev.data.ptr = NULL;
-    if (epoll_ctl(epfd, EPOLL_CTL_ADD, tfd, &ev) == -1)
-        die(1, "epoll_ctl: %s", strerror(errno));
+    /* A sleep may end this much after its time (50 us by default). */
+    (void)prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
 
     first_connect(argv[0]);
     error_shown = 0;
