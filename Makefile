@@ -98,7 +98,7 @@ lua-test: $(BUILD)/check.lua $(BUILD)/check_test.lua
 # The integration tests against a private stack built from $(BUILD); TESTS,
 # PORT, REDIS_PORT, PG_PORT, WORKERS and KEEP_VAR are taken from the
 # environment or the command line (see t/integration/run.sh).
-integration: all $(BUILD)/rategen
+integration: all $(BUILD)/rategen $(BUILD)/wakelag
 	BUILD="$(BUILD)" sh t/integration/run.sh
 
 # The fault scenarios against the real stack, with their table.
@@ -171,13 +171,17 @@ $(BUILD)/bench_probe: scripts/bench_probe.c | $(BUILD)
 $(BUILD)/rategen: scripts/rategen.c | $(BUILD)
 	$(CC) -std=gnu11 $(WARNINGS) $(CFLAGS) -o $@ $< -lm
 
+# How late the machine wakes a sleeping process (printed by the benchmark).
+$(BUILD)/wakelag: scripts/wakelag.c | $(BUILD)
+	$(CC) -std=gnu11 $(WARNINGS) $(CFLAGS) -o $@ $<
+
 bench: deps
-	$(MAKE) all $(BUILD)/bench_probe $(BUILD)/rategen
+	$(MAKE) all $(BUILD)/bench_probe $(BUILD)/rategen $(BUILD)/wakelag
 	BUILD="$(BUILD)" sh scripts/bench.sh
 
 # Only the constant-rate tiers of the benchmark.
 bench-rate: deps
-	$(MAKE) all $(BUILD)/bench_probe $(BUILD)/rategen
+	$(MAKE) all $(BUILD)/bench_probe $(BUILD)/rategen $(BUILD)/wakelag
 	BENCH_ONLY=rate BUILD="$(BUILD)" sh scripts/bench.sh
 
 # Instructions and system calls per check, for us and the EVALSHA probe

@@ -76,6 +76,10 @@
 #                               still holds it, up to BENCH_RATE_MAX [40000]
 #   BENCH_RATE_SECONDS [5]      timed part of each tier (after 1 s at the
 #                               same rate, not counted)
+#   BENCH_WAKE_SECONDS [10]     before the tiers, the stack idle: how
+#                               late the machine wakes a process from
+#                               1 ms sleeps (build/wakelag), printed
+#                               with the tiers (0: not measured)
 #   BENCH_RSS_SECONDS  [60]     worker memory: a run this long of new
 #                               subjects at BENCH_RSS_RATE [2000] req/s,
 #                               every worker's memory sampled six times
@@ -103,6 +107,7 @@ RATE_STEP=${BENCH_RATE_STEP:-5000}
 RATE_MAX=${BENCH_RATE_MAX:-40000}
 RATE_SECONDS=${BENCH_RATE_SECONDS:-5}
 RSS_SECONDS=${BENCH_RSS_SECONDS:-60}
+WAKE_SECONDS=${BENCH_WAKE_SECONDS:-10}
 RSS_RATE=${BENCH_RSS_RATE:-2000}
 RSS_LINE=""
 ONLY=${BENCH_ONLY:-all}
@@ -157,11 +162,14 @@ if [ "$BENCH_SECONDS" -lt 1 ] || [ "$BENCH_SECONDS" -gt 60 ]; then
     die "BENCH_SECONDS must be 1-60"
 fi
 for v in $RATES "$RATE_STEP" "$RATE_MAX" "$RATE_SECONDS" "$RSS_SECONDS" \
-    "$RSS_RATE"; do
+    "$RSS_RATE" "$WAKE_SECONDS"; do
     case $v in
-    '' | *[!0-9]*) die "BENCH_RATES, BENCH_RATE_STEP, BENCH_RATE_MAX, BENCH_RATE_SECONDS, BENCH_RSS_SECONDS and BENCH_RSS_RATE are whole numbers" ;;
+    '' | *[!0-9]*) die "BENCH_RATES, BENCH_RATE_STEP, BENCH_RATE_MAX, BENCH_RATE_SECONDS, BENCH_RSS_SECONDS, BENCH_RSS_RATE and BENCH_WAKE_SECONDS are whole numbers" ;;
     esac
 done
+if [ "$WAKE_SECONDS" -gt 60 ]; then
+    die "BENCH_WAKE_SECONDS must be 0-60"
+fi
 if [ "$RSS_SECONDS" -gt 600 ] || [ "$RSS_RATE" -lt 1 ] ||
     [ "$RSS_RATE" -gt 20000 ]; then
     die "BENCH_RSS_SECONDS must be 0-600 and BENCH_RSS_RATE 1-20000"
@@ -698,6 +706,15 @@ RATENOTES=$VAR/ratenotes
 if [ "$ONLY" != closed ]; then
     rm -rf "$TRACES"
     mkdir -p "$TRACES"
+    # How late the machine wakes a sleeping process, the stack idle: every
+    # process of the chain sleeps between requests, so lateness here shows
+    # in every target's tail.
+    WAKE_LINE=
+    if [ "$WAKE_SECONDS" -gt 0 ]; then
+        say "wake-up lateness: $WAKE_SECONDS s of 1 ms sleeps"
+        WAKE_LINE=$("$BUILD/wakelag" "$WAKE_SECONDS") ||
+            die "$BUILD/wakelag failed"
+    fi
     LOADAVG_RATE=$(cut -d' ' -f1-3 /proc/loadavg)
     # The fixed tiers for every target, then up by RATE_STEP while some
     # target still holds the rate; a target that failed a tier above the
@@ -1064,6 +1081,15 @@ fi
         echo "tier after 1 s not counted, up to 256 connections; latency from"
         echo "when each request was due; held = 98% of the rate achieved, no"
         echo "error, p99 < 10 ms; load average before: $LOADAVG_RATE):"
+        [ -z "$WAKE_LINE" ] || printf '%s\n' "$WAKE_LINE" | awk '
+            { for (i = 2; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] } }
+            END {
+                printf "waking from a 1 ms sleep (%s sleeps in %s s, the " \
+                    "stack idle, just before):\n  late by > 1 ms %s times, " \
+                    "> 2 ms %s, > 5 ms %s; at most %.1f ms\n", f["sleeps"],
+                    f["seconds"], f["late_1ms"], f["late_2ms"],
+                    f["late_5ms"], f["max_late_us"] / 1000
+            }'
         awk -F'|' '
             BEGIN {
                 printf "%8s  %-18s %8s %7s %7s %7s %8s %7s %5s\n", "offered",

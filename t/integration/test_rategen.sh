@@ -4,6 +4,7 @@
 # number of requests its rate and duration make, counts statuses, numbers
 # subjects with %n, refuses bad options, and, being open loop, keeps
 # sending while the server stalls and counts the stall in the latency.
+# Also the benchmark's wakelag ($BUILD/wakelag).
 
 # shellcheck source-path=SCRIPTDIR
 . "$(dirname "$0")/lib.sh"
@@ -30,6 +31,22 @@ gen() {
 }
 
 check "rategen is built" test -x "$RATEGEN"
+
+# The benchmark's measure of how late the machine wakes a sleeper.
+WAKE=$(timeout 20 "$BUILD/wakelag" 1) || WAKE="failed: $?"
+check "wakelag 1: one WAKE line ($WAKE)" matches "$WAKE" \
+    '^WAKE seconds=1 sleeps=[0-9]+ late_1ms=[0-9]+ late_2ms=[0-9]+ late_5ms=[0-9]+ max_late_us=[0-9]+$'
+# At most 1000 sleeps of 1 ms fit in 1 s; a loaded test machine may wake
+# late, but not for most of a second.
+check "wakelag 1: 100 to 1000 sleeps" awk -v w="$WAKE" 'BEGIN {
+    split(w, f, "[ =]"); exit !(f[5] >= 100 && f[5] <= 1000) }'
+for bad in 0 61x 601 ""; do
+    rc=0
+    timeout 20 "$BUILD/wakelag" $bad >/dev/null 2>"$D/wake.err" || rc=$?
+    check "wakelag '$bad': usage error (exit 2)" eq "$rc" 2
+done
+check "wakelag: the usage says what it takes" contains \
+    "$(cat "$D/wake.err")" "usage: wakelag SECONDS"
 
 gen -r 0 -d 1 "http://127.0.0.1:$P_GEN/"
 check "a rate of 0 is refused (exit 2)" eq "$GEN_RC" 2
