@@ -662,10 +662,10 @@ worker_rss() {
 # "label|offered|achieved|p50|p95|p99|max|errors|held" (ms) to RATEROWS
 # and returns 0 when the target held the rate.
 rate_tier() {
-    rt_out=$VAR/rate-$(printf '%s' "$1" | cut -c1)-$3.txt
+    rt_name=$(printf '%s' "$1" | cut -c1)-$3.txt
+    rt_out=$VAR/rate-$rt_name
     timeout --foreground $((RATE_SECONDS + 30)) "$RATEGEN" -r "$3" \
-        -d "$RATE_SECONDS" -w 1 -c 256 -t 2000 \
-        -o "$TRACES/$(printf '%s' "$1" | cut -c1)-$3.txt" \
+        -d "$RATE_SECONDS" -w 1 -c 256 -t 2000 -o "$TRACES/$rt_name" \
         -H "X-API-Key: $DEMO_KEY" -H "Content-Type: application/json" \
         -b '{"route":"/bench","subject":"bench"}' \
         "http://127.0.0.1:$2/v1/check" >"$rt_out" 2>"$rt_out.err" || true
