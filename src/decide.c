@@ -60,6 +60,7 @@ decide_rules_free(void *p)
 
     if (tr == NULL)
         return;
+    rules_index_free(tr->index);
     free(tr->rules);
     free(tr);
 }
@@ -234,14 +235,13 @@ static struct tenant_rules *
 decide_rules_unpack(const unsigned char *blob, size_t len, uint64_t gen)
 {
     struct tenant_rules *tr;
-    int n;
+    int n = shm_rules_count(blob, len);
 
-    if ((tr = calloc(1, sizeof(*tr))) == NULL ||
-        (tr->rules = calloc(RL_MAX_RULES, sizeof(*tr->rules))) == NULL) {
-        free(tr);
+    if (n < 0 || n > RL_MAX_RULES || (tr = calloc(1, sizeof(*tr))) == NULL)
         return NULL;
-    }
-    if ((n = shm_rules_unpack(blob, len, tr->rules, RL_MAX_RULES)) < 0) {
+    if ((n > 0 && (tr->rules = calloc((size_t)n, sizeof(*tr->rules))) ==
+        NULL) || shm_rules_unpack(blob, len, tr->rules, n) != n ||
+        (tr->index = rules_index_build(tr->rules, n)) == NULL) {
         decide_rules_free(tr);
         return NULL;
     }
@@ -299,8 +299,15 @@ decide_rules(struct decider *dc, const char *tenant_id)
         return NULL;
     }
     fresh->generation = gen;
+    if (fresh->index == NULL &&
+        (fresh->index = rules_index_build(fresh->rules, fresh->n)) == NULL) {
+        decide_rules_free(fresh);
+        return NULL;
+    }
     decide_sync(dc);
-    if ((len = shm_rules_pack(fresh->rules, fresh->n, blob,
+    if (fresh->too_many)
+        ;   /* not shared: the packing has no room to say so */
+    else if ((len = shm_rules_pack(fresh->rules, fresh->n, blob,
         sizeof(blob))) >= 0)
         shm_put(dc->shm, SHM_TENANTS, id, blob, (size_t)len, now, gen,
             (int32_t)getpid());
@@ -538,7 +545,14 @@ decide_limits(struct decider *dc, const char *tenant_id,
     if ((tr = decide_rules(dc, tenant_id)) == NULL)
         return DECIDE_NO_RULES;
     dc->trace.check = 1;
-    switch (rules_plan(tr->rules, tr->n, creq->route, plan)) {
+    if (tr->too_many) {
+        /* Some of its rules are not loaded: answering from the others
+         * would let through what those deny. */
+        COUNT(dc, misconfigured);
+        plan->n = 0;
+        return DECIDE_MISCONFIGURED;
+    }
+    switch (rules_index_plan(tr->index, creq->route, plan)) {
     case 0:
         COUNT(dc, no_rule);
         dc->trace.outcome = OUT_NO_RULE;
@@ -551,10 +565,16 @@ decide_limits(struct decider *dc, const char *tenant_id,
             dc->misconfigured_gen != tr->generation) {
             dc->misconfigured_rule = plan->rule[0]->id;
             dc->misconfigured_gen = tr->generation;
-            log_error("tenant %s route %s: rule %lld and the always rules "
-                "that match have %d limits, more than the %d one check can "
-                "decide; answering 503", tenant_id, creq->route,
-                plan->rule[0]->id, plan->needed, RL_MAX_LIMITS);
+            if (plan->needed == -1)
+                log_error("tenant %s route %s: rule %lld has a limit this "
+                    "service could not load; answering 503", tenant_id,
+                    creq->route, plan->rule[0]->id);
+            else
+                log_error("tenant %s route %s: rule %lld and the always "
+                    "rules that match have %d limits, more than the %d one "
+                    "check can decide; answering 503", tenant_id,
+                    creq->route, plan->rule[0]->id, plan->needed,
+                    RL_MAX_LIMITS);
         }
         return DECIDE_MISCONFIGURED;
     }
@@ -641,9 +661,10 @@ decide_answer_failure(struct decider *dc, int rc, struct rl_response *resp)
             "limit store unavailable");
         return 1;
     case DECIDE_MISCONFIGURED:
-        decide_unavailable(dc, resp, "misconfigured", "more limits apply to "
-            "this route than one check can decide; the operator must fix "
-            "the rules");
+        decide_unavailable(dc, resp, "misconfigured", "the rules of this "
+            "route cannot be decided as they are stored (more limits than "
+            "one check decides, more rules than a tenant may have, or a "
+            "limit this service cannot load); the operator must fix them");
         return 1;
     case DECIDE_SCRIPT_ERROR:
         decide_unavailable(dc, resp, "script_error", "the limit store "

@@ -493,8 +493,13 @@ pg_store_rules(struct pg_store *ps, const char *tenant_id,
         rule_id = strtoll(PQgetvalue(res, i, 0), NULL, 10);
         if (rule == NULL || rule->id != rule_id) {
             if (tr->n == RL_MAX_RULES) {
-                log_warn("tenant %s has more than %d rules; the rest are "
-                    "ignored", tenant_id, RL_MAX_RULES);
+                /* Never a part of the rules: what the rest would deny
+                 * would be let through.  The schema refuses this many
+                 * (schema/004_rule_bound.sql); decide.c answers 503. */
+                log_error("tenant %s has more than %d enabled rules; every "
+                    "check of it is answered 503 until some are removed",
+                    tenant_id, RL_MAX_RULES);
+                tr->too_many = 1;
                 break;
             }
             rule = &tr->rules[tr->n++];
@@ -508,8 +513,9 @@ pg_store_rules(struct pg_store *ps, const char *tenant_id,
             rule->always = PQgetvalue(res, i, 6)[0] == 't';
         }
         if (rule->nlimits == RL_MAX_LIMITS) {
-            log_warn("rule %lld has more than %d limits; the rest are "
-                "ignored", rule->id, RL_MAX_LIMITS);
+            log_error("rule %lld has more than %d limits; the checks it "
+                "takes part in are answered 503", rule->id, RL_MAX_LIMITS);
+            rule->broken = 1;
             continue;
         }
         l = &rule->limits[rule->nlimits];
@@ -525,8 +531,10 @@ pg_store_rules(struct pg_store *ps, const char *tenant_id,
         l->calendar = algo_calendar_parse(PQgetvalue(res, i, 16));
         l->count = algo_count_parse(PQgetvalue(res, i, 17));
         if (!algo_limit_valid(l)) {
-            log_warn("limit %lld of rule %lld: unknown algorithm \"%s\" or "
-                "calendar; ignored", l->id, rule->id, PQgetvalue(res, i, 9));
+            log_error("limit %lld of rule %lld: unknown algorithm \"%s\" "
+                "or calendar; the checks the rule takes part in are "
+                "answered 503", l->id, rule->id, PQgetvalue(res, i, 9));
+            rule->broken = 1;
             continue;
         }
         rule->nlimits++;

@@ -29,7 +29,9 @@
 #define RL_COST_MAX 1000000
 #define RL_KEY_MAX 256          /* longest API key we will even hash */
 #define RL_MAX_LIMITS 8         /* limits per rule */
-#define RL_MAX_RULES 256        /* rules per tenant held in the cache */
+#define RL_MAX_RULES 10000      /* rules per tenant: the schema refuses more
+                                   (schema/004_rule_bound.sql), the service
+                                   answers 503 past it */
 #define RL_NAME_MAX 64
 #define RL_UUID_LEN 36
 
@@ -556,6 +558,8 @@ struct rl_rule {
     int fail_open;              /* allowed when Redis is unreachable */
     int per_route;              /* one counter per distinct route */
     int always;                 /* applies besides the most specific rule */
+    int broken;                 /* a limit of it could not be loaded: no
+                                   check it takes part in can be decided */
     int nlimits;
     struct rl_limit limits[RL_MAX_LIMITS];
 };
@@ -568,7 +572,8 @@ struct rl_rule {
  */
 struct rl_plan {
     int n;
-    int needed;                 /* the limits of those rules in all */
+    int needed;                 /* the limits of those rules in all; -1
+                                   when one of them is broken */
     int over;                   /* decide: the limit a cost can never pass */
     const struct rl_rule *rule[RL_MAX_LIMITS];
     const struct rl_limit *limit[RL_MAX_LIMITS];
@@ -593,12 +598,27 @@ int rules_pattern_matches(const char *pattern, const char *route);
  * Fills plan for route.  Returns the number of limits in it (0 when no
  * rule applies; then no Redis call is needed), or -1 when the most
  * specific rule and the other matching "always" rules have more than
- * RL_MAX_LIMITS limits together (plan->needed says how many): a plan never
- * drops a limit, so such a route cannot be decided at all and the caller
- * must refuse it (503 "misconfigured").  On -1, plan->n is 0 and
- * plan->rule[0] is the most specific rule, for the log.
+ * RL_MAX_LIMITS limits together (plan->needed says how many) or one of
+ * them is broken (plan->needed is -1): a plan never drops a limit, so such
+ * a route cannot be decided at all and the caller must refuse it (503
+ * "misconfigured").  On -1, plan->n is 0 and plan->rule[0] is the most
+ * specific rule (or the broken one), for the log.
  */
 int rules_plan(const struct rl_rule *rules, int n, const char *route,
+    struct rl_plan *plan);
+
+/*
+ * An index of a rule array, so that a route is matched in a few binary
+ * searches instead of a look at every rule.  It points into rules, which
+ * must outlive it and stay unchanged.  Build returns NULL when out of
+ * memory.
+ */
+struct rules_index;
+struct rules_index *rules_index_build(const struct rl_rule *rules, int n);
+void rules_index_free(struct rules_index *ix);
+
+/* rules_plan() of the indexed rules: the same answer, faster. */
+int rules_index_plan(const struct rules_index *ix, const char *route,
     struct rl_plan *plan);
 
 /* Where a change of a tenant's rules lets a check need too many limits. */
@@ -653,7 +673,7 @@ size_t cache_count(const struct cache *c);
 /* ------------------------------------------------------------------ */
 /* shm.c: the segment all workers of a pool share */
 
-#define SHM_VERSION 4
+#define SHM_VERSION 5
 #define SHM_WAYS 8                  /* entries per set: a set of a full
                                        table gives up its oldest */
 #define SHM_KEY_VALUE_MAX 320       /* a struct key_info (service.h) */
@@ -723,6 +743,10 @@ long shm_rules_pack(const struct rl_rule *rules, int n, void *out,
     size_t cap);
 int shm_rules_unpack(const void *in, size_t len, struct rl_rule *rules,
     int max);
+
+/* The number of rules a packing says it holds (to size the array for
+ * unpack), or -1. */
+int shm_rules_count(const void *in, size_t len);
 
 /* ------------------------------------------------------------------ */
 /* stats.c: what the pool has done, in the shared segment */

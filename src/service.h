@@ -120,8 +120,11 @@ struct key_info {
 
 struct tenant_rules {
     int n;
+    int too_many;               /* the store had more than RL_MAX_RULES:
+                                   every check of the tenant is refused */
     uint64_t generation;        /* shm change generation when fetched */
     struct rl_rule *rules;
+    struct rules_index *index;  /* of rules, made by decide.c */
 };
 
 /* Keys served, for api_keys.last_used_at: written in batches between

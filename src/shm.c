@@ -364,6 +364,7 @@ shm_rules_pack(const struct rl_rule *rules, int n, void *out, size_t cap)
         shm_pack_bytes(&k, &r->fail_open, sizeof(r->fail_open));
         shm_pack_bytes(&k, &r->per_route, sizeof(r->per_route));
         shm_pack_bytes(&k, &r->always, sizeof(r->always));
+        shm_pack_bytes(&k, &r->broken, sizeof(r->broken));
         shm_pack_bytes(&k, &r->nlimits, sizeof(r->nlimits));
         for (j = 0; j < r->nlimits && j < RL_MAX_LIMITS; j++) {
             l = &r->limits[j];
@@ -419,6 +420,17 @@ shm_unpack_str(struct shm_unpacker *u, char *s, size_t size)
 }
 
 int
+shm_rules_count(const void *in, size_t len)
+{
+    int32_t count;
+
+    if (len < sizeof(count))
+        return -1;
+    memcpy(&count, in, sizeof(count));
+    return count < 0 ? -1 : count;
+}
+
+int
 shm_rules_unpack(const void *in, size_t len, struct rl_rule *rules, int max)
 {
     struct shm_unpacker u = { in, len, 0, 0 };
@@ -440,6 +452,7 @@ shm_rules_unpack(const void *in, size_t len, struct rl_rule *rules, int max)
         shm_unpack_bytes(&u, &r->fail_open, sizeof(r->fail_open));
         shm_unpack_bytes(&u, &r->per_route, sizeof(r->per_route));
         shm_unpack_bytes(&u, &r->always, sizeof(r->always));
+        shm_unpack_bytes(&u, &r->broken, sizeof(r->broken));
         shm_unpack_bytes(&u, &r->nlimits, sizeof(r->nlimits));
         if (r->nlimits < 0 || r->nlimits > RL_MAX_LIMITS)
             return -1;

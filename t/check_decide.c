@@ -31,6 +31,7 @@ struct fake {
     int changed;
     struct rl_rule rules[8];
     int nrules;
+    int too_many;               /* the store had more than RL_MAX_RULES */
 };
 
 struct fake_key {
@@ -99,9 +100,10 @@ fake_rules(void *ctx, const char *tenant_id, struct tenant_rules **out)
         return STORE_UNAVAILABLE;
     ck_assert_str_eq(tenant_id, TENANT);
     tr = calloc(1, sizeof(*tr));
-    tr->rules = calloc(RL_MAX_RULES, sizeof(*tr->rules));
+    tr->rules = calloc(8, sizeof(*tr->rules));
     memcpy(tr->rules, f->rules, sizeof(f->rules));
     tr->n = f->nrules;
+    tr->too_many = f->too_many;
     *out = tr;
     return STORE_OK;
 }
@@ -452,6 +454,28 @@ START_TEST(test_misconfigured)
 }
 END_TEST
 
+START_TEST(test_misconfigured_rules)
+{
+    /* A rule of which a limit could not be loaded: its routes are refused,
+     * the others decided. */
+    fk.rules[0].broken = 1;
+    ck_assert_int_eq(check("good-key", "{\"route\":\"/api/x\"}"), 503);
+    ck_assert_ptr_nonnull(body_has("misconfigured"));
+    ck_assert_int_eq(check("good-key", "{\"route\":\"/open/x\"}"), 200);
+    ck_assert_int_eq(fk.script_calls, 1);
+    /* More rules than a tenant may have: not one route is decided from
+     * the rules that were loaded, not even a route without a rule. */
+    fk.rules[0].broken = 0;
+    fk.too_many = 1;
+    fk.changed = 1;
+    ck_assert_int_eq(check("good-key", "{\"route\":\"/open/x\"}"), 503);
+    ck_assert_ptr_nonnull(body_has("misconfigured"));
+    ck_assert_int_eq(check("good-key", "{\"route\":\"/none\"}"), 503);
+    ck_assert_int_eq(fk.script_calls, 1);
+    ck_assert_int_eq((int)counters.misconfigured, 3);
+}
+END_TEST
+
 /* The key store goes away after the key was learnt: the pool's
  * knowledge is used, even past its TTL; an unknown key gets 503. */
 START_TEST(test_store_down_with_known_key)
@@ -548,6 +572,7 @@ decide_suite(void)
     tcase_add_test(tc, test_cost_exceeds_limit);
     tcase_add_test(tc, test_overlimit_cache);
     tcase_add_test(tc, test_misconfigured);
+    tcase_add_test(tc, test_misconfigured_rules);
     tcase_add_test(tc, test_store_down_with_known_key);
     tcase_add_test(tc, test_key_lookups);
     tcase_add_test(tc, test_authorizer);

@@ -7,6 +7,8 @@
  * whose plan a change of the rules would make overflow, and the names of
  * algorithms and calendars.
  */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <check.h>              /* t/check.h: the suites, then Check */
@@ -672,6 +674,143 @@ START_TEST(test_overflow_removal)
 }
 END_TEST
 
+/* A pattern for the random rule sets: "*", a prefix or an exact route
+ * over a small alphabet, so that patterns collide and nest often. */
+static void
+random_pattern(char *out, unsigned *seed)
+{
+    static const char alphabet[] = "/ab";
+    int len = 1 + (int)(rand_r(seed) % 5), i, kind = (int)(rand_r(seed) % 8);
+
+    if (kind == 0) {
+        strcpy(out, "*");
+        return;
+    }
+    for (i = 0; i < len; i++)
+        out[i] = alphabet[rand_r(seed) % 3];
+    out[len] = '\0';
+    if (kind <= 4)
+        strcat(out, "*");
+}
+
+/* The plans of the same route with and without the index are the same:
+ * same return, same needed, same limits in the same order, same names. */
+static void
+same_plans(const struct rules_index *ix, const struct rl_rule *r, int n,
+    const char *route)
+{
+    struct rl_plan a, b;
+    int ra, rb, i;
+
+    memset(&a, 0, sizeof(a));
+    memset(&b, 0, sizeof(b));
+    ra = rules_plan(r, n, route, &a);
+    rb = rules_index_plan(ix, route, &b);
+    ck_assert_msg(ra == rb, "route %s: %d without the index, %d with it",
+        route, ra, rb);
+    ck_assert_int_eq(a.needed, b.needed);
+    ck_assert_int_eq(a.n, b.n);
+    if (ra == -1)
+        ck_assert(a.rule[0] == b.rule[0]);
+    for (i = 0; i < a.n; i++) {
+        ck_assert(a.rule[i] == b.rule[i]);
+        ck_assert(a.limit[i] == b.limit[i]);
+        ck_assert_str_eq(a.name[i], b.name[i]);
+    }
+}
+
+START_TEST(test_index_agrees)
+{
+    static struct rl_rule r[64];
+    char pattern[16], route[16];
+    unsigned seed = 7;
+    struct rules_index *ix;
+    int round, n, i, k;
+
+    /* 400 random rule sets, each matched against 60 random routes and
+     * against every pattern itself: ties of priority and id, duplicates,
+     * "always" and broken rules, overflowing plans. */
+    for (round = 0; round < 400; round++) {
+        n = (int)(rand_r(&seed) % 64);
+        for (i = 0; i < n; i++) {
+            random_pattern(pattern, &seed);
+            rule_with(&r[i], 1 + (long long)(rand_r(&seed) % 40), pattern,
+                rand_r(&seed) % 5 == 0, 1 + (int)(rand_r(&seed) % 3));
+            r[i].priority = (int)(rand_r(&seed) % 3);
+            r[i].broken = rand_r(&seed) % 30 == 0;
+        }
+        ck_assert_ptr_nonnull(ix = rules_index_build(r, n));
+        for (k = 0; k < 60; k++) {
+            random_pattern(route, &seed);
+            if (route[strlen(route) - 1] == '*')
+                route[strlen(route) - 1] = '\0';
+            if (route[0] == '\0')
+                strcpy(route, "/");
+            same_plans(ix, r, n, route);
+        }
+        for (i = 0; i < n; i++)
+            same_plans(ix, r, n, r[i].pattern);
+        rules_index_free(ix);
+    }
+}
+END_TEST
+
+START_TEST(test_index_many_rules)
+{
+    struct rl_rule *r = calloc(RL_MAX_RULES, sizeof(*r));
+    struct rules_index *ix;
+    struct rl_plan plan;
+    char pattern[32];
+    int i;
+
+    /* The tenant of the finding: one prefix rule per route /r/N/ and a
+     * catch-all; every one of them, the last ones included, is found. */
+    ck_assert_ptr_nonnull(r);
+    for (i = 0; i < RL_MAX_RULES - 1; i++) {
+        snprintf(pattern, sizeof(pattern), "/r/%d/*", i + 1);
+        rule_with(&r[i], i + 1, pattern, 0, 1);
+    }
+    rule_with(&r[RL_MAX_RULES - 1], RL_MAX_RULES, "*", 0, 1);
+    ck_assert_ptr_nonnull(ix = rules_index_build(r, RL_MAX_RULES));
+    for (i = 0; i < RL_MAX_RULES - 1; i += 997) {
+        snprintf(pattern, sizeof(pattern), "/r/%d/x", i + 1);
+        ck_assert_int_eq(rules_index_plan(ix, pattern, &plan), 1);
+        ck_assert(plan.rule[0]->id == i + 1);
+    }
+    snprintf(pattern, sizeof(pattern), "/r/%d/x", RL_MAX_RULES - 1);
+    ck_assert_int_eq(rules_index_plan(ix, pattern, &plan), 1);
+    ck_assert(plan.rule[0]->id == RL_MAX_RULES - 1);
+    ck_assert_int_eq(rules_index_plan(ix, "/elsewhere", &plan), 1);
+    ck_assert(plan.rule[0]->id == RL_MAX_RULES);
+    rules_index_free(ix);
+    free(r);
+}
+END_TEST
+
+START_TEST(test_plan_broken)
+{
+    struct rl_rule r[3];
+    struct rl_plan plan;
+
+    /* A rule with a limit that could not be loaded decides nothing, nor
+     * does any check it takes part in as an "always" rule; other routes
+     * are decided as before. */
+    rule_with(&r[0], 1, "/x", 0, 1);
+    rule_with(&r[1], 2, "/y*", 1, 1);
+    rule_with(&r[2], 3, "/z", 0, 2);
+    r[1].broken = 1;
+    ck_assert_int_eq(rules_plan(r, 3, "/x", &plan), 1);
+    ck_assert_int_eq(rules_plan(r, 3, "/y1", &plan), -1);
+    ck_assert_int_eq(plan.needed, -1);
+    ck_assert(plan.rule[0] == &r[1]);
+    r[1].broken = 0;
+    r[2].broken = 1;
+    ck_assert_int_eq(rules_plan(r, 3, "/z", &plan), -1);
+    ck_assert(plan.rule[0] == &r[2]);
+    ck_assert_int_eq(rules_plan(r, 3, "/y1", &plan), 1);
+}
+END_TEST
+
 Suite *
 rules_suite(void)
 {
@@ -702,6 +841,9 @@ rules_suite(void)
     tcase_add_test(tc, test_plan_overflow);
     tcase_add_test(tc, test_plan_overflow_always_only);
     tcase_add_test(tc, test_plan_exactly_max);
+    tcase_add_test(tc, test_plan_broken);
+    tcase_add_test(tc, test_index_agrees);
+    tcase_add_test(tc, test_index_many_rules);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("overflow");

@@ -210,6 +210,7 @@ sample_rules(struct rl_rule *r)
     fixture_rule_init(&r[1], 12, "*", 0);
     r[1].fail_open = 1;
     r[1].always = 1;
+    r[1].broken = 1;
     r[1].nlimits = 1;
     fixture_limit_tb(&r[1].limits[0], 103, "tb", 7, 0.25);
     r[1].limits[0].window_seconds = 9;
@@ -226,6 +227,8 @@ START_TEST(test_rules_round_trip)
     n = shm_rules_pack(in, 2, buf, sizeof(buf));
     ck_assert_int_gt(n, 0);
     memset(out, 0x5a, sizeof(out));
+    ck_assert_int_eq(shm_rules_count(buf, (size_t)n), 2);
+    ck_assert_int_eq(shm_rules_count(buf, 3), -1);
     ck_assert_int_eq(shm_rules_unpack(buf, (size_t)n, out, 2), 2);
     for (i = 0; i < 2; i++) {
         ck_assert(out[i].id == in[i].id);
@@ -235,6 +238,7 @@ START_TEST(test_rules_round_trip)
         ck_assert_int_eq(out[i].fail_open, in[i].fail_open);
         ck_assert_int_eq(out[i].per_route, in[i].per_route);
         ck_assert_int_eq(out[i].always, in[i].always);
+        ck_assert_int_eq(out[i].broken, in[i].broken);
         ck_assert_int_eq(out[i].nlimits, in[i].nlimits);
         for (j = 0; j < in[i].nlimits; j++)
             ck_assert(out[i].limits[j].id == in[i].limits[j].id &&

@@ -187,17 +187,17 @@ is "an unknown command exits 2 naming it" "$RC $(has err frobnicate)" "2 yes"
 # --- migrate -------------------------------------------------------------
 
 ctl migrate
-is "migrate applies 001_init, then 002_limits, then 003_count_scope" \
+is "migrate applies 001_init, then 002_limits, 003_count_scope and 004_rule_bound" \
     "$RC $(has out '^applied  *001_init') $(has out '^applied  *002_limits') $(grep '^applied' "$TMP/out" | awk '{ printf "%s ", $2 }')" \
-    "0 yes yes 001_init 002_limits 003_count_scope "
-is "schema_migrations records versions 1, 2 and 3" \
+    "0 yes yes 001_init 002_limits 003_count_scope 004_rule_bound "
+is "schema_migrations records versions 1 to 4" \
     "$(sql "SELECT string_agg(version || ' ' || name, ', ' ORDER BY version) FROM schema_migrations")" \
-    "1 001_init, 2 002_limits, 3 003_count_scope"
+    "1 001_init, 2 002_limits, 3 003_count_scope, 4 004_rule_bound"
 ctl migrate
 is "a second migrate applies nothing" \
-    "$RC $(has out '^applied') $(has out 'up to date (version 3)')" "0 no yes"
-is "schema_migrations still has three rows" \
-    "$(sql "SELECT count(*) FROM schema_migrations")" 3
+    "$RC $(has out '^applied') $(has out 'up to date (version 4)')" "0 no yes"
+is "schema_migrations still has four rows" \
+    "$(sql "SELECT count(*) FROM schema_migrations")" 4
 is "002 adds rules.always and limits.period_us, burst, calendar" \
     "$(sql "SELECT string_agg(table_name || '.' || column_name || ' ' || data_type, ', ' ORDER BY table_name, column_name) FROM information_schema.columns WHERE (table_name, column_name) IN (('rules', 'always'), ('limits', 'period_us'), ('limits', 'burst'), ('limits', 'calendar'))")" \
     "limits.burst bigint, limits.calendar text, limits.period_us bigint, rules.always boolean"
