@@ -4,13 +4,28 @@
 -- ("unit"), by Redis time. The state of one limit is a Redis hash with the
 -- fields "win", the start of the window last written (unix seconds), and
 -- "count", the requests counted in it. A stored window other than the
--- current one counts nothing. A request of cost c passes when
--- count + c <= limit; everything resets at the next window boundary.
+-- current one counts nothing, but for the next one: see "A clock that goes
+-- back" below. A request of cost c passes when count + c <= limit;
+-- everything resets at the next window boundary.
 --
 -- Minutes, hours and days are fixed numbers of seconds, since unix time has
 -- no leap seconds. Months are found from the civil (proleptic Gregorian)
 -- date, with the integer day arithmetic of Howard Hinnant's
 -- days_from_civil and civil_from_days.
+--
+-- A clock that goes back: Redis time is the clock of whichever node is the
+-- master, and after a failover (or with two nodes whose clocks differ,
+-- failing over back and forth) it may be behind the one that wrote the
+-- key. A call that finds the window after its own stored keeps counting in
+-- that window, as if its clock were the later one, so that a clock
+-- flapping across a boundary does not start a fresh window (with a count
+-- of 0) at every jump. Only the next window is kept: a stored window
+-- further ahead (a clock that went back by more than a whole window, or
+-- one that was years ahead) is replaced by the current one as before, so
+-- that a count from a wrong clock holds for at most two windows. The key
+-- keeps the TTL that the later clock gave it, which ends a second after
+-- that window, so it lives exactly as long as it counts (Redis stores an
+-- expiry as a unix time, and since 7.0 sends it to replicas as one).
 --
 -- This file only defines the local functions fixed_window_evaluate() and
 -- fixed_window_commit() and the two date helpers below; check.lua, which is
@@ -18,7 +33,8 @@
 -- token_bucket.lua for why there are no tables).
 
 -- Returns the number of days from 1970-01-01 to the date y-m-d (month
--- 1..12, day 1..31), negative before 1970.
+-- 1..12, or 13 for January of the year after; day 1..31), negative before
+-- 1970.
 local function fixed_window_days_from_civil(y, m, d)
     if m <= 2 then
         y = y - 1
@@ -88,6 +104,19 @@ local function fixed_window_evaluate(key, limit, unit, cost, now_us)
     local count = 0
     if stored_win == start then
         count = tonumber(stored[2]) or 0
+    elseif stored_win == next_start then
+        -- The clock went back from the next window (see the top of this
+        -- file): that window goes on counting, and ends when this clock
+        -- reaches its end. A month starts on a whole day, and the month
+        -- after December is month 13 to fixed_window_days_from_civil().
+        count = tonumber(stored[2]) or 0
+        if unit == 'month' then
+            local y, m = fixed_window_civil_from_days(next_start / 86400)
+            start = next_start
+            next_start = fixed_window_days_from_civil(y, m + 1, 1) * 86400
+        else
+            start, next_start = next_start, 2 * next_start - start
+        end
     end
 
     -- At least a microsecond is left until the boundary: this is >= 1 ms.
@@ -112,7 +141,8 @@ local function fixed_window_evaluate(key, limit, unit, cost, now_us)
     -- The count means nothing after the window, so the key expires a
     -- second after its end. A key of this window already has that TTL,
     -- from the write that began the window: the commit keeps it (false)
-    -- and writes only the count.
+    -- and writes only the count. (So does a key of the next window found
+    -- after the clock went back: its TTL is the later clock's.)
     local ttl_ms = false
     if stored_win ~= start then
         ttl_ms = until_next_ms + 1000

@@ -42,9 +42,20 @@ local function sliding_window_evaluate(key, limit, window, cost, now_us)
     else
         -- A window index from the future (the clock went backwards after
         -- a failover) is kept as the current one: that never forgets
-        -- requests.
+        -- requests. The next window stays the stored one, evaluated as at
+        -- its start, where prev weighs fully (the reply's durations are
+        -- counted from there, so they are short by as much as this clock
+        -- is behind), so that a clock flapping back and forth across a
+        -- boundary neither weighs prev by the earlier clock nor, when it
+        -- is back, moves cur to prev. A window further ahead (a clock
+        -- that was off by more than a window) is not kept as a window: it
+        -- is rewritten as the current one.
         cur = tonumber(stored[2]) or 0
         prev = tonumber(stored[3]) or 0
+        if win == current + 1 then
+            current = win
+            elapsed_us = 0
+        end
     end
 
     local estimate = prev * (1 - elapsed_us / window_us) + cur
@@ -108,7 +119,9 @@ local function sliding_window_evaluate(key, limit, window, cost, now_us)
     -- A key whose window is already the current one got its TTL from the
     -- write that began this window, which is at least as far as the
     -- counts of this window matter: the commit keeps it (ttl_ms false)
-    -- and writes only cur, saving a command.
+    -- and writes only cur, saving a command. So does a key of the next
+    -- window found after the clock went back: its TTL is the later
+    -- clock's.
     local ttl_ms = false
     if win ~= current then
         ttl_ms = 2 * window * 1000 + 1000

@@ -831,8 +831,8 @@ def test_ttl_kept_within_window():
     t0 = redis_now_ms()
     check(["ttl:sw"], a, now=N)
     expect_pttl("ttl:sw", 21000, t0)
-    cmd("PEXPIRE", "ttl:sw", 99000)
     t0 = redis_now_ms()
+    cmd("PEXPIRE", "ttl:sw", 99000)
     check(["ttl:sw"], a, now=N + 1000000)
     expect_pttl("ttl:sw", 99000, t0)
     expect_state("same window", "ttl:sw",
@@ -847,8 +847,8 @@ def test_ttl_kept_within_window():
     t0 = redis_now_ms()
     check(["ttl:fw"], a, now=N)
     expect_pttl("ttl:fw", 41000, t0)
-    cmd("PEXPIRE", "ttl:fw", 99000)
     t0 = redis_now_ms()
+    cmd("PEXPIRE", "ttl:fw", 99000)
     check(["ttl:fw"], a, now=N + 1000000)
     expect_pttl("ttl:fw", 99000, t0)
     expect_state("same minute", "ttl:fw", {"win": 1835395200, "count": 2})
@@ -1443,6 +1443,192 @@ def test_state_edited_by_hand():
     expect_state("NaN tokens state", "hand:tb", {"tokens": "nan", "ts": N})
 
 
+# --- A clock that goes back and forth ----------------------------------------
+#
+# Redis time is the clock of whichever node is the master. Two nodes whose
+# clocks are 30 s apart, failing over to each other every 20 s, make the
+# script's clock jump 30 s one way, then back, and so on. Each flapping
+# case checks one key 4 times a second of true time with the test clock,
+# with the other node 30 s behind the first (which is right) and with it
+# 30 s ahead, and judges what passed by the leading clock: at each call the
+# latest time the script has been given so far, which stands still while
+# the node behind is master. The windows of the leading clock are those a
+# counter can keep to when its clock goes back. Without the guard against
+# going back a window, the fixed window let 132 through in the 5 minutes
+# below, where 60 are allowed, and the sliding window 140 where 87 pass on
+# a steady clock.
+
+FLAP_LAG_US = 30000000
+FLAP_EVERY_US = 20000000
+
+
+def flap(key, limits, start_s, seconds, lag_us, step_us=250000):
+    """Checks key once every step_us of true time for seconds from start_s
+    (unix seconds), pipelined: on the true clock for FLAP_EVERY_US, then
+    lag_us behind it (ahead if negative) for as long, and so on. Returns
+    the true time and the leading clock (µs) of each call allowed, in
+    order, as two lists."""
+    start_us = start_s * 1000000
+    trues = range(start_us, start_us + seconds * 1000000, step_us)
+    cmds = []
+    leads = []
+    lead = 0
+    for t in trues:
+        if (t - start_us) // FLAP_EVERY_US % 2 == 1:
+            t -= lag_us
+        lead = max(lead, t)
+        leads.append(lead)
+        cmds.append(evalsha([key], check_argv(limits, 1, 0, t, None)))
+    out = [Reply.parse(r).allowed for r in redis.pipeline(cmds)]
+    return ([t for t, ok in zip(trues, out) if ok],
+            [t for t, ok in zip(leads, out) if ok])
+
+
+def expect_per_window(what, times_us, window_s, limit):
+    """No window of window_s seconds (counted from the epoch) holds more
+    than limit of times_us."""
+    counts = {}
+    for t in times_us:
+        w = t // (window_s * 1000000) * window_s
+        counts[w] = counts.get(w, 0) + 1
+    expect_eq(what + ": windows over %d (start: count)" % limit,
+              {w: c for w, c in counts.items() if c > limit}, {})
+
+
+def test_flap_fw():
+    # 12 per calendar minute is 60 in the 5 minutes from 2028-02-29
+    # 00:00:00. No minute of the leading clock lets more than 12 through;
+    # with the node behind, neither does a minute of true time, so 60 pass
+    # in all. (With the node ahead, 72 pass: its minutes begin 30 s early.)
+    a = [fw(12, "minute")]
+    start_s = 1835395200
+    trues, leads = flap("flap:fw:behind", a, start_s, 300, FLAP_LAG_US)
+    expect_per_window("behind, leading clock", leads, 60, 12)
+    expect_per_window("behind, true time", trues, 60, 12)
+    expect_eq("behind: allowed in the 5 minutes", len(trues), 60)
+    trues, leads = flap("flap:fw:ahead", a, start_s, 300, -FLAP_LAG_US)
+    expect_per_window("ahead, leading clock", leads, 60, 12)
+
+
+def test_fw_clock_back():
+    # A key of the next minute (1835395260) found 30 s before that minute
+    # begins: it goes on counting there, until its end, and keeps its
+    # TTL. A key two minutes ahead is replaced by the current minute.
+    a = [fw(3, "minute")]
+    cmd("HSET", "back:fw", "win", "1835395260", "count", "2")
+    t0 = redis_now_ms()
+    cmd("PEXPIRE", "back:fw", 99000)
+    r = check(["back:fw"], a, now=N + 10000000)
+    expect_reply("next minute kept", r, reply(
+        allowed=1, now_ms=NMS + 10000, limits=[
+            lim(allowed=1, limit=3, remaining=0, reset_ms=90000,
+                retry_after_ms=0)]))
+    expect_state("next minute kept", "back:fw",
+                 {"win": 1835395260, "count": 3})
+    expect_pttl("back:fw", 99000, t0)
+    r = check(["back:fw"], a, now=N + 10000000)
+    expect_reply("next minute full", r, reply(
+        allowed=0, now_ms=NMS + 10000, limits=[
+            lim(allowed=0, limit=3, remaining=0, reset_ms=90000,
+                retry_after_ms=90000)]))
+    cmd("HSET", "back:fw2", "win", "1835395320", "count", "3")
+    t0 = redis_now_ms()
+    r = check(["back:fw2"], a, now=N)
+    expect_reply("two minutes ahead", r, reply(
+        allowed=1, now_ms=NMS, limits=[
+            lim(allowed=1, limit=3, remaining=2, reset_ms=40000,
+                retry_after_ms=0)]))
+    expect_state("two minutes ahead", "back:fw2",
+                 {"win": 1835395200, "count": 1})
+    expect_pttl("back:fw2", 41000, t0)
+    # January 2028 (from 1830297600), found 20 s before it: it ends on
+    # February 1 (1832976000).
+    a = [fw(3, "month")]
+    cmd("HSET", "back:fw:month", "win", "1830297600", "count", "1")
+    r = check(["back:fw:month"], a, now=1830297580000000)
+    expect_reply("next month kept", r, reply(
+        allowed=1, now_ms=1830297580000, limits=[
+            lim(allowed=1, limit=3, remaining=1,
+                reset_ms=(1832976000 - 1830297580) * 1000,
+                retry_after_ms=0)]))
+    expect_state("next month kept", "back:fw:month",
+                 {"win": 1830297600, "count": 2})
+
+
+def sw_estimate(times_us, t, window_s):
+    """The sliding window's estimate at t of the calls at times_us: those
+    of the previous window weighed by how much of it is left."""
+    window_us = window_s * 1000000
+    current = t // window_us
+    elapsed = t - current * window_us
+    cur = sum(1 for x in times_us if x // window_us == current)
+    prev = sum(1 for x in times_us if x // window_us == current - 1)
+    return prev * (1 - elapsed / window_us) + cur
+
+
+def test_flap_sw():
+    # 60 per 300 s, for 5 minutes from 160 s before a window boundary
+    # (2028-02-29 00:00:00). Judged by the leading clock, every call
+    # allowed found the estimate of those allowed before it at limit - 1
+    # or less, as on a steady clock.
+    a = [sw(60, 300)]
+    for name, lag_us in (("behind", FLAP_LAG_US), ("ahead", -FLAP_LAG_US)):
+        _, allowed = flap("flap:sw:" + name, a, 1835395200 - 160, 300,
+                          lag_us)
+        over = [(t, round(sw_estimate(allowed[:i], t, 300), 3))
+                for i, t in enumerate(allowed)
+                if sw_estimate(allowed[:i], t, 300) + 1 > 60 + 1e-9]
+        expect_eq(name + ": allowed over the estimate (time, estimate)",
+                  over[:3], [])
+        expect_per_window(name, allowed, 300, 60)
+
+
+def test_sw_clock_back():
+    # A key of the next 10 s window (index 183539523, from N + 10 s) found
+    # 1 s before it begins is evaluated as at its start, where prev weighs
+    # fully, and keeps its window and TTL; back on the later clock, cur
+    # stays cur. A key two windows ahead is kept as the current window.
+    a = [sw(10, 10)]
+    cmd("HSET", "back:sw", "win", "183539523", "cur", "3", "prev", "4")
+    t0 = redis_now_ms()
+    cmd("PEXPIRE", "back:sw", 99000)
+    r = check(["back:sw"], a, now=N + 9000000)
+    expect_reply("next window kept", r, reply(
+        allowed=1, now_ms=NMS + 9000, limits=[
+            lim(allowed=1, limit=10, remaining=2, reset_ms=20000,
+                retry_after_ms=0)]))
+    expect_state("next window kept", "back:sw",
+                 {"win": 183539523, "cur": 4, "prev": 4})
+    expect_pttl("back:sw", 99000, t0)
+    # 4 * 0.95 + 4 + 1 = 8.8
+    r = check(["back:sw"], a, now=N + 10500000)
+    expect_eq("forward again: remaining", r.limits[0].remaining, 1)
+    expect_state("forward again", "back:sw",
+                 {"win": 183539523, "cur": 5, "prev": 4})
+    cmd("HSET", "back:sw2", "win", "183539524", "cur", "3", "prev", "4")
+    r = check(["back:sw2"], a, now=N + 5000000)
+    # 4 * 0.5 + 3 + 1 = 6
+    expect_eq("two ahead: remaining", r.limits[0].remaining, 4)
+    expect_state("two ahead", "back:sw2",
+                 {"win": 183539522, "cur": 4, "prev": 4})
+
+
+def test_flap_gcra():
+    # 60 per 300 s with burst 59, one call every 3 s for 15 minutes: in
+    # every span of the leading clock, from one call allowed to another,
+    # at most burst + 1 plus one per 5 s passed (a clock that goes back
+    # only makes GCRA stricter: the TAT is kept).
+    a = [gcra(60, 300000000, 59)]
+    for name, lag_us in (("behind", FLAP_LAG_US), ("ahead", -FLAP_LAG_US)):
+        _, allowed = flap("flap:gcra:" + name, a, 1835395200, 900, lag_us,
+                          step_us=3000000)
+        over = [(i, j) for i in range(len(allowed))
+                for j in range(i, len(allowed))
+                if j - i + 1 > 60 + (allowed[j] - allowed[i]) / 5000000]
+        expect_eq(name + ": spans over burst + rate (first, last)",
+                  over[:3], [])
+
+
 # --- The cases, in the order they run ----------------------------------------
 
 CASES = [
@@ -1511,6 +1697,16 @@ CASES = [
      test_number_syntax),
     ("a state edited by hand is read and rewritten as before",
      test_state_edited_by_hand),
+    ("fixed window: a clock flapping 30 s every 20 s, 12 per minute",
+     test_flap_fw),
+    ("fixed window: a clock back from the next window keeps that window",
+     test_fw_clock_back),
+    ("sliding window: a clock flapping 30 s every 20 s, 60 per 300 s",
+     test_flap_sw),
+    ("sliding window: a clock back from the next window keeps that window",
+     test_sw_clock_back),
+    ("gcra: a clock flapping 30 s every 20 s only makes it stricter",
+     test_flap_gcra),
 ]
 
 
