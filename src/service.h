@@ -445,6 +445,20 @@ void views_config(struct service *svc, const struct http_request *req,
 void views_dashboard(struct rl_response *resp);
 
 /* ------------------------------------------------------------------ */
+/* util.c: escapes for text that must stay on one line */
+
+/* The escape of byte c in a log line or a /status field: "\t", "\n",
+ * "\r", "\\" for a backslash, "\xNN" for the other bytes below 0x20 and
+ * 0x7f; written to out, NUL terminated.  Returns its length, or 0 (out
+ * empty) when c stands for itself. */
+size_t util_escape_char(unsigned char c, char out[5]);
+
+/* s (len bytes) escaped so into out[size], NUL terminated.  What does not
+ * fit is cut before an escape or a UTF-8 sequence, and "..." marks the cut
+ * (when size >= 4).  Returns the length written. */
+size_t util_escape(char *out, size_t size, const char *s, size_t len);
+
+/* ------------------------------------------------------------------ */
 /* observe.c: after each request, the counters, history and logs */
 
 /* Counts what req came to (resp, the decider's trace) in the pool's

@@ -15,6 +15,7 @@
 #include <openssl/sha.h>
 
 #include "ratelimit.h"
+#include "service.h"           /* util_escape */
 
 /*
  * OpenSSL 3's SHA256() looks the algorithm up and allocates a context on
@@ -227,4 +228,83 @@ util_split_hostport(const char *addr, char *host, size_t hostlen, int *port)
     host[n] = '\0';
     *port = (int)p;
     return 0;
+}
+
+/*
+ * Escapes for text that must stay on one line: a log line, a field of
+ * /status.  The bytes a request can carry below 0x20 and 0x7f would end
+ * the line or move the cursor; the backslash is doubled, so that an
+ * escape the request wrote itself is not mistaken for one made here.
+ */
+size_t
+util_escape_char(unsigned char c, char out[5])
+{
+    static const char hex[] = "0123456789abcdef";
+
+    switch (c) {
+    case '\t':
+        memcpy(out, "\\t", 3);
+        return 2;
+    case '\n':
+        memcpy(out, "\\n", 3);
+        return 2;
+    case '\r':
+        memcpy(out, "\\r", 3);
+        return 2;
+    case '\\':
+        memcpy(out, "\\\\", 3);
+        return 2;
+    }
+    if (c >= 0x20 && c != 0x7f) {
+        out[0] = '\0';
+        return 0;
+    }
+    out[0] = '\\';
+    out[1] = 'x';
+    out[2] = hex[c >> 4];
+    out[3] = hex[c & 15];
+    out[4] = '\0';
+    return 4;
+}
+
+size_t
+util_escape(char *out, size_t size, const char *s, size_t len)
+{
+    char esc[5];
+    size_t i, j, k, n = 0, need = 0, room;
+
+    if (size == 0)
+        return 0;
+    for (i = 0; i < len; i++) {
+        k = util_escape_char((unsigned char)s[i], esc);
+        need += k > 0 ? k : 1;
+    }
+    /* Everything, or what fits before "..." (nothing when even that does
+     * not fit). */
+    room = need < size ? need : size >= 4 ? size - 4 : 0;
+    for (i = 0; i < len; i++) {
+        k = util_escape_char((unsigned char)s[i], esc);
+        if (n + (k > 0 ? k : 1) > room)
+            break;
+        if (k > 0) {
+            memcpy(out + n, esc, k);
+            n += k;
+        } else
+            out[n++] = s[i];
+    }
+    if (i < len) {
+        /* Not inside a UTF-8 sequence: its bytes went out as they are. */
+        j = i;
+        while (j > 0 && i - j < 3 && ((unsigned char)s[j] & 0xc0) == 0x80)
+            j--;
+        if (((unsigned char)s[i] & 0xc0) == 0x80 &&
+            ((unsigned char)s[j] & 0xc0) == 0xc0)
+            n -= i - j;
+        if (size >= 4) {
+            memcpy(out + n, "...", 3);
+            n += 3;
+        }
+    }
+    out[n] = '\0';
+    return n;
 }

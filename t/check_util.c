@@ -1,12 +1,14 @@
 /*
  * check_util.c -- tests of src/util.c: SHA-256 in hex, bounded copies,
- * host:port splitting, the clocks and the OS random generator.
+ * host:port splitting, the clocks, the OS random generator and the
+ * escapes that keep a log line or a /status field on one line.
  */
 #include <string.h>
 
 #include <check.h>              /* t/check.h: the suites, then Check */
 
 #include "ratelimit.h"
+#include "service.h"
 
 START_TEST(test_sha256_empty)
 {
@@ -167,6 +169,88 @@ START_TEST(test_copy)
 }
 END_TEST
 
+START_TEST(test_escape_char)
+{
+    char e[5];
+
+    ck_assert_int_eq((int)util_escape_char('a', e), 0);
+    ck_assert_str_eq(e, "");
+    ck_assert_int_eq((int)util_escape_char(' ', e), 0);
+    ck_assert_int_eq((int)util_escape_char(0xc3, e), 0);
+    ck_assert_int_eq((int)util_escape_char('\r', e), 2);
+    ck_assert_str_eq(e, "\\r");
+    ck_assert_int_eq((int)util_escape_char('\n', e), 2);
+    ck_assert_str_eq(e, "\\n");
+    ck_assert_int_eq((int)util_escape_char('\t', e), 2);
+    ck_assert_str_eq(e, "\\t");
+    ck_assert_int_eq((int)util_escape_char('\\', e), 2);
+    ck_assert_str_eq(e, "\\\\");
+    ck_assert_int_eq((int)util_escape_char(0x01, e), 4);
+    ck_assert_str_eq(e, "\\x01");
+    ck_assert_int_eq((int)util_escape_char(0x1b, e), 4);
+    ck_assert_str_eq(e, "\\x1b");
+    ck_assert_int_eq((int)util_escape_char(0x7f, e), 4);
+    ck_assert_str_eq(e, "\\x7f");
+}
+END_TEST
+
+START_TEST(test_escape_line)
+{
+    static const char forged[] = "/x\r\nidle processes:       999\r\n";
+    char out[128];
+
+    /* A CR/LF that would start a line of its own stays on this one. */
+    ck_assert_int_eq((int)util_escape(out, sizeof(out), forged,
+        strlen(forged)), 35);
+    ck_assert_str_eq(out, "/x\\r\\nidle processes:       999\\r\\n");
+    ck_assert_ptr_null(strchr(out, '\n'));
+    ck_assert_ptr_null(strchr(out, '\r'));
+    /* An escape the text wrote itself is told from one made here. */
+    util_escape(out, sizeof(out), "a\\nb", 4);
+    ck_assert_str_eq(out, "a\\\\nb");
+    /* len, not the NUL, ends the input; bytes from 0x80 pass. */
+    util_escape(out, sizeof(out), "\x00\x7f\xc3\xa9", 4);
+    ck_assert_str_eq(out, "\\x00\\x7f\xc3\xa9");
+    ck_assert_int_eq((int)util_escape(out, sizeof(out), "", 0), 0);
+    ck_assert_str_eq(out, "");
+}
+END_TEST
+
+START_TEST(test_escape_cut)
+{
+    char out[8], big[3000];
+    size_t n;
+
+    /* Exactly what fits is not cut. */
+    ck_assert_int_eq((int)util_escape(out, sizeof(out), "abcdefg", 7), 7);
+    ck_assert_str_eq(out, "abcdefg");
+    /* One more byte: cut, with the marker, within size. */
+    ck_assert_int_eq((int)util_escape(out, sizeof(out), "abcdefgh", 8), 7);
+    ck_assert_str_eq(out, "abcd...");
+    /* Never inside an escape. */
+    util_escape(out, sizeof(out), "abc\ndefgh", 9);
+    ck_assert_str_eq(out, "abc...");
+    util_escape(out, sizeof(out), "ab\x01xxxxx", 8);
+    ck_assert_str_eq(out, "ab...");
+    /* Nor inside a UTF-8 sequence (U+20AC: e2 82 ac). */
+    util_escape(out, sizeof(out), "abc\xe2\x82\xac" "de", 8);
+    ck_assert_str_eq(out, "abc...");
+    util_escape(out, sizeof(out), "a\xe2\x82\xac" "bcde", 8);
+    ck_assert_str_eq(out, "a\xe2\x82\xac...");
+    /* Too small for the marker: what fits whole, else nothing. */
+    ck_assert_int_eq((int)util_escape(out, 3, "ab", 2), 2);
+    ck_assert_str_eq(out, "ab");
+    ck_assert_int_eq((int)util_escape(out, 3, "abc", 3), 0);
+    ck_assert_str_eq(out, "");
+    ck_assert_int_eq((int)util_escape(out, 0, "abc", 3), 0);
+    /* A long text of control bytes stays within size. */
+    memset(big, '\n', sizeof(big));
+    n = util_escape(out, sizeof(out), big, sizeof(big));
+    ck_assert_int_eq((int)n, 7);
+    ck_assert_str_eq(out, "\\n\\n...");
+}
+END_TEST
+
 Suite *
 util_suite(void)
 {
@@ -180,6 +264,12 @@ util_suite(void)
     tcase_add_test(tc, test_sha256_memo);
     tcase_add_test(tc, test_split_hostport);
     tcase_add_test(tc, test_copy);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("escape");
+    tcase_add_test(tc, test_escape_char);
+    tcase_add_test(tc, test_escape_line);
+    tcase_add_test(tc, test_escape_cut);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("os");
