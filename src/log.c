@@ -9,8 +9,9 @@
  * logrotate moved it.  The access log (one line per check, formatted by
  * the caller) has a destination of its own, reopened alike.  Every line carries a
  * level and the source file and line that emitted it; under stderr it also
- * carries a UTC timestamp and the pid.  Callers never pass raw API keys
- * here: only their SHA-256 prefix.
+ * carries a UTC timestamp and the pid.  Control bytes in a message are
+ * escaped (\n, \r, \xNN): a line is one event.  Callers never pass raw
+ * API keys here: only their SHA-256 prefix.
  *
  * A failure that hits every request (Redis out of memory, a dead server)
  * must not write a line per request: each call site (file and line) writes
@@ -29,6 +30,7 @@
 #include <unistd.h>
 
 #include "ratelimit.h"
+#include "service.h"            /* util_escape */
 
 static int log_level = RL_LOG_INFO;
 static int log_syslog;
@@ -266,11 +268,10 @@ log_flush(void)
 void
 log_emit(int level, const char *file, int line, const char *fmt, ...)
 {
-    char msg[1024];
+    char raw[1024], msg[2048];
     unsigned long repeated = 0;
     int64_t now_ms;
     va_list ap;
-    size_t i;
     int slot = -1, unlimited = level & RL_LOG_UNLIMITED;
 
     level &= ~RL_LOG_UNLIMITED;
@@ -282,12 +283,12 @@ log_emit(int level, const char *file, int line, const char *fmt, ...)
         &repeated)) == -1)
         return;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    vsnprintf(raw, sizeof(raw), fmt, ap);
     va_end(ap);
-    /* One event, one line: a newline inside a message would split it. */
-    for (i = 0; msg[i] != '\0'; i++)
-        if (msg[i] == '\n' || msg[i] == '\r')
-            msg[i] = ' ';
+    /* One event, one line: the control bytes of a message (a request's
+     * texts, a server's reply) are escaped, so that none can end the line
+     * and start one of its own. */
+    util_escape(msg, sizeof(msg), raw, strlen(raw));
     log_summaries(now_ms);
     if (slot != -1) {
         log_sites.site[slot].level = level;

@@ -11,7 +11,9 @@
  * Denials are logged at info, at most denial_log_rate lines a second
  * across the pool; the lines held back are counted and said in one line
  * the next second a denial is logged.  A check slower than slowlog_ms is
- * logged at warn with where its time went.
+ * logged at warn with where its time went.  What a request sent (its path,
+ * method, request id) reaches a log only escaped, and each access log
+ * field is cut to OBSERVE_FIELD_MAX bytes.
  */
 #include <stdio.h>
 #include <string.h>
@@ -55,62 +57,92 @@ observe_decision(const struct rl_trace *t, int status)
     return stats_outcome_name[o];
 }
 
-/* Appends s as a logfmt value: bare when it is a plain word, else quoted
- * with '"' and '\' escaped and control bytes dropped. */
-static void
-observe_logfmt_value(struct rl_buf *b, const char *s)
-{
-    const unsigned char *p;
-    int plain = s[0] != '\0';
+/* The bytes of a value an access log field keeps, so that a line stays
+ * short whatever a request sends (a 60 KB X-Request-Id): all of them up to
+ * OBSERVE_FIELD_MAX, else fewer, cut before a UTF-8 sequence, and the
+ * field ends in "...". */
+#define OBSERVE_FIELD_MAX 256
 
-    for (p = (const unsigned char *)s; *p != '\0' && plain; p++)
+static size_t
+observe_cut(const char *s, size_t len)
+{
+    size_t n = OBSERVE_FIELD_MAX - 3;
+
+    if (len <= OBSERVE_FIELD_MAX)
+        return len;
+    while (n > 0 && ((unsigned char)s[n] & 0xc0) == 0x80)
+        n--;
+    return n;
+}
+
+/* Appends s (len bytes) as a logfmt value: bare when it is a plain word,
+ * else quoted, with '"' escaped and the rest as util_escape_char has it
+ * (control bytes as \r, \n, \xNN, a backslash doubled). */
+static void
+observe_logfmt_value(struct rl_buf *b, const char *s, size_t len)
+{
+    const unsigned char *p, *end = (const unsigned char *)s + len;
+    char esc[5];
+    int plain = len > 0;
+
+    for (p = (const unsigned char *)s; p < end && plain; p++)
         plain = *p > ' ' && *p != '"' && *p != '=' && *p != '\\' &&
             *p < 0x7f;
     if (plain) {
-        buf_puts(b, s);
+        buf_append(b, s, len);
         return;
     }
     buf_puts(b, "\"");
-    for (p = (const unsigned char *)s; *p != '\0'; p++) {
-        if (*p == '"' || *p == '\\')
-            buf_printf(b, "\\%c", *p);
-        else if (*p >= ' ' && *p != 0x7f)
-            buf_printf(b, "%c", *p);
+    for (p = (const unsigned char *)s; p < end; p++) {
+        if (*p == '"')
+            buf_puts(b, "\\\"");
+        else if (util_escape_char(*p, esc) > 0)
+            buf_puts(b, esc);
+        else
+            buf_append(b, (const char *)p, 1);
     }
     buf_puts(b, "\"");
 }
 
-/* Appends s as a JSON string. */
+/* Appends s (len bytes) as a JSON string. */
 static void
-observe_json_string(struct rl_buf *b, const char *s)
+observe_json_string(struct rl_buf *b, const char *s, size_t len)
 {
-    const unsigned char *p;
+    const unsigned char *p, *end = (const unsigned char *)s + len;
 
     buf_puts(b, "\"");
-    for (p = (const unsigned char *)s; *p != '\0'; p++) {
+    for (p = (const unsigned char *)s; p < end; p++) {
         if (*p == '"' || *p == '\\')
             buf_printf(b, "\\%c", *p);
-        else if (*p < ' ')
+        else if (*p < ' ' || *p == 0x7f)
             buf_printf(b, "\\u%04x", *p);
         else
-            buf_printf(b, "%c", *p);
+            buf_append(b, (const char *)p, 1);
     }
     buf_puts(b, "\"");
 }
 
-/* One field of the access line, as text. */
+/* One field of the access line, as text, cut to OBSERVE_FIELD_MAX. */
 static void
 observe_field(struct rl_buf *b, int json, int *first, const char *name,
     const char *value)
 {
+    size_t len = strlen(value), n = observe_cut(value, len);
+    char v[OBSERVE_FIELD_MAX + 1];
+
     buf_puts(b, *first ? "" : json ? "," : " ");
     *first = 0;
+    memcpy(v, value, n);
+    if (n < len) {
+        memcpy(v + n, "...", 3);
+        n += 3;
+    }
     if (json) {
         buf_printf(b, "\"%s\":", name);
-        observe_json_string(b, value);
+        observe_json_string(b, v, n);
     } else {
         buf_printf(b, "%s=", name);
-        observe_logfmt_value(b, value);
+        observe_logfmt_value(b, v, n);
     }
 }
 
