@@ -18,6 +18,8 @@
  * "listen queue" and its maximum are sampled by the master once a second
  * (as php-fpm does); "max children reached" counts the samples in which
  * every worker was busy; "slow requests" counts checks over slowlog_ms.
+ * Texts a request chose (method, URI) have their control bytes escaped in
+ * the text and HTML formats.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -159,13 +161,26 @@ status_date(int64_t t, char *out, size_t len)
 /* ------------------------------------------------------------------ */
 /* text */
 
+/* A text of a request for a line of the text format: "-" when empty,
+ * else escaped (the request chose those bytes: a CR or LF in them would
+ * start lines of their own). */
+static const char *
+status_text_value(const char *v, char *out, size_t size)
+{
+    if (v[0] == '\0')
+        return "-";
+    util_escape(out, size, v, strlen(v));
+    return out;
+}
+
 static void
 status_text(const struct scoreboard *b, const struct status_pool *p,
     int full, struct rl_response *resp)
 {
     struct rl_buf *o = &resp->body;
     struct status_proc pr;
-    char date[64];
+    char date[64], method[4 * sizeof(pr.method)], uri[4 * sizeof(pr.uri)],
+        tenant[4 * sizeof(pr.tenant)];
     int64_t now = util_wall_s();
     int i;
 
@@ -208,18 +223,23 @@ status_text(const struct scoreboard *b, const struct status_pool *p,
             "content length:       %ld\n"
             "tenant:               %s\n",
             pr.pid, pr.state, date, (long long)(now - pr.start_s),
-            pr.requests, pr.duration_us, pr.method[0] ? pr.method : "-",
-            pr.uri[0] ? pr.uri : "-", pr.content_length,
-            pr.tenant[0] ? pr.tenant : "-");
+            pr.requests, pr.duration_us,
+            status_text_value(pr.method, method, sizeof(method)),
+            status_text_value(pr.uri, uri, sizeof(uri)), pr.content_length,
+            status_text_value(pr.tenant, tenant, sizeof(tenant)));
     }
 }
 
 /* ------------------------------------------------------------------ */
 /* html */
 
+/* Writes s as HTML text: markup characters as entities, control bytes
+ * escaped as in the text format. */
 static void
 status_html_text(struct rl_buf *o, const char *s)
 {
+    char esc[5];
+
     for (; *s != '\0'; s++) {
         switch (*s) {
         case '<': buf_puts(o, "&lt;"); break;
@@ -227,7 +247,11 @@ status_html_text(struct rl_buf *o, const char *s)
         case '&': buf_puts(o, "&amp;"); break;
         case '"': buf_puts(o, "&quot;"); break;
         case '\'': buf_puts(o, "&#39;"); break;
-        default: buf_printf(o, "%c", *s);
+        default:
+            if (util_escape_char((unsigned char)*s, esc) > 0)
+                buf_puts(o, esc);
+            else
+                buf_append(o, s, 1);
         }
     }
 }
