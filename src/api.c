@@ -49,60 +49,85 @@ api_ready(struct service *svc, const struct http_request *req,
 }
 
 /*
- * Whether the client may read a pool's inner state: its address is in
- * nets (status_allow, metrics_allow), or it shows an admin key.  Else the
- * answer is written (401 for a bad key, 403) and 0 returned.
+ * Who reads a pool's inner state (/status, /metrics, /dashboard):
+ *
+ *   no key shown, the address in nets (status_allow, metrics_allow)
+ *       the operator: the whole pool; *viewer is NULL
+ *   a key shown (X-API-Key, Authorization: Bearer), whatever the address
+ *       an admin key: its own tenant only; *viewer is ki, filled
+ *       a check key: 403; a key unknown or revoked: 401
+ *   no key, another address
+ *       403
+ *
+ * A key decides even from an address of the list, so that a tenant's key
+ * reads as that tenant wherever it is used.  Returns 0, or -1 with the
+ * answer written.
  */
 static int
-api_allowed(struct service *svc, const struct http_request *req,
-    const struct addr_net *nets, int n, const char *key,
+api_viewer(struct service *svc, const struct http_request *req,
+    const struct addr_net *nets, int n, const char *list,
+    struct key_info *ki, const struct key_info **viewer,
     struct rl_response *resp)
 {
-    struct key_info ki;
+    const char *key;
     char msg[160];
 
-    if (req->remote_addr != NULL && n > 0 &&
-        addr_match(nets, n, req->remote_addr))
-        return 1;
-    if (req->x_api_key == NULL && req->authorization == NULL) {
+    *viewer = NULL;
+    if (request_api_key(req->x_api_key, req->authorization, &key) == 0 &&
+        !req->nul_in_key) {
+        if (req->remote_addr != NULL && n > 0 &&
+            addr_match(nets, n, req->remote_addr))
+            return 0;
         snprintf(msg, sizeof(msg), "this address is not in %s; an admin key "
-            "may read it from anywhere", key);
+            "reads its own tenant from anywhere", list);
         response_error(resp, 403, "forbidden", msg);
-        return 0;
+        return -1;
     }
-    if (decide_identify(&svc->decider, req, 0, &ki, resp) == -1)
-        return 0;
-    if (!ki.admin) {
+    if (decide_identify(&svc->decider, req, 0, ki, resp) == -1)
+        return -1;
+    if (!ki->admin) {
         response_error(resp, 403, "forbidden", "an admin key is needed");
-        return 0;
+        return -1;
     }
-    return 1;
+    *viewer = ki;
+    return 0;
 }
 
 static void
 api_metrics(struct service *svc, const struct http_request *req,
     struct rl_response *resp)
 {
-    if (api_allowed(svc, req, svc->cfg->metrics_nets, svc->cfg->nmetrics,
-        "metrics_allow", resp))
-        views_metrics(svc, resp);
+    const struct key_info *viewer;
+    struct key_info ki;
+
+    if (api_viewer(svc, req, svc->cfg->metrics_nets, svc->cfg->nmetrics,
+        "metrics_allow", &ki, &viewer, resp) == 0)
+        views_metrics(svc, viewer, resp);
 }
 
 static void
 api_status(struct service *svc, const struct http_request *req,
     struct rl_response *resp)
 {
-    if (api_allowed(svc, req, svc->cfg->status_nets, svc->cfg->nstatus,
-        "status_allow", resp))
-        views_status(svc, req, resp);
+    const struct key_info *viewer;
+    struct key_info ki;
+
+    if (api_viewer(svc, req, svc->cfg->status_nets, svc->cfg->nstatus,
+        "status_allow", &ki, &viewer, resp) == 0)
+        views_status(svc, req, viewer, resp);
 }
 
+/* The page holds no data: it reads /status?json&history&full, which
+ * answers each viewer with its share. */
 static void
 api_dashboard(struct service *svc, const struct http_request *req,
     struct rl_response *resp)
 {
-    if (api_allowed(svc, req, svc->cfg->status_nets, svc->cfg->nstatus,
-        "status_allow", resp))
+    const struct key_info *viewer;
+    struct key_info ki;
+
+    if (api_viewer(svc, req, svc->cfg->status_nets, svc->cfg->nstatus,
+        "status_allow", &ki, &viewer, resp) == 0)
         views_dashboard(resp);
 }
 

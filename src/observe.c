@@ -237,6 +237,10 @@ observe_request(struct service *svc, const struct http_request *req,
     __atomic_add_fetch(&st->status[stats_status_index(resp->status)], 1,
         __ATOMIC_RELAXED);
     if (slot != NULL) {
+        /* The slot is busy while its texts change, and its count moves
+         * after: what status.c needs to tell one request's texts (for a
+         * tenant's view) from a mix of two. */
+        __atomic_thread_fence(__ATOMIC_RELEASE);
         slot->request_us = total_us;
         n = req->path_len < sizeof(slot->uri) - 1 ? req->path_len :
             sizeof(slot->uri) - 1;
@@ -245,6 +249,7 @@ observe_request(struct service *svc, const struct http_request *req,
         util_copy(slot->method, sizeof(slot->method), req->method);
         util_copy(slot->tenant, sizeof(slot->tenant), t->tenant);
         slot->content_length = (long)req->body_len;
+        __atomic_thread_fence(__ATOMIC_RELEASE);
     }
     if (!t->check)
         return;

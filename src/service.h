@@ -437,9 +437,13 @@ void api_handle(struct service *svc, const struct http_request *req,
 
 void views_live(struct rl_response *resp);
 void views_ready(struct service *svc, struct rl_response *resp);
-void views_metrics(struct service *svc, struct rl_response *resp);
-void views_status(struct service *svc, const struct http_request *req,
+/* /metrics and /status for viewer: NULL for the operator (the whole
+ * pool), else an admin key's tenant, which sees the pool's totals and its
+ * own tenant, and nothing that names or describes another. */
+void views_metrics(struct service *svc, const struct key_info *viewer,
     struct rl_response *resp);
+void views_status(struct service *svc, const struct http_request *req,
+    const struct key_info *viewer, struct rl_response *resp);
 void views_config(struct service *svc, const struct http_request *req,
     struct rl_response *resp);
 void views_dashboard(struct rl_response *resp);

@@ -18,12 +18,18 @@
  * "listen queue" and its maximum are sampled by the master once a second
  * (as php-fpm does); "max children reached" counts the samples in which
  * every worker was busy; "slow requests" counts checks over slowlog_ms.
- * Texts a request chose (method, URI) have their control bytes escaped in
- * the text and HTML formats.
+ *
+ * Who asks decides what is shown (api.c): the operator sees the pool; an
+ * admin key sees the pool's fields and history, which name no tenant, and
+ * of the workers' last requests and the top list only its own tenant's.
+ * Another tenant's entries keep pid, state and times, with method, URI,
+ * content length and tenant blanked.  Texts a request chose (method, URI)
+ * have their control bytes escaped in the text and HTML formats.
  */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <json-c/json.h>
 
@@ -120,22 +126,53 @@ struct status_proc {
     unsigned long requests;
     long long duration_us;
     long content_length;
+    int hidden;                 /* its request is not the viewer's to see */
     char method[8], uri[64], tenant[64];
 };
 
+/* Whether the viewer's tenant made the request of p's texts, by name: the
+ * slot keeps the name only, cut to 63 bytes, so a longer one never
+ * matches.  stable: the texts are known to be of one request. */
 static int
-status_proc(const struct scoreboard *b, int i, struct status_proc *p)
+status_proc_own(const struct status_proc *p, const struct key_info *viewer,
+    int stable)
+{
+    size_t n = strlen(viewer->tenant_name);
+
+    return stable && p->tenant[0] != '\0' && n < sizeof(p->tenant) &&
+        strcmp(p->tenant, viewer->tenant_name) == 0;
+}
+
+/*
+ * Copies slot i into p; returns 0 when no worker has it.  For a viewer
+ * (not the operator) the texts of a request not its own are blanked
+ * (p->hidden).  They are read without a lock, so they might be a mix of
+ * two requests, one of them another tenant's: a worker writes them, in
+ * observe_request, while its state is SLOT_BUSY, and counts the request
+ * after.  So texts copied between two reads of a state other than busy,
+ * of the same count and pid, are one request's; and the worker answering
+ * this request, busy, writes its own only after it.
+ */
+static int
+status_proc(const struct scoreboard *b, int i,
+    const struct key_info *viewer, struct status_proc *p)
 {
     const struct scoreboard_slot *s = &b->slots[i];
+    unsigned long requests;
+    pid_t pid;
+    int state, stable;
 
-    if (s->pid == 0)
+    pid = __atomic_load_n(&s->pid, __ATOMIC_ACQUIRE);
+    if (pid == 0)
         return 0;
-    p->pid = (long)s->pid;
-    p->state = status_state(s->state);
+    state = __atomic_load_n(&s->state, __ATOMIC_ACQUIRE);
+    requests = __atomic_load_n(&s->requests, __ATOMIC_ACQUIRE);
+    p->pid = (long)pid;
+    p->state = status_state(state);
     p->start_s = s->start_s;
-    p->requests = s->requests;
+    p->requests = requests;
     /* On a request: how long so far; else how long the last one took. */
-    p->duration_us = s->state == SLOT_BUSY || s->state == SLOT_READING ?
+    p->duration_us = state == SLOT_BUSY || state == SLOT_READING ?
         (long long)(util_now_ms() - s->state_since_ms) * 1000 :
         (long long)s->request_us;
     p->content_length = s->content_length;
@@ -145,6 +182,19 @@ status_proc(const struct scoreboard *b, int i, struct status_proc *p)
     p->uri[sizeof(p->uri) - 1] = '\0';
     memcpy(p->tenant, s->tenant, sizeof(p->tenant));
     p->tenant[sizeof(p->tenant) - 1] = '\0';
+    p->hidden = 0;
+    if (viewer == NULL)
+        return 1;
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    stable = pid == getpid() || (state != SLOT_BUSY &&
+        __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != SLOT_BUSY &&
+        __atomic_load_n(&s->requests, __ATOMIC_ACQUIRE) == requests &&
+        __atomic_load_n(&s->pid, __ATOMIC_ACQUIRE) == pid);
+    if (!status_proc_own(p, viewer, stable)) {
+        p->hidden = 1;
+        p->content_length = 0;
+        p->method[0] = p->uri[0] = p->tenant[0] = '\0';
+    }
     return 1;
 }
 
@@ -175,12 +225,12 @@ status_text_value(const char *v, char *out, size_t size)
 
 static void
 status_text(const struct scoreboard *b, const struct status_pool *p,
-    int full, struct rl_response *resp)
+    int full, const struct key_info *viewer, struct rl_response *resp)
 {
     struct rl_buf *o = &resp->body;
     struct status_proc pr;
-    char date[64], method[4 * sizeof(pr.method)], uri[4 * sizeof(pr.uri)],
-        tenant[4 * sizeof(pr.tenant)];
+    char date[64], len[24], method[4 * sizeof(pr.method)],
+        uri[4 * sizeof(pr.uri)], tenant[4 * sizeof(pr.tenant)];
     int64_t now = util_wall_s();
     int i;
 
@@ -207,9 +257,13 @@ status_text(const struct scoreboard *b, const struct status_pool *p,
     if (!full)
         return;
     for (i = 0; i < RL_MAX_WORKERS; i++) {
-        if (!status_proc(b, i, &pr))
+        if (!status_proc(b, i, viewer, &pr))
             continue;
         status_date(pr.start_s, date, sizeof(date));
+        if (pr.hidden)
+            snprintf(len, sizeof(len), "-");
+        else
+            snprintf(len, sizeof(len), "%ld", pr.content_length);
         buf_printf(o,
             "\n************************\n"
             "pid:                  %ld\n"
@@ -220,12 +274,12 @@ status_text(const struct scoreboard *b, const struct status_pool *p,
             "request duration:     %lld\n"
             "request method:       %s\n"
             "request URI:          %s\n"
-            "content length:       %ld\n"
+            "content length:       %s\n"
             "tenant:               %s\n",
             pr.pid, pr.state, date, (long long)(now - pr.start_s),
             pr.requests, pr.duration_us,
             status_text_value(pr.method, method, sizeof(method)),
-            status_text_value(pr.uri, uri, sizeof(uri)), pr.content_length,
+            status_text_value(pr.uri, uri, sizeof(uri)), len,
             status_text_value(pr.tenant, tenant, sizeof(tenant)));
     }
 }
@@ -266,7 +320,7 @@ status_html_row(struct rl_buf *o, const char *name, const char *value)
 
 static void
 status_html(const struct scoreboard *b, const struct status_pool *p,
-    int full, struct rl_response *resp)
+    int full, const struct key_info *viewer, struct rl_response *resp)
 {
     static const char *const heads[] = { "pid", "state", "start time",
         "start since", "requests", "request duration", "request method",
@@ -307,7 +361,7 @@ status_html(const struct scoreboard *b, const struct status_pool *p,
             buf_printf(o, "<th>%s</th>", heads[h]);
         buf_puts(o, "</tr>\n");
         for (i = 0; i < RL_MAX_WORKERS; i++) {
-            if (!status_proc(b, i, &pr))
+            if (!status_proc(b, i, viewer, &pr))
                 continue;
             status_date(pr.start_s, date, sizeof(date));
             buf_printf(o, "<tr><td>%ld</td><td>%s</td><td>%s</td><td>%lld"
@@ -316,7 +370,10 @@ status_html(const struct scoreboard *b, const struct status_pool *p,
             status_html_text(o, pr.method);
             buf_puts(o, "</td><td>");
             status_html_text(o, pr.uri);
-            buf_printf(o, "</td><td>%ld</td><td>", pr.content_length);
+            if (pr.hidden)
+                buf_puts(o, "</td><td></td><td>");
+            else
+                buf_printf(o, "</td><td>%ld</td><td>", pr.content_length);
             status_html_text(o, pr.tenant);
             buf_puts(o, "</td></tr>\n");
         }
@@ -427,9 +484,11 @@ status_top_cmp(const void *a, const void *b)
     return (y->recent > x->recent) - (y->recent < x->recent);
 }
 
-/* The pairs denied most over the last STATS_WINDOW seconds. */
+/* The pairs denied most over the last STATS_WINDOW seconds: of the
+ * whole pool, or of the viewer's tenant only (by id). */
 static struct json_object *
-status_top(const struct rl_stats *st, int64_t now)
+status_top(const struct rl_stats *st, int64_t now,
+    const struct key_info *viewer)
 {
     static struct status_top top[STATS_PAIRS];
     struct json_object *a = json_object_new_array(), *o;
@@ -439,6 +498,8 @@ status_top(const struct rl_stats *st, int64_t now)
     for (i = 0; i < STATS_PAIRS; i++) {
         p = &st->pairs[i];
         if (!__atomic_load_n(&p->ready, __ATOMIC_ACQUIRE))
+            continue;
+        if (viewer != NULL && strcmp(p->tenant_id, viewer->tenant_id) != 0)
             continue;
         top[n].p = p;
         if ((top[n].recent = stats_pair_recent(p, now)) > 0)
@@ -484,7 +545,8 @@ status_health(struct service *svc)
 
 static void
 status_json(struct service *svc, const struct status_pool *p,
-    const struct status_query *sq, struct rl_response *resp)
+    const struct status_query *sq, const struct key_info *viewer,
+    struct rl_response *resp)
 {
     const struct scoreboard *b = svc->board;
     const struct rl_stats *st = &b->stats;
@@ -522,12 +584,12 @@ status_json(struct service *svc, const struct status_pool *p,
         json_object_object_add(h, "p99_ms", status_latency(st, now - 1,
             0.99));
         json_object_object_add(o, "history", h);
-        json_object_object_add(o, "top", status_top(st, now));
+        json_object_object_add(o, "top", status_top(st, now, viewer));
     }
     if (sq->full) {
         arr = json_object_new_array();
         for (i = 0; i < RL_MAX_WORKERS; i++) {
-            if (!status_proc(b, i, &pr))
+            if (!status_proc(b, i, viewer, &pr))
                 continue;
             po = json_object_new_object();
             status_add_int(po, "pid", pr.pid);
@@ -553,7 +615,7 @@ status_json(struct service *svc, const struct status_pool *p,
 
 void
 views_status(struct service *svc, const struct http_request *req,
-    struct rl_response *resp)
+    const struct key_info *viewer, struct rl_response *resp)
 {
     struct status_query sq;
     struct status_pool p;
@@ -563,16 +625,16 @@ views_status(struct service *svc, const struct http_request *req,
     resp->no_store = 1;
     switch (sq.format) {
     case FMT_JSON:
-        status_json(svc, &p, &sq, resp);
+        status_json(svc, &p, &sq, viewer, resp);
         break;
     case FMT_HTML:
-        status_html(svc->board, &p, sq.full, resp);
+        status_html(svc->board, &p, sq.full, viewer, resp);
         break;
     case FMT_OPENMETRICS:
         status_openmetrics(&p, resp);
         break;
     default:
-        status_text(svc->board, &p, sq.full, resp);
+        status_text(svc->board, &p, sq.full, viewer, resp);
     }
 }
 

@@ -5,8 +5,9 @@
  *   GET /health/live      the process answers
  *   GET /health/ready     PostgreSQL, Redis and the script are usable; the
  *                         reason in a 503 is short and names no address
- *   GET /metrics          Prometheus counters of the whole pool
- *   GET /status           php-fpm style pool status (?json)
+ *   GET /metrics          Prometheus counters of the pool, and per
+ *                         tenant (an admin key: its own tenant only)
+ *   GET /status           php-fpm style pool status (?json, status.c)
  *   GET /v1/config/...    the caller's own tenant and rules, as a check
  *                         would see them
  */
@@ -127,15 +128,21 @@ views_tenant_cmp(const void *a, const void *b)
     return (ty > tx) - (ty < tx);
 }
 
-/* The ready pairs of the table, by tenant; returns how many. */
+/* The ready pairs of the table (of the viewer's tenant when viewer is not
+ * NULL), by tenant; returns how many. */
 static int
-views_pairs(const struct rl_stats *st, const struct stats_pair **out)
+views_pairs(const struct rl_stats *st, const struct stats_pair **out,
+    const struct key_info *viewer)
 {
+    const struct stats_pair *p;
     int i, n = 0;
 
-    for (i = 0; i < STATS_PAIRS; i++)
-        if (__atomic_load_n(&st->pairs[i].ready, __ATOMIC_ACQUIRE))
-            out[n++] = &st->pairs[i];
+    for (i = 0; i < STATS_PAIRS; i++) {
+        p = &st->pairs[i];
+        if (__atomic_load_n(&p->ready, __ATOMIC_ACQUIRE) &&
+            (viewer == NULL || strcmp(p->tenant_id, viewer->tenant_id) == 0))
+            out[n++] = p;
+    }
     qsort(out, (size_t)n, sizeof(*out), views_pair_cmp);
     return n;
 }
@@ -144,10 +151,13 @@ views_pairs(const struct rl_stats *st, const struct stats_pair **out)
  * ratelimit_tenant_checks_total and ratelimit_rule_checks_total, for the
  * tenants metrics_tenants lets through: none, the top N by checks, or all
  * the pool counts (at most STATS_PAIRS pairs).  Tenants are named by name;
- * a series may vanish when its tenant drops out of the top N.
+ * a series may vanish when its tenant drops out of the top N.  A viewer
+ * (an admin key) gets its own tenant's series only, unless metrics_tenants
+ * is off.
  */
 static void
-views_tenant_metrics(struct service *svc, struct rl_buf *b)
+views_tenant_metrics(struct service *svc, const struct key_info *viewer,
+    struct rl_buf *b)
 {
     static const struct stats_pair *pairs[STATS_PAIRS];
     static struct views_tenant ten[STATS_PAIRS];
@@ -157,7 +167,7 @@ views_tenant_metrics(struct service *svc, struct rl_buf *b)
 
     if (top == 0)
         return;
-    n = views_pairs(&svc->board->stats, pairs);
+    n = views_pairs(&svc->board->stats, pairs, viewer);
     for (i = 0; i < n; i++) {
         if (nt == 0 || strcmp(pairs[i]->tenant_id,
             pairs[ten[nt - 1].first]->tenant_id) != 0) {
@@ -201,7 +211,8 @@ views_tenant_metrics(struct service *svc, struct rl_buf *b)
 }
 
 void
-views_metrics(struct service *svc, struct rl_response *resp)
+views_metrics(struct service *svc, const struct key_info *viewer,
+    struct rl_response *resp)
 {
     const struct rl_counters *c = svc->counters;
     const struct rl_stats *st = &svc->board->stats;
@@ -245,7 +256,7 @@ views_metrics(struct service *svc, struct rl_response *resp)
         "a key or rule lookup in PostgreSQL.", &st->pg);
     views_metric(b, "ratelimit_slow_checks_total", "Checks slower than "
         "slowlog_ms.", "counter", "", (unsigned long)st->slow);
-    views_tenant_metrics(svc, b);
+    views_tenant_metrics(svc, viewer, b);
     views_metric(b, "ratelimit_unavailable_total",
         "Answers 503 because a store was unreachable.", "counter", "",
         c->unavailable);
