@@ -135,8 +135,14 @@ static const struct config_key config_keys[] = {
       "(kept apart from known keys, so they can never evict them)" },
     { "key_lookup_rate", CT_LONG, OFF(key_lookup_rate), 0, 0, 1000000, "50",
       NULL, "PostgreSQL lookups per second and worker for API keys the pool "
-      "does not know; past it such a key gets 401 without a query; "
-      "0 = unlimited" },
+      "does not know and key_filter_mb does not vouch for; past it such a "
+      "key gets 401 when the key filter is complete, else 503 "
+      "key_lookup_deferred with Retry-After: 1; 0 = unlimited" },
+    { "key_filter_mb", CT_LONG, OFF(key_filter_mb), 0, 0, 1024, "4",
+      NULL, "MiB of shared memory for the filter of active API keys (a "
+      "Bloom filter, 4 bits a key: 4 MiB hold 1,000,000 keys with about "
+      "1 false positive in 500); keys in it are looked up whatever "
+      "key_lookup_rate; 0 = no filter" },
     { "rule_cache_ttl", CT_LONG, OFF(rule_cache_ttl), 0, 0, 86400, "30",
       NULL, "seconds a tenant's rules are used without asking PostgreSQL" },
     { "rule_cache_size", CT_LONG, OFF(rule_cache_size), 0, 1, 1000000,

@@ -26,7 +26,11 @@
  * long as no change was notified since it was fetched; stale entries are
  * still used when the key store cannot be reached.  Lookups of keys the
  * pool does not know at all are limited per worker to key_lookup_rate a
- * second; past that such a key is answered 401 without a lookup.
+ * second, unless the filter of active keys (keyfilter.c) vouches for the
+ * key; past that such a key is answered 401 when the filter is complete
+ * (PostgreSQL has said there is no such active key) and 503
+ * key_lookup_deferred otherwise: a valid key is never called invalid
+ * without PostgreSQL's word (doc/design.md, "Keys the pool has not seen").
  */
 #include <stdlib.h>
 #include <string.h>
@@ -136,14 +140,14 @@ decide_lookup_allowed(struct decider *dc, int64_t now)
  */
 static int
 decide_lookup(struct decider *dc, const unsigned char id[32], const char *arg,
-    int (*lookup)(void *, const char *, struct key_info *),
+    int (*lookup)(void *, const char *, struct key_info *), int is_key,
     struct key_info *info)
 {
     struct key_info known, fresh;
     struct shm_meta meta, nmeta;
     int64_t now = util_now_ms(), t0;
     uint64_t gen;
-    int have, rc;
+    int have, rc, seen;
 
     decide_sync(dc);
     gen = shm_generation(dc->shm);
@@ -159,9 +163,19 @@ decide_lookup(struct decider *dc, const unsigned char id[32], const char *arg,
     if (shm_get(dc->shm, SHM_UNKNOWN, id, NULL, 0, &nmeta) &&
         nmeta.generation == gen && now < nmeta.stamp)
         return AUTH_UNKNOWN;
-    if (!have && !decide_lookup_allowed(dc, now)) {
+    /* Unknown to the pool: a key the filter vouches for is asked about
+     * at once; any other only within key_lookup_rate, and past it is
+     * invalid when the filter is complete, else asked about later.
+     * Without a filter, or for a tenant name, every answer is "later":
+     * only PostgreSQL says that a key does not exist. */
+    if (!have && (seen = is_key ? keyfilter_test(dc->shm->keyfilter, id) :
+        KEYFILTER_UNKNOWN) != KEYFILTER_MAYBE &&
+        !decide_lookup_allowed(dc, now)) {
         COUNT(dc, key_lookups_limited);
-        return AUTH_UNKNOWN;
+        if (seen == KEYFILTER_ABSENT)
+            return AUTH_UNKNOWN;
+        COUNT(dc, key_lookups_deferred);
+        return AUTH_DEFERRED;
     }
     COUNT(dc, key_lookups);
     STAT(dc, key_misses);
@@ -202,7 +216,7 @@ decide_key(struct decider *dc, const char *key, size_t len,
         return AUTH_NO_KEY;
     util_sha256((const unsigned char *)key, len, md);
     util_hex(md, sizeof(md), hash);
-    return decide_lookup(dc, md, hash, dc->store.key, info);
+    return decide_lookup(dc, md, hash, dc->store.key, 1, info);
 }
 
 int
@@ -215,7 +229,7 @@ decide_tenant(struct decider *dc, const char *name, struct key_info *info)
      * the two cannot meet by accident. */
     snprintf(tag, sizeof(tag), "tenant-by-name:%s", name);
     util_sha256((const unsigned char *)tag, strlen(tag), id);
-    return decide_lookup(dc, id, name, dc->store.tenant, info);
+    return decide_lookup(dc, id, name, dc->store.tenant, 0, info);
 }
 
 /* The tenants table's id for a tenant's rules. */
@@ -355,6 +369,12 @@ decide_auth_answer(struct decider *dc, struct rl_response *resp, int rc)
         return -1;
     case AUTH_SUSPENDED:
         response_error(resp, 403, "tenant_suspended", "tenant is suspended");
+        return -1;
+    case AUTH_DEFERRED:
+        /* Not "invalid": nobody has said so yet. */
+        response_error(resp, 503, "key_lookup_deferred", "this API key is "
+            "not known here yet and lookups are busy; try again");
+        response_header(resp, "Retry-After", "1");
         return -1;
     default:
         decide_unavailable(dc, resp, "service_unavailable",

@@ -24,11 +24,18 @@
  *
  * After a failure no new connection is tried for PG_BACKOFF_MS, so an
  * outage costs one fast failure per request, not one deadline each.
+ *
+ * The filter of active keys (keyfilter.c) is kept here too: one worker
+ * reads every active key's hash between requests whenever it is not
+ * complete, each notification of a key adds its hash, and a lost
+ * connection marks it incomplete.
  */
 #include <errno.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <libpq-fe.h>
 
@@ -54,6 +61,12 @@ static const char sql_tenant[] =
 static const char sql_used[] =
     "UPDATE api_keys SET last_used_at = now() "
     "WHERE id = ANY ($1::bigint[]) RETURNING id";
+
+/* The key filter's rows (keyfilter.c), read within PG_FILTER_BUILD_MS:
+ * about 1 s a million keys here. */
+static const char sql_active_keys[] =
+    "SELECT key_hash FROM api_keys WHERE status = 'active'";
+#define PG_FILTER_BUILD_MS 10000
 
 /* last_used_at: each key at most once a minute, a batch at most once a
  * second. */
@@ -289,8 +302,11 @@ pg_store_advance(struct pg_store *ps, int64_t deadline)
     /* After a lost connection, whatever changed while nobody may have
      * been listening is unknown: what the pool knows is checked afresh.  A
      * worker's first connection changes nothing: the pool was listening. */
-    if (ps->was_ready)
+    if (ps->was_ready) {
         ps->notified = 1;
+        /* Keys added meanwhile may be missing from the filter too. */
+        keyfilter_incomplete(ps->filter);
+    }
     ps->was_ready = 1;
     return STORE_OK;
 pending:
@@ -401,13 +417,91 @@ pg_store_write_used(struct pg_store *ps)
     ps->nused = 0;
 }
 
+/* Whether process pid still runs (a builder of the key filter). */
+static int
+pg_store_pid_alive(int32_t pid)
+{
+    return kill((pid_t)pid, 0) == 0 || errno != ESRCH;
+}
+
+/*
+ * Reads the hash of every active key into the key filter, a row at a time
+ * (libpq's single-row mode: the client's memory does not grow with the
+ * keys), within PG_FILTER_BUILD_MS.  Returns 1 when every row was read.
+ * A failure or a timeout drops the connection: a query may still be
+ * running on it.
+ */
+static int
+pg_store_filter_read(struct pg_store *ps)
+{
+    int64_t deadline = util_now_ms() + PG_FILTER_BUILD_MS;
+    PGresult *r;
+    long n = 0, bad = 0;
+    int ok = 0, f;
+
+    if (!PQsendQuery(ps->conn, sql_active_keys) ||
+        !PQsetSingleRowMode(ps->conn))
+        goto fail;
+    while ((f = PQflush(ps->conn)) == 1)
+        if (!pg_store_wait(ps->conn, 1, deadline))
+            goto fail;
+    if (f == -1)
+        goto fail;
+    for (;;) {
+        if (!PQconsumeInput(ps->conn))
+            goto fail;
+        while (!PQisBusy(ps->conn)) {
+            if ((r = PQgetResult(ps->conn)) == NULL) {
+                if (ok)
+                    log_info("key filter: %ld active keys read", n);
+                else
+                    pg_store_fail(ps, "postgresql unreachable",
+                        "key filter", "no result");
+                if (bad > 0)
+                    log_warn("key filter: %ld key hashes are not 64 hex "
+                        "digits", bad);
+                return ok;
+            }
+            if (PQresultStatus(r) == PGRES_SINGLE_TUPLE) {
+                n++;
+                if (keyfilter_add_hex(ps->filter, PQgetvalue(r, 0, 0)) == -1)
+                    bad++;
+            } else if (PQresultStatus(r) == PGRES_TUPLES_OK)
+                ok = 1;
+            else {
+                pg_store_fail(ps, "postgresql unreachable", "key filter",
+                    PQresultErrorMessage(r));
+                PQclear(r);
+                return 0;
+            }
+            PQclear(r);
+        }
+        if (!pg_store_wait(ps->conn, 0, deadline)) {
+            pg_store_fail(ps, "postgresql unreachable", "key filter",
+                "timed out");
+            return 0;
+        }
+    }
+fail:
+    pg_store_fail(ps, "postgresql unreachable", "key filter",
+        PQerrorMessage(ps->conn));
+    return 0;
+}
+
 void
 pg_store_tick(struct pg_store *ps, int idle)
 {
+    int32_t pid;
+
     if (ps->state != PGS_READY)
         pg_store_advance(ps, idle ? util_now_ms() + PG_TICK_WAIT_MS : 0);
     else if (ps->nused > 0 && util_now_ms() >= ps->used_write_at_ms)
         pg_store_write_used(ps);
+    else if (ps->filter != NULL && !keyfilter_complete(ps->filter) &&
+        keyfilter_claim(ps->filter, pid = (int32_t)getpid(), util_now_ms(),
+        pg_store_pid_alive))
+        keyfilter_release(ps->filter, pid, pg_store_filter_read(ps),
+            util_now_ms());
 }
 
 int
@@ -548,6 +642,7 @@ int
 pg_store_poll(struct pg_store *ps)
 {
     PGnotify *n;
+    const char *hash;
     int changed = ps->notified;
 
     ps->notified = 0;
@@ -562,9 +657,14 @@ pg_store_poll(struct pg_store *ps)
         return changed;
     }
     ps->readable = 0;
-    /* Also what a query's answer brought along, already read. */
+    /* Also what a query's answer brought along, already read.  A key's
+     * notification names its hash (schema/005_key_notify.sql): "api_keys:
+     * TENANT:HASH", HASH only while the key is active. */
     while ((n = PQnotifies(ps->conn)) != NULL) {
         log_debug("postgresql: change notified (%s)", n->extra);
+        if (strncmp(n->extra, "api_keys:", 9) == 0 &&
+            (hash = strchr(n->extra + 9, ':')) != NULL && hash[1] != '\0')
+            keyfilter_add_hex(ps->filter, hash + 1);
         changed = 1;
         PQfreemem(n);
     }

@@ -79,6 +79,7 @@ struct rl_config {
     long key_cache_size;
     long key_cache_negative_size;
     long key_lookup_rate;       /* per second and worker; 0 = unlimited */
+    long key_filter_mb;         /* the filter of active keys; 0 = none */
     long rule_cache_ttl;
     long rule_cache_size;       /* tenants */
     long overlimit_cache_size;  /* denials remembered; 0 = off */
@@ -137,6 +138,24 @@ int config_check_process(const struct rl_config *cfg, char *err,
 void config_dump(const struct rl_config *cfg, FILE *fp);
 
 /* Writes the key table (name, default, bounds, meaning). */
+/* Copies the libpq connection string conninfo (keyword/value or URI form)
+ * to out as it is written, except that the value of every password in it
+ * (password, sslpassword; in a URI user:PASSWORD@ and ?password=) is
+ * replaced by "(set)", as is everything from a pair libpq could not read
+ * on.  When the result does not fit, or libpq still reads a password from
+ * it, out is "(set)" alone.  Returns the number of passwords hidden, 0
+ * when conninfo holds none. */
+int config_conninfo_mask(const char *conninfo, char *out, size_t outlen);
+
+/* Whether the file cfg was loaded from (cfg->path) holds a password (a
+ * non-empty redis_password or redis_sentinel_password, or one in
+ * pg_conninfo) and users other than the service's may read it: mode o+r,
+ * or g+r for a group that is neither root's nor the service's (of "group",
+ * else of "user"; not checked when neither is set).  Returns 1 with a
+ * one-line warning naming the file and its mode in msg, else 0. */
+int config_check_secrets(const struct rl_config *cfg, char *msg,
+    size_t msglen);
+
 void config_help(FILE *fp);
 
 /* ------------------------------------------------------------------ */
@@ -692,6 +711,7 @@ struct shm {
      * are taken over only when this says no.  NULL: never. */
     int (*pid_alive)(int32_t pid);
 };
+    struct keyfilter *keyfilter;    /* the pool's, or NULL */
 
 struct shm_meta {
     int64_t stamp;              /* fetched at, or valid until (ms) */
@@ -749,6 +769,54 @@ int shm_rules_unpack(const void *in, size_t len, struct rl_rule *rules,
 int shm_rules_count(const void *in, size_t len);
 
 /* ------------------------------------------------------------------ */
+/* ------------------------------------------------------------------ */
+/* keyfilter.c: the hashes of every active API key, in a Bloom filter */
+
+struct keyfilter {
+    void *base;                 /* keyfilter_size() bytes, MAP_SHARED;
+                                   NULL: no filter */
+};
+
+/* What keyfilter_test() says of a key's hash. */
+enum { KEYFILTER_ABSENT = 0,    /* no active key has it */
+    KEYFILTER_MAYBE,            /* an active key may have it */
+    KEYFILTER_UNKNOWN };        /* not in it, but the filter is incomplete */
+
+struct keyfilter_stats {
+    uint64_t bits, set, keys, builds;
+    int complete;
+};
+
+/* Bytes to map for a filter of bytes bytes of bits (0 for none). */
+size_t keyfilter_size(size_t bytes);
+
+/* Lays a filter out in base (size bytes from keyfilter_size(), zero
+ * filled).  Returns 0, or -1 (f->base NULL) when size is too small. */
+int keyfilter_init(struct keyfilter *f, void *base, size_t size);
+
+/* Adds a key's SHA-256 (md, or its 64 lowercase or uppercase hex digits:
+ * -1 when hex is not that). */
+void keyfilter_add(struct keyfilter *f, const unsigned char md[32]);
+int keyfilter_add_hex(struct keyfilter *f, const char *hex);
+
+/* KEYFILTER_* for a key's SHA-256; KEYFILTER_UNKNOWN without a filter. */
+int keyfilter_test(const struct keyfilter *f, const unsigned char md[32]);
+int keyfilter_complete(const struct keyfilter *f);
+
+/* Notifications may have been missed: not complete until built again. */
+void keyfilter_incomplete(struct keyfilter *f);
+
+/* Whether pid is to build the filter now: it is not complete, no live
+ * builder has it (alive tells; NULL: every pid is alive) and no failed
+ * build asked to wait.  Release after the build: built 1 marks the filter
+ * complete, 0 makes the next build wait a second. */
+int keyfilter_claim(struct keyfilter *f, int32_t pid, int64_t now_ms,
+    int (*alive)(int32_t));
+void keyfilter_release(struct keyfilter *f, int32_t pid, int built,
+    int64_t now_ms);
+
+void keyfilter_stats(const struct keyfilter *f, struct keyfilter_stats *st);
+
 /* stats.c: what the pool has done, in the shared segment */
 
 /* Latency buckets: upper bounds in microseconds; the last is +Inf. */

@@ -32,6 +32,10 @@ scoreboard_pid_alive(int32_t pid)
     return pid > 0 && (kill(pid, 0) == 0 || errno != ESRCH);
 }
 
+/* The pool's key filter (keyfilter.c); a process maps one pool. */
+static struct keyfilter scoreboard_filter;
+static size_t scoreboard_filter_size;
+
 int
 scoreboard_map(struct shm *m, const struct rl_config *cfg)
 {
@@ -60,12 +64,32 @@ scoreboard_map(struct shm *m, const struct rl_config *cfg)
     log_debug("shared segment: %zu bytes (%zu keys, %zu unknown keys, %zu "
         "tenants)", size, counts[SHM_KEYS], counts[SHM_UNKNOWN],
         counts[SHM_TENANTS]);
+    /* The filter of active keys: a mapping of its own, so that its size
+     * does not change the segment's layout. */
+    if ((size = keyfilter_size((size_t)cfg->key_filter_mb << 20)) > 0) {
+        base = mmap(NULL, size, PROT_READ | PROT_WRITE,
+            MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        if (base == MAP_FAILED) {
+            log_error("mmap of %zu bytes for the key filter: %s", size,
+                strerror(errno));
+            scoreboard_unmap(m);
+            return -1;
+        }
+        keyfilter_init(&scoreboard_filter, base, size);
+        scoreboard_filter_size = size;
+        m->keyfilter = &scoreboard_filter;
+    }
     return 0;
 }
 
 void
 scoreboard_unmap(struct shm *m)
 {
+    if (m->keyfilter != NULL && m->keyfilter->base != NULL) {
+        munmap(m->keyfilter->base, scoreboard_filter_size);
+        m->keyfilter->base = NULL;
+        m->keyfilter = NULL;
+    }
     if (m->base != NULL)
         munmap(m->base, shm_total(m));
     memset(m, 0, sizeof(*m));

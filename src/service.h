@@ -151,6 +151,8 @@ struct pg_store {
     unsigned serial;            /* counts connections made */
     unsigned watched;           /* serial of the connection watched */
     int readable;               /* the watcher saw its socket readable */
+    struct keyfilter *filter;   /* the pool's filter of active keys, or
+                                   NULL */
     char error[160];            /* short reason, for /health/ready */
     long long used[PG_USED_PENDING];
     int nused;
@@ -256,6 +258,9 @@ struct rl_counters {
     unsigned long worker_rss_exits; /* workers replaced for their memory */
     unsigned long key_lookups;      /* key store lookups */
     unsigned long key_lookups_limited; /* unknown keys refused unasked */
+    unsigned long key_lookups_deferred; /* of those, answered 503: the key
+                                           filter could not vouch either
+                                           way */
     unsigned long redis_redirects;  /* MOVED and ASK followed */
     unsigned long redis_lookups;    /* slot maps read, sentinels asked */
     unsigned long overlimit_hits;   /* denials answered from the cache */
@@ -329,6 +334,7 @@ enum auth_result {
     AUTH_REVOKED,
     AUTH_SUSPENDED,
     AUTH_UNAVAILABLE,
+    AUTH_DEFERRED,              /* not known, and no lookup allowed now */
 };
 
 enum decide_result {

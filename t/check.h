@@ -32,5 +32,6 @@ Suite *cluster_suite(void);
 Suite *stats_suite(void);
 Suite *decide_suite(void);
 Suite *algo_suite(void);
+Suite *keyfilter_suite(void);
 
 #endif /* RL_T_CHECK_H */

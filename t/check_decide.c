@@ -509,18 +509,64 @@ START_TEST(test_key_lookups)
     calls = fk.key_calls;
     ck_assert_int_eq(check("good-key", "{\"route\":\"/api/x\"}"), 200);
     ck_assert_int_eq(fk.key_calls, calls);
-    /* Past key_lookup_rate, a key the pool does not know is refused
-     * without a lookup; a key it knows still works. */
+    /* Past key_lookup_rate, a key the pool does not know is not looked
+     * up; without a filter of active keys nobody has said it is invalid,
+     * so it is asked to come back (503), never told 401; a key the pool
+     * knows still works. */
     dc.cfg = &cfg;
     cfg.key_lookup_rate = 1;
     dc.lookup_tokens = 1;
     dc.lookup_refill_ms = util_now_ms();
     ck_assert_int_eq(check("bad-2", "{\"route\":\"/api/x\"}"), 401);
     calls = fk.key_calls;
-    ck_assert_int_eq(check("bad-3", "{\"route\":\"/api/x\"}"), 401);
+    ck_assert_int_eq(check("bad-3", "{\"route\":\"/api/x\"}"), 503);
+    ck_assert_ptr_nonnull(body_has("key_lookup_deferred"));
+    ck_assert_ptr_nonnull(header_has("Retry-After: 1\r\n"));
+    ck_assert_int_eq(check("suspended-key", "{\"route\":\"/api/x\"}"),
+        503);
     ck_assert_int_eq(fk.key_calls, calls);
-    ck_assert_int_eq((int)counters.key_lookups_limited, 1);
+    ck_assert_int_eq((int)counters.key_lookups_limited, 2);
+    ck_assert_int_eq((int)counters.key_lookups_deferred, 2);
     ck_assert_int_eq(check("good-key", "{\"route\":\"/api/x\"}"), 200);
+}
+END_TEST
+
+/* With a filter of active keys: a key it vouches for is looked up past
+ * key_lookup_rate; once complete, a key it does not know is invalid
+ * (401) without a lookup; while incomplete, 503. */
+START_TEST(test_key_filter)
+{
+    struct keyfilter kf;
+    unsigned char md[32];
+    size_t size = keyfilter_size(4096);
+    void *mem = calloc(1, size);
+    int calls;
+
+    ck_assert_int_eq(keyfilter_init(&kf, mem, size), 0);
+    shm.keyfilter = &kf;
+    cfg.key_lookup_rate = 1;
+    dc.lookup_tokens = 0;
+    dc.lookup_refill_ms = util_now_ms();
+    util_sha256("suspended-key", strlen("suspended-key"), md);
+    keyfilter_add(&kf, md);
+    util_sha256("revoked-key", strlen("revoked-key"), md);
+    keyfilter_add(&kf, md);
+    calls = fk.key_calls;
+    ck_assert_int_eq(check("bad-1", "{\"route\":\"/api/x\"}"), 503);
+    ck_assert_ptr_nonnull(body_has("key_lookup_deferred"));
+    ck_assert_int_eq(fk.key_calls, calls);
+    ck_assert_int_eq(check("suspended-key", "{\"route\":\"/api/x\"}"),
+        403);
+    ck_assert_int_eq(fk.key_calls, calls + 1);
+    keyfilter_release(&kf, 0, 1, 0);
+    ck_assert_int_eq(check("bad-2", "{\"route\":\"/api/x\"}"), 401);
+    ck_assert_ptr_nonnull(body_has("unauthorized"));
+    ck_assert_int_eq(check("revoked-key", "{\"route\":\"/api/x\"}"), 401);
+    ck_assert_int_eq(fk.key_calls, calls + 2);
+    ck_assert_int_eq((int)counters.key_lookups_limited, 2);
+    ck_assert_int_eq((int)counters.key_lookups_deferred, 1);
+    shm.keyfilter = NULL;
+    free(mem);
 }
 END_TEST
 
@@ -575,6 +621,7 @@ decide_suite(void)
     tcase_add_test(tc, test_misconfigured_rules);
     tcase_add_test(tc, test_store_down_with_known_key);
     tcase_add_test(tc, test_key_lookups);
+    tcase_add_test(tc, test_key_filter);
     tcase_add_test(tc, test_authorizer);
     suite_add_tcase(s, tc);
     return s;

@@ -187,17 +187,17 @@ is "an unknown command exits 2 naming it" "$RC $(has err frobnicate)" "2 yes"
 # --- migrate -------------------------------------------------------------
 
 ctl migrate
-is "migrate applies 001_init, then 002_limits, 003_count_scope and 004_rule_bound" \
+is "migrate applies 001_init, then 002_limits, 003_count_scope, 004_rule_bound and 005_key_notify" \
     "$RC $(has out '^applied  *001_init') $(has out '^applied  *002_limits') $(grep '^applied' "$TMP/out" | awk '{ printf "%s ", $2 }')" \
-    "0 yes yes 001_init 002_limits 003_count_scope 004_rule_bound "
-is "schema_migrations records versions 1 to 4" \
+    "0 yes yes 001_init 002_limits 003_count_scope 004_rule_bound 005_key_notify "
+is "schema_migrations records versions 1 to 5" \
     "$(sql "SELECT string_agg(version || ' ' || name, ', ' ORDER BY version) FROM schema_migrations")" \
-    "1 001_init, 2 002_limits, 3 003_count_scope, 4 004_rule_bound"
+    "1 001_init, 2 002_limits, 3 003_count_scope, 4 004_rule_bound, 5 005_key_notify"
 ctl migrate
 is "a second migrate applies nothing" \
-    "$RC $(has out '^applied') $(has out 'up to date (version 4)')" "0 no yes"
-is "schema_migrations still has four rows" \
-    "$(sql "SELECT count(*) FROM schema_migrations")" 4
+    "$RC $(has out '^applied') $(has out 'up to date (version 5)')" "0 no yes"
+is "schema_migrations still has five rows" \
+    "$(sql "SELECT count(*) FROM schema_migrations")" 5
 is "002 adds rules.always and limits.period_us, burst, calendar" \
     "$(sql "SELECT string_agg(table_name || '.' || column_name || ' ' || data_type, ', ' ORDER BY table_name, column_name) FROM information_schema.columns WHERE (table_name, column_name) IN (('rules', 'always'), ('limits', 'period_us'), ('limits', 'burst'), ('limits', 'calendar'))")" \
     "limits.burst bigint, limits.calendar text, limits.period_us bigint, rules.always boolean"
@@ -631,12 +631,17 @@ printf '%s\n' "LISTEN ratelimit_changes;" \
     "UPDATE limits SET limit_count = 101 WHERE rule_id = $SW_RULE;" \
     "UPDATE limits SET burst = 4 WHERE rule_id = $G1_RULE AND algorithm = 'gcra';" \
     "UPDATE rules SET always = true WHERE id = $G3_RULE;" \
-    "INSERT INTO limits (rule_id, name, algorithm, limit_count, calendar) VALUES ($G3_RULE, 'n', 'fixed_window', 9, 'hour');" |
+    "INSERT INTO limits (rule_id, name, algorithm, limit_count, calendar) VALUES ($G3_RULE, 'n', 'fixed_window', 9, 'hour');" \
+    "INSERT INTO api_keys (tenant_id, key_hash, key_prefix) VALUES ('$ACME_ID', repeat('ab', 32), 'rl_note');" \
+    "DELETE FROM api_keys WHERE key_hash = repeat('ab', 32);" |
     psql -X -q -h 127.0.0.1 -p "$CTL_PG_PORT" -U ratelimit -d ratelimit \
         >"$TMP/notify" 2>&1
-is "revoking a key notifies api_keys:<tenant id>, once" \
-    "$(grep -c 'payload "api_keys:' "$TMP/notify") $(has notify "payload \"api_keys:$ACME_ID\"")" \
-    "1 yes"
+is "revoking a key and deleting one notify api_keys:<tenant id>: (no hash)" \
+    "$(grep -c "payload \"api_keys:$ACME_ID:\"" "$TMP/notify")" 2
+is "adding a key notifies api_keys:<tenant id>:<its hash>, once" \
+    "$(grep -c "payload \"api_keys:$ACME_ID:$(printf 'ab%.0s' $(seq 32))\"" "$TMP/notify")" 1
+is "a revoke, an insert and a delete: three api_keys notifications" \
+    "$(grep -c 'payload "api_keys:' "$TMP/notify")" 3
 is "changing a limit notifies limits:<rule id>" \
     "$(has notify "payload \"limits:$SW_RULE\"")" yes
 is "changing a limit's burst (a column of 002) notifies limits:<rule id>" \
