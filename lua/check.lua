@@ -259,7 +259,7 @@ for i = 1, n do
     local p1, p2 = argv[base + 1] + 0, argv[base + 2]
     local allowed, limit, remaining, reset_ms, retry_ms, s1, s2, s3, s4
     if algorithm == 'token_bucket' then
-        allowed, limit, remaining, reset_ms, retry_ms, s1, s2 =
+        allowed, limit, remaining, reset_ms, retry_ms, s1, s2, s3 =
             token_bucket_evaluate(keys[i], p1, p2 + 0, cost, now_us)
     elseif algorithm == 'sliding_window' then
         allowed, limit, remaining, reset_ms, retry_ms, s1, s2, s3, s4 =
@@ -337,7 +337,7 @@ if reply[1] == 1 and pending ~= nil then
             local p = 4 * i - 3
             if algorithm == 'token_bucket' then
                 token_bucket_commit(keys[i], pending[p], pending[p + 1],
-                    now_us)
+                    pending[p + 2])
             elseif algorithm == 'sliding_window' then
                 sliding_window_commit(keys[i], pending[p], pending[p + 1],
                     pending[p + 2], pending[p + 3])

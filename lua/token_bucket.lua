@@ -18,7 +18,22 @@
 -- validated p1 and p2. Returns allowed (boolean), limit, remaining, reset_ms
 -- and retry_ms (integers, as described in check.lua), then what
 -- token_bucket_commit() takes after the key: left, the exact tokens to store,
--- and ttl_ms.
+-- ttl_ms, and at_us, the time to store with them.
+--
+-- A clock that goes back (failover to a node whose clock is behind) finds
+-- a "ts" ahead of now. The bucket then refills nothing until the clock
+-- reaches ts, and a charge keeps ts rather than store the earlier now:
+-- otherwise the next call on the clock ahead would refill the time between
+-- the two clocks once more, and a clock flapping between them would refill
+-- it on every flap. So the stored time never moves backwards, and the wait
+-- until ts counts in reset_ms, retry_ms and the TTL. A ts further ahead
+-- than the time an empty bucket takes to fill (capacity / rate) is
+-- forgotten, keeping its tokens, as the script did before: the clock went
+-- back by more than that, or wrote ts while it was that far ahead (a node
+-- a year ahead put right), and a bucket that refills nothing for longer
+-- than a full refill would deny a client below its rate. A charge made on
+-- a clock ahead thus withholds at most one full refill. All of this is
+-- only on the path where the clock did not move forward.
 --
 -- Token counts are floats: 1e-9 absorbs their rounding error when comparing,
 -- and durations in milliseconds are rounded up ignoring float noise of up to
@@ -31,13 +46,25 @@ local function token_bucket_evaluate(key, capacity, rate, cost, now_us)
     local stored = redis.call('HMGET', key, 'tokens', 'ts')
     local tokens = tonumber(stored[1])
     local ts = tonumber(stored[2])
+    local at_us, ahead_ms = now_us, 0
     if tokens == nil or ts == nil then
         tokens = capacity
     else
-        -- A clock that went backwards (failover) refills nothing. A
-        -- negative or unreadable count of tokens counts as none.
+        -- A clock that went backwards (failover) refills nothing, and
+        -- ts is kept if it is at most a full refill ahead (see above; a
+        -- NaN ts is not). A ts written by hand as a fraction, or at 2^53
+        -- or more, is kept as the whole number at or after it, formatted
+        -- here as token_bucket_commit() explains. A negative or unreadable
+        -- count of tokens counts as none.
         local elapsed_us = now_us - ts
         if not (elapsed_us > 0) then
+            if -elapsed_us <= capacity * 1e6 / rate then
+                at_us = ts
+                ahead_ms = -elapsed_us / 1000
+                if not (ts % 1 == 0 and ts < 2 ^ 53) then
+                    at_us = string.format('%.0f', math.ceil(ts))
+                end
+            end
             elapsed_us = 0
         end
         if not (tokens > 0) then
@@ -63,39 +90,43 @@ local function token_bucket_evaluate(key, capacity, rate, cost, now_us)
         if cost > capacity then
             retry_ms = -1
         else
-            retry_ms = math.ceil((cost - tokens) * 1000 / rate - 1e-6)
+            retry_ms = math.ceil((cost - tokens) * 1000 / rate + ahead_ms -
+                1e-6)
             if not (retry_ms > 1) then
                 retry_ms = 1
             end
         end
     end
-    local reset_ms = math.ceil((capacity - left) * 1000 / rate - 1e-6)
+    local reset_ms = math.ceil((capacity - left) * 1000 / rate + ahead_ms -
+        1e-6)
     if reset_ms < 0 then
         reset_ms = 0
     end
-    -- The key expires once an empty bucket would have refilled completely,
-    -- when it is the same as a new one. The TTL is capped (at about 30000
-    -- years) so that absurd parameters cannot make PEXPIRE fail after
-    -- another limit has already been written.
-    local ttl_ms = math.ceil(capacity * 1000 / rate) + 1000
+    -- The key expires once an empty bucket would have refilled completely
+    -- (after the wait until a ts ahead), when it is the same as a new one.
+    -- The TTL is capped (at about 30000 years) so that absurd parameters
+    -- cannot make PEXPIRE fail after another limit has already been
+    -- written.
+    local ttl_ms = math.ceil(capacity * 1000 / rate + ahead_ms) + 1000
     if 1e15 < ttl_ms then
         ttl_ms = 1e15
     end
     return allowed, capacity, math.floor(left + 1e-9), reset_ms, retry_ms,
-        left, ttl_ms
+        left, ttl_ms, at_us
 end
 
 -- Charges the cost decided by token_bucket_evaluate(), storing left tokens
--- at now_us.
+-- at at_us: now, or the stored time if that is ahead of now.
 --
 -- Whole numbers are stored as string.format('%.0f') writes them. A whole
 -- number from 0 up to 2^53 passed to redis.call() as a number becomes the
 -- same digits on every Redis version, and more cheaply, so the algorithms
--- pass such numbers as they are: ttl_ms and now_us always are. The float
+-- pass such numbers as they are: ttl_ms always is, and at_us is or is
+-- already formatted (token_bucket_evaluate() does that). The float
 -- left is formatted here, so that it is stored the same on every Redis
 -- version (newer ones would write a fraction in a shorter form).
-local function token_bucket_commit(key, left, ttl_ms, now_us)
+local function token_bucket_commit(key, left, ttl_ms, at_us)
     redis.call('HSET', key,
-        'tokens', string.format('%.17g', left), 'ts', now_us)
+        'tokens', string.format('%.17g', left), 'ts', at_us)
     redis.call('PEXPIRE', key, ttl_ms)
 end

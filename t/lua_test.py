@@ -1629,6 +1629,86 @@ def test_flap_gcra():
                   over[:3], [])
 
 
+def test_flap_tb():
+    # A bucket of 60 refilled at 0.2 a second, the same limit as the GCRA
+    # case, checked every 3 s for 15 minutes: in every span of the leading
+    # clock, from one call allowed to another, at most the capacity plus
+    # one per 5 s passed. (Storing the time of a charge on the clock
+    # behind refilled the jump again on the clock ahead: all 300 passed,
+    # where 239 pass on a steady clock.)
+    a = [tb(60, "0.2")]
+    for name, lag_us in (("behind", FLAP_LAG_US), ("ahead", -FLAP_LAG_US)):
+        _, allowed = flap("flap:tb:" + name, a, 1835395200, 900, lag_us,
+                          step_us=3000000)
+        over = [(i, j) for i in range(len(allowed))
+                for j in range(i, len(allowed))
+                if j - i + 1 > 60 + (allowed[j] - allowed[i]) / 5000000]
+        expect_eq(name + ": spans over capacity + refill (first, last)",
+                  over[:3], [])
+
+
+def test_tb_clock_back():
+    # A bucket of 10 refilled at 1 a second, charged on a clock 5 s ahead:
+    # found at N, it refills nothing until N + 5 s, keeps that time and
+    # counts the wait in reset_ms, retry_after_ms and the TTL. A stored
+    # time at most a full refill (10 s) ahead is kept; one further ahead
+    # is forgotten, with the tokens kept (no refill), at N.
+    a = [tb(10, 1)]
+    cmd("HSET", "back:tb", "tokens", "2", "ts", str(N + 5000000))
+    t0 = redis_now_ms()
+    r = check(["back:tb"], a, now=N)
+    expect_reply("time ahead kept", r, reply(
+        allowed=1, now_ms=NMS, limits=[
+            lim(allowed=1, limit=10, remaining=1, reset_ms=14000,
+                retry_after_ms=0)]))
+    expect_state("time ahead kept", "back:tb",
+                 {"tokens": 1, "ts": N + 5000000})
+    # From empty at N + 5 s, full 10 s later, plus 1 s.
+    expect_pttl("back:tb", 16000, t0)
+    out = check_times(2, ["back:tb"], a, now=N + 1000000)
+    expect_reply("last token", out[0], reply(
+        allowed=1, now_ms=NMS + 1000, limits=[
+            lim(allowed=1, limit=10, remaining=0, reset_ms=14000,
+                retry_after_ms=0)]))
+    expect_reply("empty until N + 5 s", out[1], reply(
+        allowed=0, now_ms=NMS + 1000, limits=[
+            lim(allowed=0, limit=10, remaining=0, reset_ms=14000,
+                retry_after_ms=5000)]))
+    expect_state("empty until N + 5 s", "back:tb",
+                 {"tokens": 0, "ts": N + 5000000})
+    r = check(["back:tb"], a, now=N + 5999999)
+    expect_reply("1 µs early", r, reply(
+        allowed=0, now_ms=NMS + 5999, limits=[
+            lim(allowed=0, limit=10, remaining=0, reset_ms=9001,
+                retry_after_ms=1)]))
+    r = check(["back:tb"], a, now=N + 6000000)
+    expect_reply("on time", r, reply(
+        allowed=1, now_ms=NMS + 6000, limits=[
+            lim(allowed=1, limit=10, remaining=0, reset_ms=10000,
+                retry_after_ms=0)]))
+    expect_state("on time", "back:tb", {"tokens": 0, "ts": N + 6000000})
+    # Exactly a full refill ahead: kept. 1 µs more: forgotten.
+    cmd("HSET", "back:tb2", "tokens", "2", "ts", str(N + 10000000))
+    r = check(["back:tb2"], a, now=N)
+    expect_eq("a full refill ahead: reset_ms", r.limits[0].reset_ms, 19000)
+    expect_state("a full refill ahead", "back:tb2",
+                 {"tokens": 1, "ts": N + 10000000})
+    cmd("HSET", "back:tb3", "tokens", "2", "ts", str(N + 10000001))
+    t0 = redis_now_ms()
+    r = check(["back:tb3"], a, now=N)
+    expect_reply("further ahead", r, reply(
+        allowed=1, now_ms=NMS, limits=[
+            lim(allowed=1, limit=10, remaining=1, reset_ms=9000,
+                retry_after_ms=0)]))
+    expect_state("further ahead", "back:tb3", {"tokens": 1, "ts": N})
+    expect_pttl("back:tb3", 11000, t0)
+    # A time edited by hand to a fraction is kept rounded up.
+    cmd("HSET", "back:tb4", "tokens", "2", "ts", "%d.5" % (N + 1000000))
+    check(["back:tb4"], a, now=N)
+    expect_state("a fraction ahead", "back:tb4",
+                 {"tokens": 1, "ts": N + 1000001})
+
+
 # --- The cases, in the order they run ----------------------------------------
 
 CASES = [
@@ -1707,6 +1787,10 @@ CASES = [
      test_sw_clock_back),
     ("gcra: a clock flapping 30 s every 20 s only makes it stricter",
      test_flap_gcra),
+    ("token bucket: a clock flapping 30 s every 20 s refills no jump twice",
+     test_flap_tb),
+    ("token bucket: a time ahead of the clock is kept, up to a full refill",
+     test_tb_clock_back),
 ]
 
 
