@@ -222,19 +222,12 @@ void
 keyfilter_stats(const struct keyfilter *f, struct keyfilter_stats *st)
 {
     const struct keyfilter_header *h;
-    const uint64_t *w;
-    uint64_t i, set = 0;
 
     memset(st, 0, sizeof(*st));
     if (f == NULL || f->base == NULL)
         return;
     h = keyfilter_header(f);
-    w = keyfilter_words(f);
-    for (i = 0; i < h->nbits / 64; i++)
-        set += (uint64_t)__builtin_popcountll(
-            __atomic_load_n(&w[i], __ATOMIC_RELAXED));
     st->bits = h->nbits;
-    st->set = set;
     st->keys = __atomic_load_n(&h->keys, __ATOMIC_RELAXED);
     st->builds = __atomic_load_n(&h->builds, __ATOMIC_RELAXED);
     st->complete = (int)__atomic_load_n(&h->complete, __ATOMIC_ACQUIRE);

@@ -783,7 +783,7 @@ enum { KEYFILTER_ABSENT = 0,    /* no active key has it */
     KEYFILTER_UNKNOWN };        /* not in it, but the filter is incomplete */
 
 struct keyfilter_stats {
-    uint64_t bits, set, keys, builds;
+    uint64_t bits, keys, builds;
     int complete;
 };
 

@@ -217,6 +217,7 @@ views_metrics(struct service *svc, const struct key_info *viewer,
     const struct rl_counters *c = svc->counters;
     const struct rl_stats *st = &svc->board->stats;
     struct rl_buf *b = &resp->body;
+    struct keyfilter_stats kst;
     unsigned long live, busy;
     char label[32];
     int i;
@@ -292,8 +293,10 @@ views_metrics(struct service *svc, const struct key_info *viewer,
     views_metric(b, "ratelimit_script_errors_total", "Checks whose script "
         "call Redis answered with an error (503 script_error).", "counter",
         "", c->script_errors);
-    views_metric(b, "ratelimit_misconfigured_total", "Checks refused because "
-        "more limits apply than one check can decide.", "counter", "",
+    views_metric(b, "ratelimit_misconfigured_total", "Checks refused (503 "
+        "misconfigured) because their rules cannot be decided as stored: "
+        "more limits than one check decides, more rules than a tenant may "
+        "have, or a limit that could not be loaded.", "counter", "",
         c->misconfigured);
     views_metric(b, "ratelimit_fcgi_refused_total", "FastCGI connections "
         "dropped for malformed or refused records.", "counter", "",
@@ -314,9 +317,23 @@ views_metrics(struct service *svc, const struct key_info *viewer,
         c->worker_rss_exits);
     views_metric(b, "ratelimit_key_lookups_total", "API key lookups in "
         "PostgreSQL.", "counter", "", c->key_lookups);
-    views_metric(b, "ratelimit_key_lookups_limited_total", "Unknown API keys "
-        "answered 401 without a lookup (key_lookup_rate).", "counter", "",
+    views_metric(b, "ratelimit_key_lookups_limited_total", "API keys the "
+        "pool did not know, refused without a lookup (key_lookup_rate): 401 "
+        "when the key filter is complete, else 503.", "counter", "",
         c->key_lookups_limited);
+    views_metric(b, "ratelimit_key_lookups_deferred_total", "Of those, the "
+        "ones answered 503 key_lookup_deferred (the key filter was not "
+        "complete).", "counter", "", c->key_lookups_deferred);
+    keyfilter_stats(svc->shm->keyfilter, &kst);
+    views_metric(b, "ratelimit_key_filter_complete", "1 when the filter of "
+        "active keys holds every active key (key_filter_mb).", "gauge", "",
+        (unsigned long)kst.complete);
+    views_metric(b, "ratelimit_key_filter_keys_total", "Key hashes added to "
+        "the filter of active keys (by its builds and by notifications).",
+        "counter", "", (unsigned long)kst.keys);
+    views_metric(b, "ratelimit_key_filter_builds_total", "Complete reads of "
+        "the active keys into the filter.", "counter", "",
+        (unsigned long)kst.builds);
     views_metric(b, "ratelimit_workers", "Worker processes alive.", "gauge",
         "", live);
     views_metric(b, "ratelimit_workers_busy", "Workers on a request.", "gauge",

@@ -111,6 +111,13 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# key_filter_complete: /metrics says the pool's filter of active keys is
+# complete.
+key_filter_complete() {
+    fetch "$BASE_URL/metrics"
+    printf '%s\n' "$BODY" | grep -qx 'ratelimit_key_filter_complete 1'
+}
+
 # key_lookups: how many key lookups PostgreSQL has logged so far (the
 # statements that read api_keys).
 key_lookups() {
@@ -460,6 +467,9 @@ stop_private
 par_checks 24 8 "$DEMO_KEY" "$CB"
 check "spraying: the demo key is used first ($(count_status 200) of 24)" \
     all_status 200
+# After the outages above the filter of active keys was read again; until
+# it is, a random key past the rate is answered 503, not 401.
+check "spraying: the key filter is complete again" retry 50 key_filter_complete
 l0=$(key_lookups)
 spray=$(lg "$T_TMP/spray.tsv" --random-keys --requests 50000 --duration 60 \
     --concurrency 16)
