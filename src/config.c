@@ -7,6 +7,11 @@
  * the loader, the defaults, "--help" and the config dump all read the same
  * source.  Errors name the file and line, and an unknown key gets the
  * closest known key as a hint.
+ *
+ * Passwords are never shown: the dump writes "(set)" for redis_password
+ * and in place of every password inside pg_conninfo, and a file that holds
+ * one while other users may read it gets a warning (config_check_secrets)
+ * from -t and from ratelimitctl.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -17,6 +22,10 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+#include <libpq-fe.h>
 
 #include "ratelimit.h"
 
@@ -577,6 +586,356 @@ config_check_process_key(const char *key, const char *v, char *err,
     return 0;
 }
 
+/* ------------------------------------------------------------------ */
+/* Secrets */
+
+/* What is shown in place of a password. */
+#define CONFIG_MASK "(set)"
+
+/* Text appended to a buffer as far as it fits. */
+struct config_out {
+    char *buf;
+    size_t size, len;
+    int overflow;
+};
+
+static void
+config_put(struct config_out *o, const char *s, size_t n)
+{
+    if (o->overflow || o->len + n >= o->size) {
+        o->overflow = 1;
+        return;
+    }
+    memcpy(o->buf + o->len, s, n);
+    o->len += n;
+    o->buf[o->len] = '\0';
+}
+
+/* Whether the n bytes at s contain word, in any case. */
+static int
+config_has_word(const char *s, size_t n, const char *word)
+{
+    size_t w = strlen(word), i;
+
+    for (i = 0; i + w <= n; i++)
+        if (strncasecmp(s + i, word, w) == 0)
+            return 1;
+    return 0;
+}
+
+/*
+ * The keyword/value form, read as libpq reads it: "keyword = value"
+ * pairs apart by blanks, a value either bare (up to a blank; a backslash
+ * escapes the next character) or in single quotes (with \' and \\).  Copies
+ * s to o with the value of every keyword that contains "password"
+ * (password, sslpassword) replaced by the mask, and the rest of the string
+ * from a pair it cannot read (a keyword without '=', an unterminated
+ * quote) replaced as well.  Returns how many passwords it replaced; a rest
+ * counts when it mentions "pass".
+ */
+static int
+config_mask_pairs(const char *s, struct config_out *o)
+{
+    const char *p = s, *key, *keyend, *val;
+    int n = 0;
+
+    while (*p != '\0') {
+        if (isspace((unsigned char)*p)) {
+            config_put(o, p++, 1);
+            continue;
+        }
+        key = p;
+        while (*p != '\0' && *p != '=' && !isspace((unsigned char)*p))
+            p++;
+        keyend = p;
+        while (isspace((unsigned char)*p))
+            p++;
+        if (*p != '=')
+            goto unreadable;
+        p++;
+        while (isspace((unsigned char)*p))
+            p++;
+        val = p;
+        if (*p == '\'') {
+            for (p++; *p != '\''; p++) {
+                if (*p == '\0')
+                    goto unreadable;
+                if (*p == '\\' && p[1] != '\0')
+                    p++;
+            }
+            p++;
+        } else {
+            for (; *p != '\0' && !isspace((unsigned char)*p); p++)
+                if (*p == '\\' && p[1] != '\0')
+                    p++;
+        }
+        config_put(o, key, (size_t)(val - key));
+        if (config_has_word(key, (size_t)(keyend - key), "password") &&
+            p - val > (*val == '\'' ? 2 : 0)) {
+            config_put(o, CONFIG_MASK, strlen(CONFIG_MASK));
+            n++;
+        } else {
+            config_put(o, val, (size_t)(p - val));
+        }
+    }
+    return n;
+unreadable:
+    config_put(o, CONFIG_MASK, strlen(CONFIG_MASK));
+    return n + config_has_word(key, strlen(key), "pass");
+}
+
+/* The length of the scheme of a connection URI at s ("postgresql://" or
+ * "postgres://"), or 0 when s is not one. */
+static size_t
+config_uri_prefix(const char *s)
+{
+    if (strncmp(s, "postgresql://", 13) == 0)
+        return 13;
+    if (strncmp(s, "postgres://", 11) == 0)
+        return 11;
+    return 0;
+}
+
+/* Whether the n bytes at s, a URI query parameter's name, name a password
+ * once percent-decoded. */
+static int
+config_uri_password_name(const char *s, size_t n)
+{
+    char name[64], hex[3] = "";
+    size_t i, len = 0;
+
+    for (i = 0; i < n && len < sizeof(name) - 1; i++) {
+        if (s[i] == '%' && i + 2 < n && isxdigit((unsigned char)s[i + 1]) &&
+            isxdigit((unsigned char)s[i + 2])) {
+            memcpy(hex, s + i + 1, 2);
+            name[len++] = (char)strtol(hex, NULL, 16);
+            i += 2;
+        } else {
+            name[len++] = s[i];
+        }
+    }
+    return config_has_word(name, len, "password");
+}
+
+/*
+ * The URI form, "postgresql://[user[:password]@][host][/dbname]
+ * [?param=value&...]": copies s (whose scheme is prefix bytes long) to o
+ * with the password of user:password@ and the value of every query
+ * parameter whose name contains "password" replaced by the mask.  libpq
+ * ends the user part at the first '@' or '/'; a password with a '/' in it
+ * (libpq would take it for a path) is masked too when an '@' follows
+ * before the query.  Returns how many passwords it replaced.
+ */
+static int
+config_mask_uri(const char *s, size_t prefix, struct config_out *o)
+{
+    const char *p = s + prefix, *from = s, *at, *colon, *end, *eq;
+    int n = 0;
+
+    at = p + strcspn(p, "@/");
+    if (*at != '@')
+        at = memchr(p, '@', strcspn(p, "?"));
+    if (at != NULL && (colon = memchr(p, ':', (size_t)(at - p))) != NULL &&
+        at > colon + 1) {
+        config_put(o, s, (size_t)(colon + 1 - s));
+        config_put(o, CONFIG_MASK, strlen(CONFIG_MASK));
+        n++;
+        from = at;
+    }
+    if (at != NULL)
+        p = at;
+    if ((p = strchr(p, '?')) == NULL) {
+        config_put(o, from, strlen(from));
+        return n;
+    }
+    config_put(o, from, (size_t)(++p - from));
+    while (*p != '\0') {
+        end = p + strcspn(p, "&");
+        eq = memchr(p, '=', (size_t)(end - p));
+        if (eq != NULL && end > eq + 1 &&
+            config_uri_password_name(p, (size_t)(eq - p))) {
+            config_put(o, p, (size_t)(eq + 1 - p));
+            config_put(o, CONFIG_MASK, strlen(CONFIG_MASK));
+            n++;
+        } else {
+            config_put(o, p, (size_t)(end - p));
+        }
+        if (*end == '&')
+            config_put(o, end++, 1);
+        p = end;
+    }
+    return n;
+}
+
+/* How many passwords libpq reads from conninfo that are not the mask, or
+ * -1 when libpq cannot read conninfo at all. */
+static int
+config_libpq_passwords(const char *conninfo)
+{
+    PQconninfoOption *opts, *opt;
+    char *msg = NULL;
+    int n = 0;
+
+    if ((opts = PQconninfoParse(conninfo, &msg)) == NULL) {
+        PQfreemem(msg);
+        return -1;
+    }
+    for (opt = opts; opt->keyword != NULL; opt++)
+        if (opt->val != NULL && opt->val[0] != '\0' &&
+            strcmp(opt->val, CONFIG_MASK) != 0 &&
+            ((opt->dispchar != NULL && strchr(opt->dispchar, '*') != NULL) ||
+            strstr(opt->keyword, "password") != NULL))
+            n++;
+    PQconninfoFree(opts);
+    return n;
+}
+
+/*
+ * The masking is done on the text, so that -T shows pg_conninfo as it was
+ * written, and the dump still loads and dumps again to the same text;
+ * libpq then reads the result, and when it finds a password there all the
+ * same (a form the scan above misread), the whole string is hidden.
+ */
+int
+config_conninfo_mask(const char *conninfo, char *out, size_t outlen)
+{
+    struct config_out o = { out, outlen, 0, 0 };
+    size_t prefix;
+    int n, before, after;
+
+    if (outlen == 0)
+        return 0;
+    out[0] = '\0';
+    if ((prefix = config_uri_prefix(conninfo)) > 0)
+        n = config_mask_uri(conninfo, prefix, &o);
+    else if (strchr(conninfo, '=') == NULL) {
+        /* A database name alone, as libpq takes it. */
+        config_put(&o, conninfo, strlen(conninfo));
+        n = 0;
+    } else
+        n = config_mask_pairs(conninfo, &o);
+    before = config_libpq_passwords(conninfo);
+    after = o.overflow ? -1 : config_libpq_passwords(out);
+    if (o.overflow || after > 0 || (after == -1 && before >= 0)) {
+        snprintf(out, outlen, "%s", CONFIG_MASK);
+        return n > 0 ? n : 1;
+    }
+    return n > before ? n : before;
+}
+
+/*
+ * "pg_conninfo": libpq must be able to read it (a database name alone is
+ * taken as it is, not read).  libpq's message quotes pieces of the
+ * string, which may hold a password: a quoted piece of it is shown only
+ * when the string with its passwords masked holds it too.
+ */
+static int
+config_check_conninfo(const char *v, char *err, size_t errlen)
+{
+    PQconninfoOption *opts;
+    char *msg = NULL, masked[1024], piece[1024], text[512];
+    const char *p, *quote;
+    size_t len = 0, n;
+
+    if (config_uri_prefix(v) == 0 && strchr(v, '=') == NULL)
+        return 0;
+    if ((opts = PQconninfoParse(v, &msg)) != NULL) {
+        PQconninfoFree(opts);
+        return 0;
+    }
+    config_conninfo_mask(v, masked, sizeof(masked));
+    for (p = msg != NULL ? msg : "out of memory"; *p != '\0' &&
+        *p != '\n' && len + 1 < sizeof(text); p++) {
+        if (*p != '"' || (quote = strchr(p + 1, '"')) == NULL) {
+            text[len++] = *p;
+            continue;
+        }
+        n = (size_t)(quote - p - 1);
+        snprintf(piece, sizeof(piece), "%.*s", (int)n, p + 1);
+        len += (size_t)snprintf(text + len, sizeof(text) - len, "\"%s\"",
+            n < sizeof(piece) && (strstr(v, piece) == NULL ||
+            strstr(masked, piece) != NULL) ? piece : "(hidden)");
+        if (len >= sizeof(text))
+            len = sizeof(text) - 1;
+        p = quote;
+    }
+    text[len] = '\0';
+    PQfreemem(msg);
+    errf(err, errlen, "pg_conninfo: libpq cannot read it: %s", text);
+    return -1;
+}
+
+/* The gid the service runs as, from "group" or else "user": 0 and *gid,
+ * or -1 when the file names neither (or they do not exist here). */
+static int
+config_service_gid(const struct rl_config *cfg, gid_t *gid)
+{
+    struct passwd *pw;
+    struct group *gr;
+
+    if (cfg->group[0] != '\0' && (gr = getgrnam(cfg->group)) != NULL) {
+        *gid = gr->gr_gid;
+        return 0;
+    }
+    if (cfg->group[0] == '\0' && cfg->user[0] != '\0' &&
+        (pw = getpwnam(cfg->user)) != NULL) {
+        *gid = pw->pw_gid;
+        return 0;
+    }
+    return -1;
+}
+
+/* The name of group gid, or its number. */
+static void
+config_group_name(gid_t gid, char *out, size_t outlen)
+{
+    struct group *gr = getgrgid(gid);
+
+    if (gr != NULL)
+        snprintf(out, outlen, "%s", gr->gr_name);
+    else
+        snprintf(out, outlen, "%ld", (long)gid);
+}
+
+int
+config_check_secrets(const struct rl_config *cfg, char *msg, size_t msglen)
+{
+    char keys[128] = "", masked[sizeof(cfg->pg_conninfo)];
+    char gname[64], sname[64];
+    const char *path = cfg->path;
+    struct stat st;
+    gid_t gid;
+
+    if (config_conninfo_mask(cfg->pg_conninfo, masked, sizeof(masked)) > 0)
+        strcat(keys, ", pg_conninfo");
+    if (cfg->redis_password[0] != '\0')
+        strcat(keys, ", redis_password");
+    if (cfg->redis_sentinel_password[0] != '\0')
+        strcat(keys, ", redis_sentinel_password");
+    if (keys[0] == '\0' || path[0] == '\0' || stat(path, &st) == -1)
+        return 0;
+    if (st.st_mode & S_IROTH) {
+        snprintf(msg, msglen, "%s holds a password (%s) and every user may "
+            "read it (mode %04o): chmod 640 %s (or 600)", path, keys + 2,
+            (unsigned)(st.st_mode & 07777), path);
+        return 1;
+    }
+    /* Readable by a group that is neither root's nor the service's. */
+    if ((st.st_mode & S_IRGRP) && st.st_gid != 0 &&
+        config_service_gid(cfg, &gid) == 0 && st.st_gid != gid) {
+        config_group_name(st.st_gid, gname, sizeof(gname));
+        config_group_name(gid, sname, sizeof(sname));
+        snprintf(msg, msglen, "%s holds a password (%s) and group %s may "
+            "read it (mode %04o), not only the service's group %s: chgrp "
+            "%s %s (or chmod 600)", path, keys + 2, gname,
+            (unsigned)(st.st_mode & 07777), sname, sname, path);
+        return 1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+
 /* Applies one key to cfg and runs its cross checks. */
 static int
 config_set_one(struct rl_config *cfg, const struct config_key *k,
@@ -588,6 +947,8 @@ config_set_one(struct rl_config *cfg, const struct config_key *k,
         return config_check_address(key, value, 1, err, errlen);
     if (strcmp(key, "redis") == 0)
         return config_check_redis_list(value, err, errlen);
+    if (strcmp(key, "pg_conninfo") == 0)
+        return config_check_conninfo(value, err, errlen);
     if (strcmp(key, "trusted_proxies") == 0 ||
         strcmp(key, "status_allow") == 0 ||
         strcmp(key, "metrics_allow") == 0) {
@@ -846,6 +1207,7 @@ config_value(const struct rl_config *cfg, const struct config_key *k,
     char *out, size_t outlen)
 {
     const char *field = (const char *)cfg + k->offset;
+    char masked[sizeof(cfg->pg_conninfo)];
 
     switch (k->type) {
     case CT_LONG:
@@ -861,8 +1223,11 @@ config_value(const struct rl_config *cfg, const struct config_key *k,
     case CT_STRING:
         /* Secrets are not shown, only whether there is one. */
         if (strstr(k->name, "password") != NULL && field[0] != '\0')
-            snprintf(out, outlen, "\"(set)\"");
-        else
+            snprintf(out, outlen, "\"" CONFIG_MASK "\"");
+        else if (k->offset == OFF(pg_conninfo)) {
+            config_conninfo_mask(field, masked, sizeof(masked));
+            snprintf(out, outlen, "\"%s\"", masked);
+        } else
             snprintf(out, outlen, "\"%s\"", field);
         break;
     }

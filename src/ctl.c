@@ -360,6 +360,7 @@ main(int argc, char **argv)
     struct ctl_args args;
     const struct ctl_command *cmd;
     const char *arg;
+    char secrets[2048];
     int i, words, rc;
 
     memset(&ctl, 0, sizeof(ctl));
@@ -433,6 +434,10 @@ main(int argc, char **argv)
     rc = cmd->run(&ctl, cmd, &args);
     if (ctl.conn != NULL)
         PQfinish(ctl.conn);
+    /* The command has read the file (ctl.cfg.path is set once it loaded):
+     * a password in it that others may read is worth a word. */
+    if (config_check_secrets(&ctl.cfg, secrets, sizeof(secrets)))
+        ctl_warn("warning: %s", secrets);
     if (fflush(stdout) == EOF || ferror(stdout)) {
         ctl_warn("cannot write the output: %s", strerror(errno));
         return CTL_EXIT_FAIL;

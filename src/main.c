@@ -287,8 +287,8 @@ main(int argc, char **argv)
     struct main_identity id;
     const char *path = DEFAULT_CONFIG;
     const char *inherited;
-    char err[4096], *line;
-    int ch, test = 0, fd, rc;
+    char err[4096], secrets[2048], *line;
+    int ch, test = 0, fd, rc, exposed;
 
     while ((ch = getopt_long(argc, argv, "c:tThv", longopts, NULL)) != -1) {
         switch (ch) {
@@ -332,6 +332,9 @@ main(int argc, char **argv)
         return 1;
     }
     rc = main_identity(&cfg, &id, err, sizeof(err));
+    /* A password in a file that others may read: a warning, not an error
+     * (the file is what the service needs; who else reads it is not). */
+    exposed = config_check_secrets(&cfg, secrets, sizeof(secrets));
     if (test) {
         /* Who starts the pool decides this; the file can be right for a
          * systemd unit with User= and still be tested by root. */
@@ -344,6 +347,8 @@ main(int argc, char **argv)
                 err, path);
             return 1;
         }
+        if (exposed)
+            fprintf(stderr, "ratelimit-fcgi: warning: %s\n", secrets);
         if (test == 2)
             config_dump(&cfg, stdout);
         fprintf(stderr, "ratelimit-fcgi: configuration file %s test is "
@@ -361,6 +366,8 @@ main(int argc, char **argv)
         return 1;
     if (rc == 1)
         log_warn("%s", err);
+    if (exposed)
+        log_warn("%s", secrets);
     master_set_argv(argv);
     /* A running master named by pid_file: refused before the socket. */
     if (main_pid_write(&cfg, NULL, err, sizeof(err)) == -1) {

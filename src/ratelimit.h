@@ -134,10 +134,10 @@ int config_set(struct rl_config *cfg, const char *key, const char *value,
 int config_check_process(const struct rl_config *cfg, char *err,
     size_t errlen);
 
-/* Writes every key with its current value, as a loadable file. */
+/* Writes every key with its current value, as a loadable file; a
+ * password is written "(set)", alone or inside pg_conninfo. */
 void config_dump(const struct rl_config *cfg, FILE *fp);
 
-/* Writes the key table (name, default, bounds, meaning). */
 /* Copies the libpq connection string conninfo (keyword/value or URI form)
  * to out as it is written, except that the value of every password in it
  * (password, sslpassword; in a URI user:PASSWORD@ and ?password=) is
@@ -156,6 +156,7 @@ int config_conninfo_mask(const char *conninfo, char *out, size_t outlen);
 int config_check_secrets(const struct rl_config *cfg, char *msg,
     size_t msglen);
 
+/* Writes the key table (name, default, bounds, meaning). */
 void config_help(FILE *fp);
 
 /* ------------------------------------------------------------------ */

@@ -4,13 +4,16 @@
  * dump, which must load back to the same values.
  *
  * Files are written with mkstemp under /tmp and removed by the test that
- * made them.
+ * made them.  Passwords: the masking of pg_conninfo in its forms, and the
+ * warning about a file holding one that others may read.
  */
 #define _GNU_SOURCE             /* open_memstream */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <grp.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <check.h>              /* t/check.h: the suites, then Check */
@@ -310,6 +313,38 @@ START_TEST(test_load_bad_value)
 }
 END_TEST
 
+/* A pg_conninfo that libpq cannot read is refused, and libpq's message is
+ * passed on without the pieces of the string that hold a password. */
+START_TEST(test_load_conninfo_unreadable)
+{
+    static const char *const unreadable[] = {
+        "postgresql://rl:hunter%zz2@db/rl",
+        "postgresql://rl:hunter2@[::1/rl",
+        "host=db user=rl hunter2",
+        "host=db password='hunter2",
+    };
+    struct rl_config cfg;
+    char path[sizeof(TEMPLATE)], err[512], text[256];
+    size_t i;
+
+    for (i = 0; i < sizeof(unreadable) / sizeof(unreadable[0]); i++) {
+        snprintf(text, sizeof(text), "pg_conninfo = \"%s\"\n",
+            unreadable[i]);
+        ck_assert_int_eq(load_text(&cfg, text, path, err, sizeof(err)), -1);
+        ck_assert_msg(strstr(err, ":1: pg_conninfo: libpq cannot read it: ")
+            != NULL, "%s: %s", unreadable[i], err);
+        ck_assert_msg(strstr(err, "hunter") == NULL, "%s", err);
+    }
+    /* What is no secret is shown. */
+    ck_assert_int_eq(load_text(&cfg, "pg_conninfo = \"host=db bogus=1\"\n",
+        path, err, sizeof(err)), -1);
+    ck_assert_msg(strstr(err, "\"bogus\"") != NULL, "%s", err);
+    /* A database name alone is libpq's to take as it is. */
+    ck_assert_int_eq(load_text(&cfg, "pg_conninfo = ratelimit\n", path, err,
+        sizeof(err)), 0);
+}
+END_TEST
+
 START_TEST(test_load_duplicate_key)
 {
     struct rl_config cfg;
@@ -448,6 +483,188 @@ START_TEST(test_dump_hides_passwords)
 }
 END_TEST
 
+/* pg_conninfo as written, and as -T shows it: each form of a password,
+ * and strings without one, which are shown unchanged. */
+static const struct {
+    const char *conninfo, *shown;
+    int passwords;
+} conninfo_masks[] = {
+    { "host=db dbname=rl password=hunter2",
+      "host=db dbname=rl password=(set)", 1 },
+    { "host=db  password = 'hunter 2'\tuser=rl",
+      "host=db  password = (set)\tuser=rl", 1 },
+    { "password='it\\'s hunter2' host=db", "password=(set) host=db", 1 },
+    { "password=hunter\\ 2 host=db", "password=(set) host=db", 1 },
+    { "host=db sslpassword=hunter2 password=x",
+      "host=db sslpassword=(set) password=(set)", 2 },
+    { "postgresql://rl:hunter2@db.example:5433/rl?sslmode=require",
+      "postgresql://rl:(set)@db.example:5433/rl?sslmode=require", 1 },
+    { "postgres://rl@db/rl?password=hunter2&connect_timeout=5",
+      "postgres://rl@db/rl?password=(set)&connect_timeout=5", 1 },
+    { "postgresql://rl:hunter2@db/rl?password=hunter2",
+      "postgresql://rl:(set)@db/rl?password=(set)", 2 },
+    { "postgresql://rl:hun?ter2@db/rl", "postgresql://rl:(set)@db/rl", 1 },
+    { "postgresql://rl:hun/ter2@db/rl", "postgresql://rl:(set)@db/rl", 1 },
+    { "postgresql:///rl?host=/run/postgresql&pass%77ord=hunter2",
+      "postgresql:///rl?host=/run/postgresql&pass%77ord=(set)", 1 },
+    /* What libpq cannot read is hidden from where it stops. */
+    { "host=db password 'hunter2'", "host=db (set)", 1 },
+    { "host=db password='hunter2", "host=db (set)", 1 },
+    /* No password. */
+    { "dbname=ratelimit", "dbname=ratelimit", 0 },
+    { "ratelimit", "ratelimit", 0 },
+    { "host=db password='' user=rl", "host=db password='' user=rl", 0 },
+    { "host=db application_name='password=x'",
+      "host=db application_name='password=x'", 0 },
+    { "postgresql://rl@db:5433/rl?sslmode=disable",
+      "postgresql://rl@db:5433/rl?sslmode=disable", 0 },
+    { "postgresql://[::1]:5433/rl", "postgresql://[::1]:5433/rl", 0 },
+};
+
+START_TEST(test_conninfo_mask)
+{
+    const char *in = conninfo_masks[_i].conninfo;
+    char out[1024], again[1024];
+    int n;
+
+    n = config_conninfo_mask(in, out, sizeof(out));
+    ck_assert_str_eq(out, conninfo_masks[_i].shown);
+    ck_assert_int_eq(n, conninfo_masks[_i].passwords);
+    ck_assert_ptr_null(strstr(out, "hunter"));
+    /* Masking what was masked changes nothing: the dump loads and dumps
+     * again to the same text. */
+    config_conninfo_mask(out, again, sizeof(again));
+    ck_assert_str_eq(again, out);
+}
+END_TEST
+
+/* A result that would not fit is the mask alone, never a cut string. */
+START_TEST(test_conninfo_mask_too_long)
+{
+    char out[24];
+
+    ck_assert_int_eq(config_conninfo_mask("host=db password=x user=rl", out,
+        sizeof(out)), 1);
+    ck_assert_str_eq(out, "(set)");
+    ck_assert_int_eq(config_conninfo_mask("host=db password=x", out,
+        sizeof(out)), 1);
+    ck_assert_str_eq(out, "host=db password=(set)");
+}
+END_TEST
+
+/* -T shows pg_conninfo without its password, and the dump loads back. */
+START_TEST(test_dump_hides_conninfo_password)
+{
+    struct rl_config cfg, back;
+    char path[sizeof(TEMPLATE)], err[512];
+    char *s, *again;
+
+    config_defaults(&cfg);
+    set_ok(&cfg, "pg_conninfo",
+        "postgresql://rl:hunter2@db/rl?sslpassword=hunter3");
+    s = dump_string(&cfg);
+    ck_assert_ptr_null(strstr(s, "hunter"));
+    ck_assert_ptr_nonnull(strstr(s, "pg_conninfo = \"postgresql://rl:(set)"
+        "@db/rl?sslpassword=(set)\"\n"));
+    ck_assert_msg(load_text(&back, s, path, err, sizeof(err)) == 0,
+        "reloading the dump: %s", err);
+    again = dump_string(&back);
+    ck_assert_str_eq(again, s);
+    free(s);
+    free(again);
+}
+END_TEST
+
+/* Loads text from a file of the given mode, kept until the caller
+ * unlinks path; returns config_check_secrets with the message in msg. */
+static int
+secrets_of(const char *text, mode_t mode, gid_t gid, const char *group,
+    char path[sizeof(TEMPLATE)], char *msg, size_t msglen)
+{
+    struct rl_config cfg;
+    char err[512] = "";
+
+    write_temp(path, text);
+    ck_assert_int_eq(chmod(path, mode), 0);
+    if (gid != (gid_t)-1)
+        ck_assert_int_eq(chown(path, (uid_t)-1, gid), 0);
+    config_defaults(&cfg);
+    ck_assert_msg(config_load(&cfg, path, err, sizeof(err)) == 0, "%s", err);
+    if (group != NULL)
+        set_ok(&cfg, "group", group);
+    msg[0] = '\0';
+    return config_check_secrets(&cfg, msg, msglen);
+}
+
+START_TEST(test_secrets_readable_by_all)
+{
+    char path[sizeof(TEMPLATE)], msg[1024], want[256];
+
+    ck_assert_int_eq(secrets_of("redis_password = hunter2\n", 0644,
+        (gid_t)-1, NULL, path, msg, sizeof(msg)), 1);
+    snprintf(want, sizeof(want), "%s holds a password (redis_password) "
+        "and every user may read it (mode 0644): chmod 640 %s (or 600)",
+        path, path);
+    ck_assert_str_eq(msg, want);
+    unlink(path);
+
+    ck_assert_int_eq(secrets_of("pg_conninfo = \"postgresql://rl:x@db/rl\""
+        "\nredis_type = sentinel\nredis_sentinel_master = m\n"
+        "redis_sentinel_password = y\n", 0604, (gid_t)-1, NULL, path, msg,
+        sizeof(msg)), 1);
+    ck_assert_ptr_nonnull(strstr(msg, "(pg_conninfo, "
+        "redis_sentinel_password)"));
+    ck_assert_ptr_nonnull(strstr(msg, "(mode 0604)"));
+    ck_assert_ptr_null(strstr(msg, "rl:x"));
+    unlink(path);
+}
+END_TEST
+
+START_TEST(test_secrets_quiet)
+{
+    char path[sizeof(TEMPLATE)], msg[1024];
+
+    /* A password, but only the owner and the group read the file. */
+    ck_assert_int_eq(secrets_of("pg_conninfo = \"password=x\"\n", 0640,
+        (gid_t)-1, NULL, path, msg, sizeof(msg)), 0);
+    ck_assert_str_eq(msg, "");
+    unlink(path);
+    /* Anyone may read the file, but there is no password in it. */
+    ck_assert_int_eq(secrets_of("pg_conninfo = \"host=db password=''\"\n"
+        "redis_username = \"\"\n", 0644, (gid_t)-1, NULL, path, msg,
+        sizeof(msg)), 0);
+    unlink(path);
+}
+END_TEST
+
+/* A file the group "daemon" (gid 1) may read, for a service whose group
+ * is root: the warning names both.  Changing a file's group takes root;
+ * as anyone else there is nothing to check. */
+START_TEST(test_secrets_other_group)
+{
+    char path[sizeof(TEMPLATE)], msg[1024], want[256], name[64];
+    struct group *gr = getgrgid(1);
+
+    if (geteuid() != 0 || gr == NULL)
+        return;
+    /* (getgrgid's answer is overwritten by the next look-up) */
+    snprintf(name, sizeof(name), "%s", gr->gr_name);
+    snprintf(want, sizeof(want), "and group %s may read it (mode 0640), "
+        "not only the service's group root: chgrp root ", name);
+    ck_assert_int_eq(secrets_of("redis_password = hunter2\n", 0640, 1,
+        "root", path, msg, sizeof(msg)), 1);
+    ck_assert_ptr_nonnull(strstr(msg, want));
+    unlink(path);
+    /* The service's own group, or no group named: no warning. */
+    ck_assert_msg(secrets_of("redis_password = hunter2\n", 0640, 1, name,
+        path, msg, sizeof(msg)) == 0, "%s", msg);
+    unlink(path);
+    ck_assert_int_eq(secrets_of("redis_password = hunter2\n", 0640, 1,
+        NULL, path, msg, sizeof(msg)), 0);
+    unlink(path);
+}
+END_TEST
+
 START_TEST(test_load_missing_file)
 {
     struct rl_config cfg;
@@ -579,7 +796,7 @@ START_TEST(test_dump_round_trip)
     set_ok(&cfg, "max_requests", "0");
     set_ok(&cfg, "request_timeout", "0");
     set_ok(&cfg, "pg_conninfo",
-        "host=db port=5433 dbname=rl password='a#b=\"c\"'");
+        "host=db port=5433 dbname=rl application_name='a#b=\"c\"'");
     set_ok(&cfg, "pg_connect_timeout_ms", "10");
     set_ok(&cfg, "redis", "[::1]:6380");
     set_ok(&cfg, "redis_connect_timeout_ms", "10000");
@@ -681,6 +898,7 @@ config_suite(void)
     tcase_add_loop_test(tc, test_load_bad_value, 0,
         (int)(sizeof(bad_values) / sizeof(bad_values[0])));
     tcase_add_test(tc, test_load_duplicate_key);
+    tcase_add_test(tc, test_load_conninfo_unreadable);
     tcase_add_test(tc, test_load_every_error);
     tcase_add_loop_test(tc, test_load_redis_combinations, 0,
         (int)(sizeof(redis_combos) / sizeof(redis_combos[0])));
@@ -698,7 +916,17 @@ config_suite(void)
     tcase_add_test(tc, test_dump_round_trip);
     tcase_add_test(tc, test_dump_defaults_round_trip);
     tcase_add_test(tc, test_dump_hides_passwords);
+    tcase_add_test(tc, test_dump_hides_conninfo_password);
+    tcase_add_loop_test(tc, test_conninfo_mask, 0,
+        (int)(sizeof(conninfo_masks) / sizeof(conninfo_masks[0])));
+    tcase_add_test(tc, test_conninfo_mask_too_long);
     tcase_add_test(tc, test_allow_defaults);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("secrets");
+    tcase_add_test(tc, test_secrets_readable_by_all);
+    tcase_add_test(tc, test_secrets_quiet);
+    tcase_add_test(tc, test_secrets_other_group);
     suite_add_tcase(s, tc);
     return s;
 }
