@@ -37,7 +37,7 @@ HEADERS = $(wildcard src/*.h)
 
 UNIT_SRC = $(wildcard t/check_*.c)
 
-.PHONY: all deps test unit lua-test integration run stop bench bench-rate profile install \
+.PHONY: all deps test unit lua-test integration run stop bench bench-rate bench-scale profile install \
 	asan clean test-faults fuzz asan-test lint
 
 all: $(BUILD)/ratelimit-fcgi $(BUILD)/ratelimitctl
@@ -183,6 +183,12 @@ bench: deps
 bench-rate: deps
 	$(MAKE) all $(BUILD)/bench_probe $(BUILD)/rategen $(BUILD)/wakelag
 	BENCH_ONLY=rate BUILD="$(BUILD)" sh scripts/bench.sh
+
+# A check of a tenant with 10,000 rules against one of a tenant with one
+# (see scripts/bench-scale.sh).
+bench-scale: deps
+	$(MAKE) all $(BUILD)/rategen
+	BUILD="$(BUILD)" sh scripts/bench-scale.sh
 
 # Instructions and system calls per check, for us and the EVALSHA probe
 # (see scripts/profile.sh).

@@ -711,8 +711,8 @@ struct shm {
     /* Whether a pid still runs; entries a dead writer left half written
      * are taken over only when this says no.  NULL: never. */
     int (*pid_alive)(int32_t pid);
-};
     struct keyfilter *keyfilter;    /* the pool's, or NULL */
+};
 
 struct shm_meta {
     int64_t stamp;              /* fetched at, or valid until (ms) */
@@ -770,7 +770,6 @@ int shm_rules_unpack(const void *in, size_t len, struct rl_rule *rules,
 int shm_rules_count(const void *in, size_t len);
 
 /* ------------------------------------------------------------------ */
-/* ------------------------------------------------------------------ */
 /* keyfilter.c: the hashes of every active API key, in a Bloom filter */
 
 struct keyfilter {
@@ -818,6 +817,7 @@ void keyfilter_release(struct keyfilter *f, int32_t pid, int built,
 
 void keyfilter_stats(const struct keyfilter *f, struct keyfilter_stats *st);
 
+/* ------------------------------------------------------------------ */
 /* stats.c: what the pool has done, in the shared segment */
 
 /* Latency buckets: upper bounds in microseconds; the last is +Inf. */
