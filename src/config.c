@@ -210,12 +210,13 @@ static const struct config_key config_keys[] = {
       "counted per client address; empty = such requests get 401" },
     { "status_allow", CT_STRING, OFF(status_allow), SZ(status_allow), 0, 0,
       "127.0.0.0/8, ::1", NULL, "client addresses or networks that may "
-      "read /status (an admin key may from anywhere); empty = admin keys "
-      "only" },
+      "read /status and /dashboard without a key, for the whole pool (an "
+      "admin key may from anywhere, for its own tenant only; a check key "
+      "gets 403); empty = admin keys only" },
     { "metrics_allow", CT_STRING, OFF(metrics_allow), SZ(metrics_allow), 0,
       0, "127.0.0.0/8, ::1", NULL, "client addresses or networks that may "
-      "read /metrics (an admin key may from anywhere); empty = admin keys "
-      "only" },
+      "read /metrics without a key, for the whole pool (an admin key may "
+      "from anywhere, for its own tenant only); empty = admin keys only" },
     { "trusted_proxies", CT_STRING, OFF(trusted_proxies),
       SZ(trusted_proxies), 0, 0, "", NULL,
       "addresses or networks (\"127.0.0.1, 10.0.0.0/8, ::1\") whose "
