@@ -1,6 +1,7 @@
 -- 001_init.sql -- tenants, their API keys, their rules and the limits of
--- each rule (DESIGN.md section 4), and the change notifications that let
--- workers drop cached keys and rules at once instead of at TTL expiry.
+-- each rule (doc/design.md, "Data model"), and the change notifications
+-- that let workers drop cached keys and rules at once instead of at TTL
+-- expiry.
 --
 -- ratelimitctl migrate runs this file inside one transaction and records it
 -- in schema_migrations; the file itself is idempotent, so running it again

@@ -1,6 +1,7 @@
 #!/bin/sh
 # The benchmark (`make bench`): ratelimit-fcgi next to the two yardsticks of
-# DESIGN.md §9, measured in the same run on the same machine.
+# doc/design.md, "Performance yardsticks", measured in the same run on the
+# same machine.
 #
 #   a  lighttpd -> noop probe      a libfcgi responder that answers a fixed
 #                                  200 (scripts/bench_probe.c, built by the
@@ -39,12 +40,12 @@
 # and the table gives the median round's, with the rounds' values beside
 # it; each target's row is its median round.
 #
-# Besides req/s and latency it checks the budgets of DESIGN.md §3 during the
-# timed runs of c and d: Redis round trips per check (INFO commandstats) and
-# PostgreSQL queries (the stack's PostgreSQL logs every statement; the
-# batched write of last_used_at, each key at most once a minute by each
-# worker, is bookkeeping rather than a query of the check), and it
-# shows every worker's VmRSS before and after.  The stack runs with
+# Besides req/s and latency it checks the budgets of doc/design.md, "The hot
+# path", during the timed runs of c and d: Redis round trips per check (INFO
+# commandstats) and PostgreSQL queries (the stack's PostgreSQL logs every
+# statement; the batched write of last_used_at, each key at most once a
+# minute by each worker, is bookkeeping rather than a query of the check),
+# and it shows every worker's VmRSS before and after.  The stack runs with
 # max_requests = 0 and cache TTLs longer than the run, so that the workers
 # and their caches stay the same throughout: what is measured is the warm
 # steady state.

@@ -3,7 +3,7 @@
  *
  * A minimal libfcgi Responder that does as little as a FastCGI application
  * can, so that scripts/bench.sh can put ratelimit-fcgi next to the ceiling
- * of its design in the same run (DESIGN.md §9):
+ * of its design in the same run (doc/design.md, "Performance yardsticks"):
  *
  *   bench_probe noop [WORKERS]
  *       reads the request body and answers a fixed, tiny JSON 200;
