@@ -96,9 +96,23 @@ decide_free(struct decider *dc)
 void
 decide_sync(struct decider *dc)
 {
-    if (dc->store.changed(dc->store.ctx)) {
+    struct store_change ch[STORE_CHANGES_MAX];
+    int i, n = dc->store.changed(dc->store.ctx, ch, STORE_CHANGES_MAX);
+
+    if (n < 0) {
         shm_changed(dc->shm);
         cache_clear(dc->rules);
+        return;
+    }
+    /* Only what was named: a key, or one tenant's rules (in the pool's
+     * tables through its stripe, here by its entry). */
+    for (i = 0; i < n; i++) {
+        if (ch[i].kind == STORE_CHANGE_KEY)
+            shm_changed_key(dc->shm, ch[i].key);
+        else {
+            shm_changed_tenant(dc->shm, ch[i].tenant);
+            cache_remove(dc->rules, ch[i].tenant);
+        }
     }
 }
 
@@ -150,7 +164,7 @@ decide_lookup(struct decider *dc, const unsigned char id[32], const char *arg,
     int have, rc, seen;
 
     decide_sync(dc);
-    gen = shm_generation(dc->shm);
+    gen = shm_generation_key(dc->shm, id);
     have = shm_get(dc->shm, SHM_KEYS, id, &known, sizeof(known), &meta) &&
         meta.len == sizeof(known);
     if (have && meta.generation == gen &&
@@ -279,7 +293,7 @@ decide_rules(struct decider *dc, const char *tenant_id)
     /* No decide_sync here: every caller has just identified the tenant
      * through decide_key or decide_tenant, which took the notifications
      * in; one more look at the socket per check would be a wasted read. */
-    gen = shm_generation(dc->shm);
+    gen = shm_generation_tenant(dc->shm, tenant_id);
     tr = cache_get(dc->rules, tenant_id, now, &stale);
     if (tr != NULL && !stale && tr->generation == gen) {
         STAT(dc, rule_hits);
@@ -438,8 +452,8 @@ decide_identify(struct decider *dc, const struct http_request *req,
  * the denial holds (the largest Retry-After of the limits that denied),
  * and a check of the same counters with at least the same cost before
  * then is denied again from here, without Redis.  Only denials are kept,
- * never past that time, and none fetched under an older generation (a
- * change of keys or rules, a reload).
+ * never past that time, and none fetched under an older generation of
+ * the tenant (a change of its rules; a reload).
  */
 struct overlimit {
     long long cost;             /* denied at this cost (and more) */
@@ -469,7 +483,7 @@ decide_overlimit_id(const struct limiter_call *call, unsigned char id[32])
  * times counted down.  1 on a hit; id is set either way. */
 static int
 decide_overlimit_get(struct decider *dc, const struct limiter_call *call,
-    long long cost, unsigned char id[32], struct rl_decision *d)
+    long long cost, uint64_t gen, unsigned char id[32], struct rl_decision *d)
 {
     struct overlimit o;
     struct shm_meta meta;
@@ -478,7 +492,7 @@ decide_overlimit_get(struct decider *dc, const struct limiter_call *call,
 
     decide_overlimit_id(call, id);
     if (!shm_get(dc->shm, SHM_OVERLIMIT, id, &o, sizeof(o), &meta) ||
-        meta.len != sizeof(o) || meta.generation != shm_generation(dc->shm))
+        meta.len != sizeof(o) || meta.generation != gen)
         return 0;
     now = util_now_ms();
     if (now >= meta.stamp || cost < o.cost)
@@ -499,7 +513,7 @@ decide_overlimit_get(struct decider *dc, const struct limiter_call *call,
 /* Remembers denial d of cost, when its Retry-After is long enough. */
 static void
 decide_overlimit_put(struct decider *dc, const unsigned char id[32],
-    long long cost, const struct rl_decision *d)
+    long long cost, uint64_t gen, const struct rl_decision *d)
 {
     struct overlimit o;
     long long wait = 0;
@@ -520,7 +534,7 @@ decide_overlimit_put(struct decider *dc, const unsigned char id[32],
     o.stored_ms = util_now_ms();
     o.d = *d;
     rc = shm_put(dc->shm, SHM_OVERLIMIT, id, &o, sizeof(o),
-        o.stored_ms + wait, shm_generation(dc->shm), (int32_t)getpid());
+        o.stored_ms + wait, gen, (int32_t)getpid());
     if (rc >= 0)
         COUNT(dc, overlimit_inserts);
     if (rc == 1)
@@ -612,7 +626,8 @@ decide_limits(struct decider *dc, const char *tenant_id,
         log_error("rule %lld: cannot build the script call",
             plan->rule[0]->id);
         rc = DECIDE_STORE_UNUSABLE;
-    } else if (cache && decide_overlimit_get(dc, &call, creq->cost, id, d)) {
+    } else if (cache && decide_overlimit_get(dc, &call, creq->cost,
+        shm_generation_tenant(dc->shm, tenant_id), id, d)) {
         /* Known to be over the limit until later: no Redis call. */
         COUNT(dc, overlimit_hits);
         COUNT(dc, denied);
@@ -662,7 +677,9 @@ decide_limits(struct decider *dc, const char *tenant_id,
     else {
         COUNT(dc, denied);
         if (cache)
-            decide_overlimit_put(dc, id, creq->cost, d);
+            /* Under the rules it was decided by: stale at once if they
+             * are already (served while the store was down). */
+            decide_overlimit_put(dc, id, creq->cost, tr->generation, d);
     }
     decide_trace_decision(dc, plan, d);
     return DECIDE_OK;

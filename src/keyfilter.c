@@ -15,7 +15,7 @@
  *
  * It is filled three ways: one worker reads every active key's hash when
  * the filter is not complete (pg_store.c, between requests), every worker
- * adds the hash a key notification names (schema/005_key_notify.sql), and
+ * adds the hash a key notification names (schema/005_notify_changes.sql), and
  * a lost connection to PostgreSQL, after which notifications may have been
  * missed, marks it incomplete again.  Bits are only ever set, so a reader
  * never sees a key vanish; a revoked key stays in it until the pool
@@ -112,32 +112,12 @@ keyfilter_add(struct keyfilter *f, const unsigned char md[32])
     __atomic_add_fetch(&keyfilter_header(f)->keys, 1, __ATOMIC_RELAXED);
 }
 
-/* The value of hex digit c, or -1. */
-static int
-keyfilter_digit(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 int
 keyfilter_add_hex(struct keyfilter *f, const char *hex)
 {
     unsigned char md[32];
-    int i, hi, lo;
 
-    for (i = 0; i < 32; i++) {
-        if ((hi = keyfilter_digit(hex[2 * i])) < 0 ||
-            (lo = keyfilter_digit(hex[2 * i + 1])) < 0)
-            return -1;
-        md[i] = (unsigned char)(hi << 4 | lo);
-    }
-    if (hex[64] != '\0')
+    if (util_unhex(hex, strlen(hex), md, sizeof(md)) == -1)
         return -1;
     keyfilter_add(f, md);
     return 0;

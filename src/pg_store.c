@@ -638,37 +638,82 @@ pg_store_rules(struct pg_store *ps, const char *tenant_id,
     return STORE_OK;
 }
 
+/*
+ * Notes what one notification names (schema/005_notify_changes.sql):
+ * "api_keys:TENANT:HASH:STATUS" a key, "rules:TENANT" and
+ * "limits:TENANT:RULE" a tenant's rules; anything else (a tenant's own
+ * row, a payload from an older schema) may change anything: 0 then.
+ * A key's hash joins the key filter while the key is active.
+ */
+static int
+pg_store_note(struct pg_store *ps, const char *payload,
+    struct store_change *c)
+{
+    const char *p, *end;
+
+    memset(c, 0, sizeof(*c));
+    if (strncmp(payload, "api_keys:", 9) == 0) {
+        if ((p = strchr(payload + 9, ':')) == NULL ||
+            (end = strchr(p + 1, ':')) == NULL ||
+            util_unhex(p + 1, (size_t)(end - p - 1), c->key,
+            sizeof(c->key)) == -1)
+            return 0;
+        if (strcmp(end + 1, "active") == 0)
+            keyfilter_add(ps->filter, c->key);
+        c->kind = STORE_CHANGE_KEY;
+        return 1;
+    }
+    if (strncmp(payload, "rules:", 6) == 0)
+        p = payload + 6;
+    else if (strncmp(payload, "limits:", 7) == 0)
+        p = payload + 7;
+    else
+        return 0;
+    if (strlen(p) < RL_UUID_LEN || (p[RL_UUID_LEN] != '\0' &&
+        p[RL_UUID_LEN] != ':'))
+        return 0;
+    memcpy(c->tenant, p, RL_UUID_LEN);
+    c->tenant[RL_UUID_LEN] = '\0';
+    c->kind = STORE_CHANGE_TENANT;
+    return 1;
+}
+
 int
-pg_store_poll(struct pg_store *ps)
+pg_store_poll(struct pg_store *ps, struct store_change *out, int max)
 {
     PGnotify *n;
-    const char *hash;
-    int changed = ps->notified;
+    int count = ps->notified ? -1 : 0;
 
     ps->notified = 0;
     if (ps->state != PGS_READY)
-        return changed;
+        return count;
     if ((ps->watched != ps->serial || ps->readable) &&
         PQconsumeInput(ps->conn) == 0) {
         /* The connection broke; the next query reconnects.  The caches
          * stay: they are what keeps known keys working during an outage,
          * and they are dropped once a new connection is made. */
         pg_store_close(ps);
-        return changed;
+        return count;
     }
     ps->readable = 0;
-    /* Also what a query's answer brought along, already read.  A key's
-     * notification names its hash (schema/005_key_notify.sql): "api_keys:
-     * TENANT:HASH", HASH only while the key is active. */
+    /* Also what a query's answer brought along, already read.  Every
+     * notification is taken off the connection, even when count already
+     * says "anything": none may wait for the next request. */
     while ((n = PQnotifies(ps->conn)) != NULL) {
         log_debug("postgresql: change notified (%s)", n->extra);
-        if (strncmp(n->extra, "api_keys:", 9) == 0 &&
-            (hash = strchr(n->extra + 9, ':')) != NULL && hash[1] != '\0')
-            keyfilter_add_hex(ps->filter, hash + 1);
-        changed = 1;
+        if (count >= 0 && (count == max ||
+            !pg_store_note(ps, n->extra, &out[count])))
+            count = -1;
+        else if (count >= 0)
+            count++;
+        else if (strncmp(n->extra, "api_keys:", 9) == 0) {
+            struct store_change c;
+
+            pg_store_note(ps, n->extra, &c);    /* the key filter */
+        }
         PQfreemem(n);
     }
-    return changed;
+    return count;
 }
 
 int

@@ -309,6 +309,10 @@ size_t util_copy(char *dst, size_t size, const char *src);
 /* Splits "host:port" or "[v6addr]:port" into host (without brackets) and
  * port (1-65535).  Returns 0, or -1 when addr has another shape or host
  * does not fit in hostlen. */
+/* The n bytes whose 2n hex digits (either case) are hex[0..hexlen): 0, or
+ * -1 when hexlen is not 2n or a character is not a hex digit. */
+int util_unhex(const char *hex, size_t hexlen, void *out, size_t n);
+
 int util_split_hostport(const char *addr, char *host, size_t hostlen,
     int *port);
 
@@ -693,7 +697,7 @@ size_t cache_count(const struct cache *c);
 /* ------------------------------------------------------------------ */
 /* shm.c: the segment all workers of a pool share */
 
-#define SHM_VERSION 5
+#define SHM_VERSION 6
 #define SHM_WAYS 8                  /* entries per set: a set of a full
                                        table gives up its oldest */
 #define SHM_KEY_VALUE_MAX 320       /* a struct key_info (service.h) */
@@ -748,6 +752,15 @@ int shm_get(const struct shm *m, int table, const unsigned char id[32],
 
 /* Stores value (len bytes, at most the table's value size) for id with a
  * non-zero stamp, replacing the id's entry, an empty one or the one with
+/* The generation an entry of one key (by its id) or of one tenant's rules
+ * depends on: the pool's plus its stripe's; and the bump of a stripe, when
+ * a notification named the key or the tenant. */
+#define SHM_STRIPES 1024
+uint64_t shm_generation_key(const struct shm *m, const unsigned char id[32]);
+uint64_t shm_generation_tenant(const struct shm *m, const char *tenant_id);
+void shm_changed_key(struct shm *m, const unsigned char id[32]);
+void shm_changed_tenant(struct shm *m, const char *tenant_id);
+
  * the oldest stamp in its set.  Returns 0, 1 when that pushed out another
  * id's entry, or -1 when the entry is being written by someone else or the
  * value is too large. */

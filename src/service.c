@@ -47,11 +47,11 @@ service_script(void *ctx, struct limiter_call *call, int nlimits,
 }
 
 static int
-service_changed(void *ctx)
+service_changed(void *ctx, struct store_change *out, int max)
 {
     struct service *svc = ctx;
 
-    return pg_store_poll(&svc->pg);
+    return pg_store_poll(&svc->pg, out, max);
 }
 
 static void

@@ -118,6 +118,16 @@ struct key_info {
     int anonymous;              /* the anonymous tenant, not a key */
 };
 
+/* What a change notification named (pg_store_poll, decide_sync). */
+struct store_change {
+    int kind;                   /* STORE_CHANGE_* */
+    unsigned char key[32];      /* a key's: its SHA-256 */
+    char tenant[RL_UUID_LEN + 1]; /* a tenant's rules or limits: its id */
+};
+
+enum { STORE_CHANGE_KEY = 1, STORE_CHANGE_TENANT };
+#define STORE_CHANGES_MAX 64
+
 struct tenant_rules {
     int n;
     int too_many;               /* the store had more than RL_MAX_RULES:
@@ -191,11 +201,13 @@ int pg_store_tenant(struct pg_store *ps, const char *name,
 int pg_store_rules(struct pg_store *ps, const char *tenant_id,
     struct tenant_rules **out);
 
-/* Reads change notifications that have arrived, without a round trip.
- * Returns 1 when caches should be dropped, else 0.  While a watcher keeps
- * the socket in its poll set (pg_store_socket, pg_store_watch), the socket
- * is read only after the watcher has seen it readable. */
-int pg_store_poll(struct pg_store *ps);
+/* Reads change notifications that have arrived, without a round trip,
+ * into out (at most max): returns how many, or -1 when what changed is
+ * not known (a new connection, a notification that names nothing, more
+ * than max).  While a watcher keeps the socket in its poll set
+ * (pg_store_socket, pg_store_watch), the socket is read only after the
+ * watcher has seen it readable. */
+int pg_store_poll(struct pg_store *ps, struct store_change *out, int max);
 
 /* The socket of a connection that is LISTENing, with the connection's
  * serial number in *serial (a new connection may reuse the number), or -1
@@ -276,8 +288,9 @@ struct rl_counters {
  * STORE_UNAVAILABLE (rules: *out a new allocation, freed with
  * decide_rules_free); script answers STORE_OK with d filled,
  * STORE_UNAVAILABLE, STORE_BAD_REPLY or DECIDE_STORE_UNUSABLE (the call
- * could not even be built); changed answers 1 when the key store notified
- * a change since it was last asked.
+ * could not even be built); changed fills out with at most max changes
+ * the key store notified since it was last asked, and answers how many,
+ * or -1 when what changed is not known (anything may have).
  */
 struct decide_store {
     void *ctx;
@@ -286,7 +299,7 @@ struct decide_store {
     int (*rules)(void *ctx, const char *tenant_id, struct tenant_rules **out);
     int (*script)(void *ctx, struct limiter_call *call, int nlimits,
         struct rl_decision *d);
-    int (*changed)(void *ctx);
+    int (*changed)(void *ctx, struct store_change *out, int max);
     void (*used)(void *ctx, long long key_id);  /* a key was served */
 };
 

@@ -29,9 +29,11 @@
  * takes the entry over once the pid it recorded is gone (the caller says
  * how to tell, so this file stays free of system calls).
  *
- * When PostgreSQL notifies a change, a worker bumps the generation, and
+ * When PostgreSQL notifies a change, a worker bumps a generation, and
  * every entry fetched under an older one is stale: used only while
- * PostgreSQL cannot be asked.  Version 3 added the over-limit table (its
+ * PostgreSQL cannot be asked.  A notification that names a key or a
+ * tenant bumps only that key's or tenant's stripe (one of SHM_STRIPES);
+ * one that names nothing, or a lost connection, bumps the pool's.  Version 3 added the over-limit table (its
  * stamp is the monotonic time until which a denial holds); later additions
  * (the per-second history) go after it, with a new version number.
  */
@@ -49,6 +51,10 @@ struct shm_header {
     uint64_t generation;
     uint64_t board_size;
     uint64_t counts[SHM_NTABLES];
+    /* What a notification names bumps one stripe: of the key's hash, or
+     * of the tenant's id (see shm_generation_key). */
+    uint64_t key_stripes[SHM_STRIPES];
+    uint64_t tenant_stripes[SHM_STRIPES];
 };
 
 struct shm_entry {
@@ -173,6 +179,68 @@ shm_changed(struct shm *m)
     struct shm_header *h = m->base;
 
     __atomic_add_fetch(&h->generation, 1, __ATOMIC_ACQ_REL);
+}
+
+/* The stripe of a key id (a SHA-256: its first bytes are as good as any)
+ * and of a tenant id (FNV-1a of the text). */
+static size_t
+shm_key_stripe(const unsigned char id[32])
+{
+    return ((size_t)id[0] | (size_t)id[1] << 8) % SHM_STRIPES;
+}
+
+static size_t
+shm_tenant_stripe(const char *tenant_id)
+{
+    uint64_t h = 1469598103934665603ULL;
+
+    while (*tenant_id != '\0') {
+        h ^= (unsigned char)*tenant_id++;
+        h *= 1099511628211ULL;
+    }
+    return (size_t)(h % SHM_STRIPES);
+}
+
+/*
+ * The generations of what one entry depends on, added up: every part only
+ * ever grows, so the sum changes exactly when one of them did.  A change
+ * of one key or one tenant's rules thus makes stale only the entries of
+ * its stripe, not the whole pool's.
+ */
+uint64_t
+shm_generation_key(const struct shm *m, const unsigned char id[32])
+{
+    const struct shm_header *h = m->base;
+
+    return shm_generation(m) + __atomic_load_n(
+        &h->key_stripes[shm_key_stripe(id)], __ATOMIC_ACQUIRE);
+}
+
+uint64_t
+shm_generation_tenant(const struct shm *m, const char *tenant_id)
+{
+    const struct shm_header *h = m->base;
+
+    return shm_generation(m) + __atomic_load_n(
+        &h->tenant_stripes[shm_tenant_stripe(tenant_id)], __ATOMIC_ACQUIRE);
+}
+
+void
+shm_changed_key(struct shm *m, const unsigned char id[32])
+{
+    struct shm_header *h = m->base;
+
+    __atomic_add_fetch(&h->key_stripes[shm_key_stripe(id)], 1,
+        __ATOMIC_ACQ_REL);
+}
+
+void
+shm_changed_tenant(struct shm *m, const char *tenant_id)
+{
+    struct shm_header *h = m->base;
+
+    __atomic_add_fetch(&h->tenant_stripes[shm_tenant_stripe(tenant_id)], 1,
+        __ATOMIC_ACQ_REL);
 }
 
 static struct shm_entry *

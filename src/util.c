@@ -109,6 +109,37 @@ util_hex(const void *in, size_t n, char *out)
     out[2 * n] = '\0';
 }
 
+/* The value of hex digit c, or -1. */
+static int
+util_hex_digit(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+int
+util_unhex(const char *hex, size_t hexlen, void *out, size_t n)
+{
+    unsigned char *p = out;
+    size_t i;
+    int hi, lo;
+
+    if (hexlen != 2 * n)
+        return -1;
+    for (i = 0; i < n; i++) {
+        if ((hi = util_hex_digit(hex[2 * i])) < 0 ||
+            (lo = util_hex_digit(hex[2 * i + 1])) < 0)
+            return -1;
+        p[i] = (unsigned char)(hi << 4 | lo);
+    }
+    return 0;
+}
+
 int64_t
 util_now_ms(void)
 {

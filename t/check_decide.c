@@ -32,6 +32,8 @@ struct fake {
     struct rl_rule rules[8];
     int nrules;
     int too_many;               /* the store had more than RL_MAX_RULES */
+    struct store_change named[4];   /* notified next, by name */
+    int nnamed;
 };
 
 struct fake_key {
@@ -146,12 +148,18 @@ fake_used(void *ctx, long long key_id)
 }
 
 static int
-fake_changed(void *ctx)
+fake_changed(void *ctx, struct store_change *out, int max)
 {
     struct fake *f = ctx;
-    int c = f->changed;
+    int c = f->changed, i;
 
     f->changed = 0;
+    if (c)
+        return -1;
+    for (i = 0; i < f->nnamed && i < max; i++)
+        out[i] = f->named[i];
+    c = f->nnamed;
+    f->nnamed = 0;
     return c;
 }
 
@@ -531,6 +539,43 @@ START_TEST(test_key_lookups)
 }
 END_TEST
 
+/* A notification that names a key or a tenant makes only that one stale:
+ * the other keys and tenants are answered without the store. */
+START_TEST(test_named_changes)
+{
+    int keys, rules;
+
+    ck_assert_int_eq(check("good-key", "{\"route\":\"/api/x\"}"), 200);
+    ck_assert_int_eq(check("admin-key", "{\"route\":\"/api/x\"}"), 403);
+    keys = fk.key_calls;
+    rules = fk.rules_calls;
+    /* Another key, another tenant: nothing is asked again. */
+    util_sha256("admin-key", strlen("admin-key"), fk.named[0].key);
+    fk.named[0].kind = STORE_CHANGE_KEY;
+    fk.named[1].kind = STORE_CHANGE_TENANT;
+    strcpy(fk.named[1].tenant, "99999999-2222-3333-4444-555555555555");
+    fk.nnamed = 2;
+    ck_assert_int_eq(check("good-key", "{\"route\":\"/api/x\"}"), 200);
+    ck_assert_int_eq(fk.key_calls, keys);
+    ck_assert_int_eq(fk.rules_calls, rules);
+    /* The key named is looked up again, and only it. */
+    ck_assert_int_eq(check("admin-key", "{\"route\":\"/api/x\"}"), 403);
+    ck_assert_int_eq(fk.key_calls, keys + 1);
+    /* The tenant named: its rules are read again, its keys are not. */
+    fk.named[0].kind = STORE_CHANGE_TENANT;
+    strcpy(fk.named[0].tenant, TENANT);
+    fk.nnamed = 1;
+    ck_assert_int_eq(check("good-key", "{\"route\":\"/api/x\"}"), 200);
+    ck_assert_int_eq(fk.key_calls, keys + 1);
+    ck_assert_int_eq(fk.rules_calls, rules + 1);
+    /* Anything may have changed: everything is asked again. */
+    fk.changed = 1;
+    ck_assert_int_eq(check("good-key", "{\"route\":\"/api/x\"}"), 200);
+    ck_assert_int_eq(fk.key_calls, keys + 2);
+    ck_assert_int_eq(fk.rules_calls, rules + 2);
+}
+END_TEST
+
 /* With a filter of active keys: a key it vouches for is looked up past
  * key_lookup_rate; once complete, a key it does not know is invalid
  * (401) without a lookup; while incomplete, 503. */
@@ -622,6 +667,7 @@ decide_suite(void)
     tcase_add_test(tc, test_store_down_with_known_key);
     tcase_add_test(tc, test_key_lookups);
     tcase_add_test(tc, test_key_filter);
+    tcase_add_test(tc, test_named_changes);
     tcase_add_test(tc, test_authorizer);
     suite_add_tcase(s, tc);
     return s;

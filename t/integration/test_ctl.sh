@@ -187,12 +187,12 @@ is "an unknown command exits 2 naming it" "$RC $(has err frobnicate)" "2 yes"
 # --- migrate -------------------------------------------------------------
 
 ctl migrate
-is "migrate applies 001_init, then 002_limits, 003_count_scope, 004_rule_bound and 005_key_notify" \
+is "migrate applies 001_init, then 002_limits, 003_count_scope, 004_rule_bound and 005_notify_changes" \
     "$RC $(has out '^applied  *001_init') $(has out '^applied  *002_limits') $(grep '^applied' "$TMP/out" | awk '{ printf "%s ", $2 }')" \
-    "0 yes yes 001_init 002_limits 003_count_scope 004_rule_bound 005_key_notify "
+    "0 yes yes 001_init 002_limits 003_count_scope 004_rule_bound 005_notify_changes "
 is "schema_migrations records versions 1 to 5" \
     "$(sql "SELECT string_agg(version || ' ' || name, ', ' ORDER BY version) FROM schema_migrations")" \
-    "1 001_init, 2 002_limits, 3 003_count_scope, 4 004_rule_bound, 5 005_key_notify"
+    "1 001_init, 2 002_limits, 3 003_count_scope, 4 004_rule_bound, 5 005_notify_changes"
 ctl migrate
 is "a second migrate applies nothing" \
     "$RC $(has out '^applied') $(has out 'up to date (version 5)')" "0 no yes"
@@ -636,20 +636,23 @@ printf '%s\n' "LISTEN ratelimit_changes;" \
     "DELETE FROM api_keys WHERE key_hash = repeat('ab', 32);" |
     psql -X -q -h 127.0.0.1 -p "$CTL_PG_PORT" -U ratelimit -d ratelimit \
         >"$TMP/notify" 2>&1
-is "revoking a key and deleting one notify api_keys:<tenant id>: (no hash)" \
-    "$(grep -c "payload \"api_keys:$ACME_ID:\"" "$TMP/notify")" 2
-is "adding a key notifies api_keys:<tenant id>:<its hash>, once" \
-    "$(grep -c "payload \"api_keys:$ACME_ID:$(printf 'ab%.0s' $(seq 32))\"" "$TMP/notify")" 1
+AB_HASH=$(printf 'ab%.0s' $(seq 32))
+is "revoking a key notifies api_keys:<tenant id>:<its hash>:revoked, once" \
+    "$(grep -c "payload \"api_keys:$ACME_ID:$(sql "SELECT key_hash FROM api_keys WHERE id = $ADMIN_ID"):revoked\"" "$TMP/notify")" 1
+is "adding a key notifies api_keys:<tenant id>:<its hash>:active, once" \
+    "$(grep -c "payload \"api_keys:$ACME_ID:$AB_HASH:active\"" "$TMP/notify")" 1
+is "deleting it notifies api_keys:<tenant id>:<its hash>:deleted, once" \
+    "$(grep -c "payload \"api_keys:$ACME_ID:$AB_HASH:deleted\"" "$TMP/notify")" 1
 is "a revoke, an insert and a delete: three api_keys notifications" \
     "$(grep -c 'payload "api_keys:' "$TMP/notify")" 3
-is "changing a limit notifies limits:<rule id>" \
-    "$(has notify "payload \"limits:$SW_RULE\"")" yes
-is "changing a limit's burst (a column of 002) notifies limits:<rule id>" \
-    "$(has notify "payload \"limits:$G1_RULE\"")" yes
+is "changing a limit notifies limits:<tenant id>:<rule id>" \
+    "$(has notify "payload \"limits:$ACME_ID:$SW_RULE\"")" yes
+is "changing a limit's burst (a column of 002) notifies limits:<tenant id>:<rule id>" \
+    "$(has notify "payload \"limits:$ACME_ID:$G1_RULE\"")" yes
 is "changing a rule's always flag notifies rules:<tenant id>, once" \
     "$(grep -c "payload \"rules:$ACME_ID\"" "$TMP/notify")" 1
-is "adding a limit notifies limits:<rule id> (its count check notifies nothing)" \
-    "$(grep -c "payload \"limits:$G3_RULE\"" "$TMP/notify")" 1
+is "adding a limit notifies limits:<tenant id>:<rule id> (its count check notifies nothing)" \
+    "$(grep -c "payload \"limits:$ACME_ID:$G3_RULE\"" "$TMP/notify")" 1
 
 # --- the dev seed -----------------------------------------------------
 

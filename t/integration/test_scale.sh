@@ -83,6 +83,40 @@ ctl rule match "$T" /nowhere >"$T_TMP/out" 2>&1
 check "rule match /nowhere names the catch-all" \
     contains "$(cat "$T_TMP/out")" "rule $(rule_id '*'),"
 
+# ------------------------------------------------ changes elsewhere
+
+# rule_misses: the pool's rule cache misses so far (/metrics).
+rule_misses() {
+    fetch "$BASE_URL/metrics"
+    printf '%s\n' "$BODY" |
+        awk '/^ratelimit_cache_lookups_total\{cache="rule",result="miss"\}/ {
+            print $2 }'
+}
+
+# A key created, another revoked, in another tenant: the 5,002-rule
+# tenant's rules stay cached in every worker (no miss while its checks go
+# on); a change of its own rules is a miss.
+ELSE=$(uniq_name elsewhere)
+new_tenant "$ELSE"
+par_checks 16 4 "$KEY" '{"route":"/r/77/x"}'
+m0=$(rule_misses)
+EKEY=$(new_key "$ELSE")
+new_key "$ELSE" >/dev/null
+revoke_key "$EKEY"
+sleep 0.5
+par_checks 16 4 "$KEY" '{"route":"/r/77/x"}'
+m1=$(rule_misses)
+check "keys created and revoked in another tenant: no rule cache miss ($m0 -> $m1)" \
+    eq "$m1" "$m0"
+ctl rule set "$(rule_id '/r/78/*')" --priority 1 >/dev/null
+sleep 0.5
+par_checks 16 4 "$KEY" '{"route":"/r/77/x"}'
+m2=$(rule_misses)
+check "a change of the tenant's own rules: its rules are read again ($m1 -> $m2)" \
+    lt_num "$m1" "$m2"
+fault_row "keys created and revoked in another tenant: rule cache misses of a 5,002-rule tenant" \
+    16 "$((m1 - m0))" -
+
 # ------------------------------------------------ the bound: 10,000 rules
 
 add_rules 5001 9998
