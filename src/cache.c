@@ -1,10 +1,11 @@
 /*
  * cache.c -- a bounded, string-keyed cache with an expiry per entry.
  *
- * Each worker keeps two: API keys (by SHA-256 of the key) and rules (by
- * tenant id).  A chained hash table finds entries; a doubly linked list in
- * recency order picks the victim when the cache is full, so a flood of
- * unknown keys evicts old unknown keys rather than growing memory.  Time
+ * Each worker keeps one: tenants' rules (by tenant id).  A chained hash
+ * table finds entries; a doubly linked list in recency order picks the
+ * victim when the cache is full -- by count, or by the bytes the caller
+ * says its entries hold (cache_put_cost) -- so the cache never grows past
+ * its bounds however many tenants there are.  Time
  * is passed in by the caller, which keeps the cache pure and testable.
  * Expired entries stay until they are replaced or evicted, so a caller that
  * cannot reach PostgreSQL may still ask for them ("stale").
@@ -17,6 +18,7 @@
 struct cache_entry {
     char *key;
     void *value;
+    size_t cost;                    /* what the caller said it holds */
     int64_t expires_ms;
     struct cache_entry *next;       /* hash chain */
     struct cache_entry *newer;      /* recency list */
@@ -28,6 +30,8 @@ struct cache {
     size_t nbuckets;
     size_t count;
     size_t capacity;
+    size_t cost;                    /* of the entries in it */
+    size_t max_cost;                /* 0: no bound */
     struct cache_entry *newest;
     struct cache_entry *oldest;
     void (*free_value)(void *);
@@ -111,6 +115,7 @@ cache_drop(struct cache *c, struct cache_entry **pp)
 
     *pp = e->next;
     cache_unlink_lru(c, e);
+    c->cost -= e->cost;
     if (c->free_value != NULL)
         c->free_value(e->value);
     free(e->key);
@@ -127,14 +132,30 @@ cache_remove(struct cache *c, const char *key)
         cache_drop(c, pp);
 }
 
+void
+cache_set_max_cost(struct cache *c, size_t max_cost)
+{
+    c->max_cost = max_cost;
+}
+
 int
 cache_put(struct cache *c, const char *key, void *value, int64_t now_ms,
     int64_t ttl_ms)
 {
+    return cache_put_cost(c, key, value, 0, now_ms, ttl_ms);
+}
+
+int
+cache_put_cost(struct cache *c, const char *key, void *value, size_t cost,
+    int64_t now_ms, int64_t ttl_ms)
+{
     struct cache_entry **pp, *e;
 
     cache_remove(c, key);
-    if (c->count >= c->capacity && c->oldest != NULL)
+    /* The least recently used go until the new one fits; one that is
+     * larger than the bound by itself is kept alone. */
+    while (c->oldest != NULL && (c->count >= c->capacity ||
+        (c->max_cost > 0 && c->cost + cost > c->max_cost)))
         cache_remove(c, c->oldest->key);
     if ((e = calloc(1, sizeof(*e))) == NULL ||
         (e->key = strdup(key)) == NULL) {
@@ -144,6 +165,8 @@ cache_put(struct cache *c, const char *key, void *value, int64_t now_ms,
         return -1;
     }
     e->value = value;
+    e->cost = cost;
+    c->cost += cost;
     e->expires_ms = now_ms + ttl_ms;
     pp = &c->buckets[cache_hash(key) & (c->nbuckets - 1)];
     e->next = *pp;
@@ -180,6 +203,12 @@ size_t
 cache_count(const struct cache *c)
 {
     return c->count;
+}
+
+size_t
+cache_cost(const struct cache *c)
+{
+    return c->cost;
 }
 
 void

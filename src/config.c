@@ -156,6 +156,10 @@ static const struct config_key config_keys[] = {
       NULL, "seconds a tenant's rules are used without asking PostgreSQL" },
     { "rule_cache_size", CT_LONG, OFF(rule_cache_size), 0, 1, 1000000,
       "1000", NULL, "tenants whose rules the pool keeps in shared memory" },
+    { "rule_cache_worker_mb", CT_LONG, OFF(rule_cache_worker_mb), 0, 1,
+      4096, "32", NULL, "MiB of tenants' rules each worker keeps ready to "
+      "match (the least recently used go first; a tenant larger than this "
+      "is kept alone): with the rest of a worker, its memory bound" },
     { "overlimit_cache_size", CT_LONG, OFF(overlimit_cache_size), 0, 0,
       10000000, "10000", NULL, "denials the pool remembers (shared by all "
       "workers): a check of a counter known to be over its limit gets 429 "

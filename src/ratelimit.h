@@ -82,6 +82,7 @@ struct rl_config {
     long key_filter_mb;         /* the filter of active keys; 0 = none */
     long rule_cache_ttl;
     long rule_cache_size;       /* tenants */
+    long rule_cache_worker_mb;  /* a worker's rules, in MiB */
     long overlimit_cache_size;  /* denials remembered; 0 = off */
     long overlimit_cache_min_ms;
     long tenant_counter_budget; /* new counters a tenant may make per
@@ -643,6 +644,9 @@ struct rules_index;
 struct rules_index *rules_index_build(const struct rl_rule *rules, int n);
 void rules_index_free(struct rules_index *ix);
 
+/* The bytes an index holds (for a cache's bound). */
+size_t rules_index_bytes(const struct rules_index *ix);
+
 /* rules_plan() of the indexed rules: the same answer, faster. */
 int rules_index_plan(const struct rules_index *ix, const char *route,
     struct rl_plan *plan);
@@ -695,6 +699,14 @@ void *cache_get(struct cache *c, const char *key, int64_t now_ms, int *stale);
 void cache_remove(struct cache *c, const char *key);
 void cache_clear(struct cache *c);
 size_t cache_count(const struct cache *c);
+
+/* cache_put() of a value said to hold cost bytes; with a bound set (0:
+ * none), the least recently used entries go until the costs fit it, and an
+ * entry that alone exceeds it is kept alone.  cache_cost() is the sum. */
+void cache_set_max_cost(struct cache *c, size_t max_cost);
+int cache_put_cost(struct cache *c, const char *key, void *value, size_t cost,
+    int64_t now_ms, int64_t ttl_ms);
+size_t cache_cost(const struct cache *c);
 
 /* ------------------------------------------------------------------ */
 /* shm.c: the segment all workers of a pool share */

@@ -96,7 +96,7 @@ struct rules_index {
     int star;                   /* the "*" rule chosen first, or -1 */
     int nlens;                  /* the lengths of the prefixes p, longest
                                    first */
-    int lens[RL_ROUTE_MAX + 1];
+    int *lens;
 };
 
 /* The part of a rule's pattern a route must begin with (p of "p*"), or
@@ -186,9 +186,24 @@ rules_index_build(const struct rl_rule *rules, int n)
     qsort_r(ix->prefix, (size_t)ix->nprefix, sizeof(int), rules_cmp_index,
         (void *)rules);
     for (i = RL_ROUTE_MAX; i > 0; i--)
+        ix->nlens += seen[i];
+    if (ix->nlens > 0 &&
+        (ix->lens = malloc((size_t)ix->nlens * sizeof(int))) == NULL) {
+        rules_index_free(ix);
+        return NULL;
+    }
+    for (ix->nlens = 0, i = RL_ROUTE_MAX; i > 0; i--)
         if (seen[i])
             ix->lens[ix->nlens++] = i;
     return ix;
+}
+
+size_t
+rules_index_bytes(const struct rules_index *ix)
+{
+    return ix == NULL ? 0 : sizeof(*ix) + sizeof(int) *
+        ((size_t)ix->nexact + (size_t)ix->nprefix + (size_t)ix->nalways +
+        (size_t)ix->nlens);
 }
 
 void
@@ -199,6 +214,7 @@ rules_index_free(struct rules_index *ix)
     free(ix->exact);
     free(ix->prefix);
     free(ix->always);
+    free(ix->lens);
     free(ix);
 }
 

@@ -137,6 +137,35 @@ START_TEST(test_capacity_evicts_lru)
 }
 END_TEST
 
+START_TEST(test_cost_bound)
+{
+    struct cache *c = cache_create(100, count_free);
+
+    cache_set_max_cost(c, 100);
+    ck_assert_int_eq(cache_put_cost(c, "a", &v1, 40, 0, 1000), 0);
+    ck_assert_int_eq(cache_put_cost(c, "b", &v2, 40, 0, 1000), 0);
+    ck_assert_uint_eq(cache_cost(c), 80);
+    /* "a" was used last: "b" goes to make room for 30 more. */
+    ck_assert_ptr_eq(cache_get(c, "a", 1, NULL), &v1);
+    ck_assert_int_eq(cache_put_cost(c, "c", &v3, 30, 0, 1000), 0);
+    ck_assert_int_eq(nfreed, 1);
+    ck_assert_ptr_eq(last_freed, &v2);
+    ck_assert_uint_eq(cache_cost(c), 70);
+    /* Replacing an entry counts its new cost only. */
+    ck_assert_int_eq(cache_put_cost(c, "c", &v3, 60, 0, 1000), 0);
+    ck_assert_uint_eq(cache_cost(c), 100);
+    ck_assert_uint_eq(cache_count(c), 2);
+    /* Larger than the bound by itself: kept, alone. */
+    ck_assert_int_eq(cache_put_cost(c, "d", &v4, 150, 0, 1000), 0);
+    ck_assert_uint_eq(cache_count(c), 1);
+    ck_assert_uint_eq(cache_cost(c), 150);
+    ck_assert_ptr_eq(cache_get(c, "d", 1, NULL), &v4);
+    cache_remove(c, "d");
+    ck_assert_uint_eq(cache_cost(c), 0);
+    cache_free(c);
+}
+END_TEST
+
 START_TEST(test_get_refreshes_recency)
 {
     struct cache *c = cache_create(2, count_free);
@@ -295,6 +324,7 @@ cache_suite(void)
     tcase_add_test(tc, test_expiry_large_times);
     tcase_add_test(tc, test_stale);
     tcase_add_test(tc, test_capacity_evicts_lru);
+    tcase_add_test(tc, test_cost_bound);
     tcase_add_test(tc, test_get_refreshes_recency);
     tcase_add_test(tc, test_put_existing_when_full);
     tcase_add_test(tc, test_replace_frees_old);
