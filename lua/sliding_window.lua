@@ -113,8 +113,8 @@ local function sliding_window_evaluate(key, limit, window, cost, now_us)
         reset_ms = 0
     end
     -- What is counted in the current window matters until the end of the
-    -- next one, at most two windows away. The TTL is capped as in
-    -- token_bucket_evaluate().
+    -- next one, and no longer: the key expires a second after that. The
+    -- TTL is capped as in token_bucket_evaluate().
     --
     -- A key whose window is already the current one got its TTL from the
     -- write that began this window, which is at least as far as the
@@ -124,7 +124,7 @@ local function sliding_window_evaluate(key, limit, window, cost, now_us)
     -- clock's.
     local ttl_ms = false
     if win ~= current then
-        ttl_ms = 2 * window * 1000 + 1000
+        ttl_ms = math.ceil((until_end_us + window_us) / 1000 - 1e-6) + 1000
         if 1e15 < ttl_ms then
             ttl_ms = 1e15
         end

@@ -102,12 +102,13 @@ local function token_bucket_evaluate(key, capacity, rate, cost, now_us)
     if reset_ms < 0 then
         reset_ms = 0
     end
-    -- The key expires once an empty bucket would have refilled completely
-    -- (after the wait until a ts ahead), when it is the same as a new one.
-    -- The TTL is capped (at about 30000 years) so that absurd parameters
-    -- cannot make PEXPIRE fail after another limit has already been
-    -- written.
-    local ttl_ms = math.ceil(capacity * 1000 / rate + ahead_ms) + 1000
+    -- The key expires a second after the bucket is full again (reset_ms,
+    -- which counts the wait until a ts ahead), when it is the same as a
+    -- new one: a bucket charged once is kept for the refill of that cost,
+    -- not for that of a whole bucket. The TTL is capped (at about 30000
+    -- years) so that absurd parameters cannot make PEXPIRE fail after
+    -- another limit has already been written.
+    local ttl_ms = reset_ms + 1000
     if 1e15 < ttl_ms then
         ttl_ms = 1e15
     end

@@ -365,8 +365,10 @@ def test_tb_ttl():
     t0 = redis_now_ms()
     r = check(["tb:ttl"], TB5)
     expect_eq("allowed", r.allowed, 1)
-    # From empty to full: 5 / 20 s = 250 ms, plus 1 s.
-    expect_pttl("tb:ttl", 1250, t0)
+    # Until it is full again, as a new bucket would be: 1 / 20 s = 50 ms
+    # (not the 250 ms of a refill from empty), plus 1 s.
+    expect_eq("reset_ms", r.limits[0].reset_ms, 50)
+    expect_pttl("tb:ttl", 1050, t0)
 
 
 def test_tb_cost_above_capacity():
@@ -462,8 +464,9 @@ def test_sw_limit():
     # Counted in this window, weighs until the end of the next one.
     expect_range("call 4 reset_ms", r.limits[0].reset_ms,
                  4000 - offset - 1, 4000 - offset + 1)
-    # Two windows plus one second, from the 3rd call or earlier.
-    expect_pttl("sw:a", 5000, r.now_ms)
+    # Until the end of the next window plus one second, from the 1st call
+    # (which began the window; the others keep its TTL).
+    expect_pttl("sw:a", 5000 - out[0].now_ms % 2000, out[0].now_ms)
 
 
 def test_sw_rollover():
@@ -1663,8 +1666,9 @@ def test_tb_clock_back():
                 retry_after_ms=0)]))
     expect_state("time ahead kept", "back:tb",
                  {"tokens": 1, "ts": N + 5000000})
-    # From empty at N + 5 s, full 10 s later, plus 1 s.
-    expect_pttl("back:tb", 16000, t0)
+    # Full again when the reply's reset_ms has passed (1 token at N + 5 s,
+    # 9 s to refill), plus 1 s.
+    expect_pttl("back:tb", 15000, t0)
     out = check_times(2, ["back:tb"], a, now=N + 1000000)
     expect_reply("last token", out[0], reply(
         allowed=1, now_ms=NMS + 1000, limits=[
@@ -1701,7 +1705,7 @@ def test_tb_clock_back():
             lim(allowed=1, limit=10, remaining=1, reset_ms=9000,
                 retry_after_ms=0)]))
     expect_state("further ahead", "back:tb3", {"tokens": 1, "ts": N})
-    expect_pttl("back:tb3", 11000, t0)
+    expect_pttl("back:tb3", 10000, t0)
     # A time edited by hand to a fraction is kept rounded up.
     cmd("HSET", "back:tb4", "tokens", "2", "ts", "%d.5" % (N + 1000000))
     check(["back:tb4"], a, now=N)
