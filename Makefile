@@ -26,7 +26,7 @@ CTL = ctl ctl_args ctl_db ctl_migrate ctl_tenant ctl_rule ctl_counter ctl_apply 
 # and scripts/accuracy load, has lua/clock_test.lua in its place, which
 # also takes a time given as a last "__now_us=" argument.
 LUA = lua/token_bucket.lua lua/sliding_window.lua lua/gcra.lua lua/fixed_window.lua \
-	lua/clock.lua lua/check.lua
+	lua/budget.lua lua/clock.lua lua/check.lua
 LUA_TEST = $(patsubst lua/clock.lua,lua/clock_test.lua,$(LUA))
 MIGRATIONS = $(sort $(wildcard schema/[0-9]*.sql))
 

@@ -1,23 +1,27 @@
 -- The rate-limit check: decides all limits of one rule in one call.
 --
 -- This is the driver of the script made by concatenating token_bucket.lua,
--- sliding_window.lua, gcra.lua, fixed_window.lua, clock.lua and this file
--- (the Makefile's LUA; the tests' script has clock_test.lua in place of
--- clock.lua). It validates the arguments, reads the clock once (Redis TIME,
--- through clock_now_us()), asks every limit whether it allows the cost, and
--- only if every enforced limit does (and this is not a peek) charges the
--- cost. A denial writes nothing at all; a peek never writes.
+-- sliding_window.lua, gcra.lua, fixed_window.lua, budget.lua, clock.lua and
+-- this file (the Makefile's LUA; the tests' script has clock_test.lua in
+-- place of clock.lua). It validates the arguments, reads the clock once
+-- (Redis TIME, through clock_now_us()), asks every limit whether it allows
+-- the cost, and only if every enforced limit does (and this is not a peek,
+-- and the tenant's counter budget lets it create the counters it would)
+-- charges the cost. A denial writes nothing at all; a peek never writes.
 --
--- KEYS[i] is the state key (a hash) of limit i. KEYS[n + 1], optional, is
--- the caller's reply slot (in the same {tenant} hash-tag slot), which makes
--- a call that charges safe to send twice: see "Sent twice" below. Nothing
--- else is touched.
+-- KEYS[i] is the state key (a hash) of limit i. Then, optional and in this
+-- order: the tenant's two counter budget keys (see "The counter budget"
+-- below), and the caller's reply slot, which makes a call that charges
+-- safe to send twice (see "Sent twice" below). So a call has n keys, n + 1
+-- (the reply slot), n + 2 (the budget) or n + 3 (both), all in the same
+-- {tenant} hash-tag slot. Nothing else is touched.
 -- ARGV[1] = cost (integer >= 1), ARGV[2] = "1" to peek, "0" to commit or
--- "2" to commit a call sent again (see "Sent twice"; needs KEYS[n + 1]),
--- ARGV[3] = n, the number of limits (1..8; #KEYS is n, or n + 1 with the
--- reply slot), then five arguments per limit: algorithm name, p1, p2, p3,
--- shadow, and with the reply slot one more: the call's id, 1 to 40 of
--- [0-9a-zA-Z.-].
+-- "2" to commit a call sent again (see "Sent twice"; needs the reply
+-- slot), ARGV[3] = n, the number of limits (1..8; #KEYS is n to n + 3, as
+-- above), then five arguments per limit: algorithm name, p1, p2, p3,
+-- shadow; with the budget keys three more: the budget, its window and
+-- the mask (see "The counter budget"); and with the reply slot one more,
+-- last: the call's id, 1 to 40 of [0-9a-zA-Z.-].
 --   token_bucket:   p1 = capacity (integer), p2 = refill rate per second
 --                   (decimal, e.g. "0.5"), p3 = "0"
 --   sliding_window: p1 = limit (integer), p2 = window in seconds (integer),
@@ -52,10 +56,32 @@
 -- fixed_window it is always the time until the current window ends.
 -- retry_after_ms_i is 0 if the limit allows, the time until this cost would
 -- pass if it denies, and -1 if the cost can never pass. Every key written
--- gets a TTL. Bad arguments give an error reply beginning "ERR ratelimit: ".
+-- gets a TTL, no longer than its state matters. Bad arguments give an error
+-- reply beginning "ERR ratelimit: ". A call the counter budget refuses gets
+-- the reply of three integers -1, now_ms, retry_after_ms instead (see
+-- below).
+--
+-- The counter budget: every counter is a Redis key that lives until its
+-- TTL, and a caller who sends a new subject (or route, or anonymous
+-- address) with every check would make a new key every time, filling
+-- Redis for every tenant. So a call may carry its tenant's budget: at
+-- most "budget" counters a window (the budget window, in seconds, aligned
+-- on the epoch) may be created, counting each counter once however often
+-- it expires and comes back. The two keys are the tenant's: a
+-- HyperLogLog of the names of the counters created this window (an
+-- estimate of how many distinct ones, within about 1 %) and the exact
+-- number of counters created (each time one was), both expiring at the
+-- end of the window. The mask has one character per limit, "1" when the
+-- limit's counter is named after what the caller sends (a subject, a key,
+-- a route: those are what the budget bounds), "0" when it is not (one
+-- counter for the whole tenant, bounded by its rules). Only a call that
+-- would charge, and would create one or more "1" counters that do not
+-- exist, looks at the budget (budget.lua): a call on existing counters
+-- pays nothing for it. Past the budget such a call is refused as a whole,
+-- writing nothing, with the time until the window ends.
 --
 -- Sent twice: a client whose connection dies after sending a call cannot
--- know whether the script ran, and sends it again with the same KEYS[n + 1]
+-- know whether the script ran, and sends it again with the same reply slot
 -- and id and ARGV[2] = "2". The reply slot is the caller's own (one per
 -- client process and tenant), and a caller sends nothing else between a
 -- call and its resend, so the slot needs to hold only the caller's last
@@ -72,9 +98,9 @@
 -- per caller, overwritten by each call that charges, costs Redis neither
 -- a new key nor an expiry per check.
 --
--- The arguments are exactly these 3 + 5 * n, or 4 + 5 * n with the reply
--- slot. (The tests' script also takes one more, a time that replaces
--- Redis TIME: see clock_test.lua.)
+-- The arguments are exactly these 3 + 5 * n, three more with the budget
+-- and one more with the reply slot. (The tests' script also takes one
+-- more, a time that replaces Redis TIME: see clock_test.lua.)
 --
 -- Redis runs the whole script on every call, so this driver is straight-line
 -- code that dispatches on the algorithm name with if/elseif. It makes no
@@ -87,7 +113,7 @@
 local keys, argv = KEYS, ARGV
 local argc = #argv
 
--- How long the reply of a call that charged is kept in KEYS[n + 1]. A
+-- How long the reply of a call that charged is kept in the reply slot. A
 -- client sends a call again right after it has reconnected, within its
 -- connect and command timeouts (tens of milliseconds), and never later
 -- than a second after the first send (redis_store.c); three seconds leave
@@ -126,14 +152,24 @@ elseif n ~= nil and #n <= 15 and n:find('^0*[1-8]$') then
 else
     return check_error('number of limits must be 1..8')
 end
-local once = keys[n + 1]
-if n ~= #keys and (once == nil or keys[n + 2] ~= nil) then
+-- The keys after the limits' (see the top): none, the reply slot, the
+-- two budget keys, or the budget keys and the reply slot.
+local nkeys = #keys
+local once, budget_names, budget_made
+if nkeys == n + 1 then
+    once = keys[n + 1]
+elseif nkeys == n + 2 or nkeys == n + 3 then
+    budget_names, budget_made, once = keys[n + 1], keys[n + 2], keys[n + 3]
+elseif nkeys ~= n then
     return check_error('number of limits does not match number of keys')
 end
 if resent and once == nil then
     return check_error('peek 2 (sent again) needs the reply slot')
 end
 local expected = 3 + 5 * n
+if budget_names ~= nil then
+    expected = expected + 3
+end
 local rid
 if once ~= nil then
     expected = expected + 1
@@ -147,6 +183,22 @@ if argc ~= expected then
     local message = clock_extra_arguments(argv, argc, expected)
     if message ~= nil then
         return check_error(message)
+    end
+end
+
+-- The budget's arguments, after the limits': the budget and its window,
+-- positive integers, and the mask, n characters 0 or 1.
+local budget, budget_window, budget_mask
+if budget_names ~= nil then
+    budget = argv[4 + 5 * n]
+    budget_window = argv[5 + 5 * n]
+    budget_mask = argv[6 + 5 * n]
+    if #budget > 15 or not budget:find('^0*[1-9]%d*$') then
+        return check_error('the counter budget must be a positive integer')
+    elseif #budget_window > 15 or not budget_window:find('^0*[1-9]%d*$') then
+        return check_error('the budget window must be a positive integer')
+    elseif #budget_mask ~= n or budget_mask:find('[^01]') then
+        return check_error('the budget mask must be one 0 or 1 per limit')
     end
 end
 
@@ -236,7 +288,11 @@ local now_us = clock_now_us()
 --
 -- Durations are capped so that absurd parameters (a huge capacity with a
 -- tiny rate) cannot overflow Redis' conversion to a 64-bit integer.
-local reply, pending
+--
+-- made lists the counters the budget counts that this call would create:
+-- those of limits that allow, marked "1" in the mask, and found fresh (no
+-- state stored). It is made only when there is one.
+local reply, pending, made
 if n == 1 then
     reply = { 1, 0, nil, nil, nil, nil, nil }
     if peek == '0' then
@@ -257,23 +313,32 @@ for i = 1, n do
     local base = 5 * i - 1
     local algorithm = argv[base]
     local p1, p2 = argv[base + 1] + 0, argv[base + 2]
-    local allowed, limit, remaining, reset_ms, retry_ms, s1, s2, s3, s4
+    local allowed, limit, remaining, reset_ms, retry_ms, fresh, s1, s2, s3,
+        s4
     if algorithm == 'token_bucket' then
-        allowed, limit, remaining, reset_ms, retry_ms, s1, s2, s3 =
+        allowed, limit, remaining, reset_ms, retry_ms, fresh, s1, s2, s3 =
             token_bucket_evaluate(keys[i], p1, p2 + 0, cost, now_us)
     elseif algorithm == 'sliding_window' then
-        allowed, limit, remaining, reset_ms, retry_ms, s1, s2, s3, s4 =
-            sliding_window_evaluate(keys[i], p1, p2 + 0, cost, now_us)
+        allowed, limit, remaining, reset_ms, retry_ms, fresh, s1, s2, s3,
+            s4 = sliding_window_evaluate(keys[i], p1, p2 + 0, cost, now_us)
     elseif algorithm == 'gcra' then
-        allowed, limit, remaining, reset_ms, retry_ms, s1 =
+        allowed, limit, remaining, reset_ms, retry_ms, fresh, s1 =
             gcra_evaluate(keys[i], p1, p2 + 0, argv[base + 3] + 0, cost,
                 now_us)
     else
-        allowed, limit, remaining, reset_ms, retry_ms, s1, s2, s3 =
+        allowed, limit, remaining, reset_ms, retry_ms, fresh, s1, s2, s3 =
             fixed_window_evaluate(keys[i], p1, p2, cost, now_us)
     end
     if not allowed and argv[base + 4] == '0' then
         reply[1] = 0
+    end
+    if fresh and allowed and budget_mask ~= nil and
+            budget_mask:byte(i) == 49 then
+        if made == nil then
+            made = { keys[i] }
+        else
+            made[#made + 1] = keys[i]
+        end
     end
     if 1e15 < reset_ms then
         reset_ms = 1e15
@@ -325,6 +390,16 @@ if reply[1] == 0 and peek == '0' then
             reply[r + 2] = remaining
             reply[r + 3] = reset_ms
         end
+    end
+end
+
+-- A call that would create counters the budget counts asks it first;
+-- refused, it writes nothing.
+if made ~= nil and reply[1] == 1 and pending ~= nil then
+    local wait_ms = budget_admit(budget_names, budget_made, budget + 0,
+        budget_window + 0, made, now_us)
+    if wait_ms ~= nil then
+        return { -1, reply[2], wait_ms }
     end
 end
 

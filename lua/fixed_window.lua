@@ -71,9 +71,10 @@ end
 -- Decides one limit without writing anything. limit and unit ("minute",
 -- "hour", "day" or "month") are the validated p1 and p2. Returns allowed
 -- (boolean), limit, remaining, reset_ms and retry_ms (integers, as
--- described in check.lua), then what fixed_window_commit() takes after the
--- key: win and count, the state to store, and ttl_ms (false when the key
--- keeps its TTL).
+-- described in check.lua), fresh (true when no state is stored: a charge
+-- creates the key), then what fixed_window_commit() takes after the key:
+-- win and count, the state to store, and ttl_ms (false when the key keeps
+-- its TTL).
 local function fixed_window_evaluate(key, limit, unit, cost, now_us)
     -- The start of the window holding now and the start of the next one,
     -- in unix seconds. now_s is math.floor(now_us / 1e6), without a
@@ -148,7 +149,7 @@ local function fixed_window_evaluate(key, limit, unit, cost, now_us)
         ttl_ms = until_next_ms + 1000
     end
     return allowed, limit, remaining, until_next_ms, retry_ms,
-        start, count + cost, ttl_ms
+        stored[1] == false, start, count + cost, ttl_ms
 end
 
 -- Charges the cost decided by fixed_window_evaluate(). Whole numbers are

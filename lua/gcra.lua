@@ -23,7 +23,8 @@
 
 -- Decides one limit without writing anything. limit, period and burst are
 -- the validated p1, p2 and p3. Returns allowed (boolean), limit, remaining,
--- reset_ms and retry_ms (integers, as described in check.lua), then what
+-- reset_ms and retry_ms (integers, as described in check.lua), fresh (true
+-- when no TAT is stored: a charge creates the key), then what
 -- gcra_commit() takes after the key: tat, the TAT to store.
 --
 -- Durations in microseconds are rounded up to whole milliseconds, and
@@ -33,7 +34,8 @@ local function gcra_evaluate(key, limit, period, burst, cost, now_us)
     local tau = burst * t
     -- A TAT from the future (the clock went backwards after a failover, or
     -- the parameters changed) is kept: that never forgets requests.
-    local tat0 = tonumber(redis.call('HGET', key, 'tat')) or now_us
+    local stored = redis.call('HGET', key, 'tat')
+    local tat0 = tonumber(stored) or now_us
     if now_us > tat0 then
         tat0 = now_us
     end
@@ -70,7 +72,8 @@ local function gcra_evaluate(key, limit, period, burst, cost, now_us)
     else
         reset_ms = math.ceil(reset_ms / 1000)
     end
-    return allowed, burst + 1, remaining, reset_ms, retry_ms, new_tat
+    return allowed, burst + 1, remaining, reset_ms, retry_ms,
+        stored == false, new_tat
 end
 
 -- Charges the cost decided by gcra_evaluate(). Once the TAT is past the

@@ -17,7 +17,8 @@
 
 -- Decides one limit without writing anything. limit and window are the
 -- validated p1 and p2. Returns allowed (boolean), limit, remaining, reset_ms
--- and retry_ms (integers, as described in check.lua), then what
+-- and retry_ms (integers, as described in check.lua), fresh (true when no
+-- state is stored: a charge creates the key), then what
 -- sliding_window_commit() takes after the key: win, cur and prev, the state
 -- to store, and ttl_ms (false when the key keeps its TTL).
 --
@@ -129,7 +130,7 @@ local function sliding_window_evaluate(key, limit, window, cost, now_us)
             ttl_ms = 1e15
         end
     end
-    return allowed, limit, remaining, reset_ms, retry_ms,
+    return allowed, limit, remaining, reset_ms, retry_ms, stored[1] == false,
         current, counted, prev, ttl_ms
 end
 

@@ -16,7 +16,8 @@
 
 -- Decides one limit without writing anything. capacity and rate are the
 -- validated p1 and p2. Returns allowed (boolean), limit, remaining, reset_ms
--- and retry_ms (integers, as described in check.lua), then what
+-- and retry_ms (integers, as described in check.lua), fresh (true when no
+-- bucket is stored: a charge creates the key), then what
 -- token_bucket_commit() takes after the key: left, the exact tokens to store,
 -- ttl_ms, and at_us, the time to store with them.
 --
@@ -47,6 +48,7 @@ local function token_bucket_evaluate(key, capacity, rate, cost, now_us)
     local tokens = tonumber(stored[1])
     local ts = tonumber(stored[2])
     local at_us, ahead_ms = now_us, 0
+    local fresh = stored[1] == false and stored[2] == false
     if tokens == nil or ts == nil then
         tokens = capacity
     else
@@ -113,7 +115,7 @@ local function token_bucket_evaluate(key, capacity, rate, cost, now_us)
         ttl_ms = 1e15
     end
     return allowed, capacity, math.floor(left + 1e-9), reset_ms, retry_ms,
-        left, ttl_ms, at_us
+        fresh, left, ttl_ms, at_us
 end
 
 -- Charges the cost decided by token_bucket_evaluate(), storing left tokens

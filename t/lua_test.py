@@ -1149,6 +1149,216 @@ def test_replay_real_time():
     expect_eq("remaining", first.limits[0].remaining, 4)
 
 
+# --- The counter budget ------------------------------------------------------
+#
+# A call may carry its tenant's budget: two more keys after the limits' (a
+# HyperLogLog of the names of the counters created this window, and how many
+# were created) and three more arguments (the budget, its window in seconds,
+# one 0 or 1 per limit). A call that would create counters marked 1 past the
+# budget is refused, writing nothing, with the reply -1, now_ms, retry_ms.
+
+HOUR_LEFT_MS = 3580000      # from N (20 s into an hour) to the next hour
+
+
+def budget_keys(tenant):
+    return ["bud:{%s}:names" % tenant, "bud:{%s}:made" % tenant]
+
+
+def budget_call(tenant, keys, limits, budget, mask, cost=1, peek=0, now=N,
+                rid=None, slot_key=None, window=3600):
+    """One call with the tenant's budget; the raw reply (a list)."""
+    all_keys = list(keys) + budget_keys(tenant)
+    if slot_key is not None:
+        all_keys.append(slot_key)
+    argv = [str(cost), str(peek), str(len(limits))]
+    for spec in limits:
+        argv.extend(spec)
+    argv += [str(budget), str(window), mask]
+    if rid is not None:
+        argv.append(rid)
+    argv.append("__now_us=%d" % now)
+    raw = redis.pipeline([evalsha(all_keys, argv)])[0]
+    if isinstance(raw, resp.ReplyError):
+        raise Failed("error reply '%s'" % raw)
+    return raw
+
+
+def expect_refused(what, raw, now_ms=NMS, left_ms=HOUR_LEFT_MS):
+    """raw is the budget's refusal at now_ms, with a wait of at most left_ms
+    (the rest of the window) and at least 5 s less (the time the case took,
+    since the TTL counts in Redis time)."""
+    global checks
+    checks += 1
+    if not (isinstance(raw, list) and len(raw) == 3 and raw[0] == -1 and
+            raw[1] == now_ms and left_ms - 5000 <= raw[2] <= left_ms):
+        raise Failed("%s: got %r, want [-1, %d, %d..%d]" % (
+            what, raw, now_ms, left_ms - 5000, left_ms))
+
+
+def expect_allowed(what, raw):
+    expect_eq(what + ": allowed", Reply.parse(raw).allowed, 1)
+
+
+def test_budget_refuses_new_counters():
+    # A budget of 3 counters an hour: 3 subjects pass, the 4th is refused
+    # and creates nothing; the first three go on as before.
+    limits = [tb(5, 1)]
+    for s in ("s1", "s2", "s3"):
+        expect_allowed(s, budget_call("b1", ["b1:" + s], limits, 3, "1"))
+    raw = budget_call("b1", ["b1:s4"], limits, 3, "1")
+    expect_refused("the 4th subject", raw)
+    expect_eq("the 4th counter was not created", cmd("EXISTS", "b1:s4"), 0)
+    for s in ("s1", "s2", "s3"):
+        r = Reply.parse(budget_call("b1", ["b1:" + s], limits, 3, "1"))
+        expect_eq(s + " again: allowed", r.allowed, 1)
+        expect_eq(s + " again: remaining", r.limits[0].remaining, 3)
+    expect_eq("distinct counters", cmd("PFCOUNT", budget_keys("b1")[0]), 3)
+    expect_eq("counters made", cmd("GET", budget_keys("b1")[1]), "3")
+    # The refusal is the budget's, however often it is asked.
+    expect_refused("the 4th again", budget_call("b1", ["b1:s4"], limits, 3,
+                                                "1"))
+    expect_refused("a 5th", budget_call("b1", ["b1:s5"], limits, 3, "1"))
+
+
+def test_budget_keys_expire_with_the_window():
+    # Both keys are made by the first counter of the window and expire at
+    # its end (20 s into the hour: 3580 s); later counters keep that TTL.
+    t0 = redis_now_ms()
+    budget_call("b2", ["b2:s1"], [tb(5, 1)], 10, "1")
+    for k in budget_keys("b2"):
+        expect_pttl(k, HOUR_LEFT_MS, t0)
+    cmd("PEXPIRE", budget_keys("b2")[1], 99000)
+    t0 = redis_now_ms()
+    budget_call("b2", ["b2:s2"], [tb(5, 1)], 10, "1", now=N + 60000000)
+    expect_pttl(budget_keys("b2")[1], 99000, t0)
+    # A window of 60 s at N + 70 s, 30 s into a minute: 30 s left, and the
+    # refusal a second later says so (the remaining TTL).
+    t0 = redis_now_ms()
+    budget_call("b3", ["b3:s1"], [tb(5, 1)], 1, "1", now=N + 70000000,
+                window=60)
+    for k in budget_keys("b3"):
+        expect_pttl(k, 30000, t0)
+    expect_refused("past a budget of 1", budget_call(
+        "b3", ["b3:s2"], [tb(5, 1)], 1, "1", now=N + 71000000, window=60),
+        now_ms=NMS + 71000, left_ms=30000)
+    # Without a TTL on the count (made by hand), the wait is the rest of the
+    # window by the call's clock: 29 s at N + 71 s.
+    cmd("PERSIST", budget_keys("b3")[1])
+    expect_refused("no TTL", budget_call(
+        "b3", ["b3:s2"], [tb(5, 1)], 1, "1", now=N + 71000000, window=60),
+        now_ms=NMS + 71000, left_ms=29000)
+
+
+def test_budget_other_tenant():
+    # Tenant c1 at its budget: tenant c2, with its own budget keys, creates
+    # counters as before.
+    limits = [fw(10, "minute")]
+    expect_allowed("c1 s1", budget_call("c1", ["c1:s1"], limits, 1, "1"))
+    expect_refused("c1 s2", budget_call("c1", ["c1:s2"], limits, 1, "1"))
+    for s in ("s1", "s2"):
+        expect_allowed("c2 " + s, budget_call("c2", ["c2:" + s], limits, 2,
+                                              "1"))
+    expect_eq("c2 counters made", cmd("GET", budget_keys("c2")[1]), "2")
+
+
+def test_budget_counts_distinct_counters():
+    # A counter that expires and comes back within the window counts once:
+    # the exact count goes past the budget, the distinct count does not,
+    # so a new counter still passes (after a PFCOUNT).
+    limits = [gcra(10, 1000000, 0)]
+    for s in ("s1", "s2"):
+        expect_allowed(s, budget_call("d1", ["d1:" + s], limits, 3, "1"))
+    cmd("DEL", "d1:s1")
+    expect_allowed("s1 back", budget_call("d1", ["d1:s1"], limits, 3, "1"))
+    expect_eq("counters made", cmd("GET", budget_keys("d1")[1]), "3")
+    expect_eq("distinct counters", cmd("PFCOUNT", budget_keys("d1")[0]), 2)
+    expect_allowed("s3", budget_call("d1", ["d1:s3"], limits, 3, "1"))
+    expect_refused("s4", budget_call("d1", ["d1:s4"], limits, 3, "1"))
+    # Past the budget, a counter that expired is new again: refused.
+    cmd("DEL", "d1:s2")
+    expect_refused("s2 back", budget_call("d1", ["d1:s2"], limits, 3, "1"))
+
+
+def test_budget_mask():
+    # A limit marked 0 (one counter for the whole tenant) is not counted,
+    # nor refused; one marked 1 is. Two new counters marked 1 in one call
+    # count two.
+    limits = [fw(100, "minute"), tb(5, 1), sw(5, 10)]
+    expect_allowed("first", budget_call(
+        "e1", ["e1:all", "e1:s1:a", "e1:s1:b"], limits, 3, "011"))
+    expect_eq("counters made", cmd("GET", budget_keys("e1")[1]), "2")
+    expect_eq("distinct counters", cmd("PFCOUNT", budget_keys("e1")[0]), 2)
+    expect_allowed("one more", budget_call(
+        "e1", ["e1:all", "e1:s2:a"], limits[:2], 3, "01"))
+    expect_refused("past it", budget_call(
+        "e1", ["e1:all", "e1:s3:a"], limits[:2], 3, "01"))
+    expect_state("the tenant's counter: charged twice", "e1:all",
+                 {"win": 1835395200, "count": 2})
+    # The tenant's own counter gone (its minute over): made again, whatever
+    # the budget.
+    cmd("DEL", "e1:all")
+    expect_allowed("the tenant's counter again", budget_call(
+        "e1", ["e1:all", "e1:s1:a"], limits[:2], 3, "01"))
+
+
+def test_budget_peek_and_denial():
+    # Past the budget a peek of a new subject is answered as ever (it
+    # creates nothing), and so is a denial.
+    limits = [tb(2, 1)]
+    expect_allowed("f1 s1", budget_call("f1", ["f1:s1"], limits, 1, "1"))
+    r = Reply.parse(budget_call("f1", ["f1:s2"], limits, 1, "1", peek=1))
+    expect_eq("peek: allowed", r.allowed, 1)
+    expect_eq("peek: remaining", r.limits[0].remaining, 1)
+    r = Reply.parse(budget_call("f1", ["f1:s2"], limits, 1, "1", cost=3))
+    expect_eq("cost above capacity: allowed", r.allowed, 0)
+    expect_eq("cost above capacity: retry", r.limits[0].retry_after_ms, -1)
+    expect_eq("nothing created", cmd("EXISTS", "f1:s2"), 0)
+
+
+def test_budget_existing_counters_pay_nothing():
+    # A call whose counters all exist sends no command to the budget's
+    # keys; one that creates a counter below the budget sends GET, PFADD
+    # and INCRBY (and PEXPIRE twice, the first in the window), no PFCOUNT.
+    # (PEXPIRE is not looked for: the token bucket sends it.)
+    limits = [tb(5, 1), sw(10, 10)]
+    budget_call("g1", ["g1:s1:a", "g1:s1:b"], limits, 100, "11")
+    cmd("CONFIG", "RESETSTAT")
+    budget_call("g1", ["g1:s1:a", "g1:s1:b"], limits, 100, "11")
+    stats = cmd("INFO", "commandstats")
+    for name in ("get", "pfadd", "pfcount", "incrby", "pttl"):
+        expect_eq("existing counters: calls of " + name,
+                  "cmdstat_%s:" % name in stats, False)
+    cmd("CONFIG", "RESETSTAT")
+    budget_call("g1", ["g1:s2:a", "g1:s2:b"], limits, 100, "11")
+    stats = cmd("INFO", "commandstats")
+    for name, want in (("get", True), ("pfadd", True), ("incrby", True),
+                       ("pfcount", False), ("pttl", False)):
+        expect_eq("a new subject: calls of " + name,
+                  "cmdstat_%s:" % name in stats, want)
+
+
+def test_budget_replay():
+    # With the budget keys and the reply slot (n + 3 keys): a call that
+    # charged is replayed when sent again, and not counted again; a refused
+    # call stores nothing, and sent again is refused again.
+    limits = [fw(5, "minute")]
+    first = budget_call("h1", ["h1:s1"], limits, 1, "1", rid="a",
+                        slot_key="h1:slot")
+    expect_allowed("first", first)
+    again = budget_call("h1", ["h1:s1"], limits, 1, "1", peek=2, rid="a",
+                        slot_key="h1:slot", now=N + 1000)
+    expect_eq("sent again: the first reply", again, first)
+    expect_eq("counted once", cmd("GET", budget_keys("h1")[1]), "1")
+    raw = budget_call("h1", ["h1:s2"], limits, 1, "1", rid="b",
+                      slot_key="h1:slot")
+    expect_refused("a new subject", raw)
+    expect_eq("the slot holds the call that charged", slot("h1:slot")[:2],
+              "a ")
+    raw = budget_call("h1", ["h1:s2"], limits, 1, "1", peek=2, rid="b",
+                      slot_key="h1:slot")
+    expect_refused("sent again", raw)
+
+
 # --- Arguments ---------------------------------------------------------------
 
 TB = ["token_bucket", "5", "1", "0", "0"]
@@ -1158,8 +1368,8 @@ TB = ["token_bucket", "5", "1", "0", "0"]
 ARGUMENT_ERRORS = [
     ("n does not match keys", "does not match",
      ["e:a"], ["1", "0", "2"] + TB + TB),
-    ("more keys than n + 1", "does not match",
-     ["e:a", "e:b", "e:c"], ["1", "0", "1"] + TB),
+    ("more keys than n + 3", "does not match",
+     ["e:a", "e:b", "e:c", "e:d", "e:e"], ["1", "0", "1"] + TB),
     ("non-numeric cost", "cost", ["e:a"], ["x", "0", "1"] + TB),
     ("zero cost", "cost", ["e:a"], ["0", "0", "1"] + TB),
     ("fractional cost", "cost", ["e:a"], ["1.5", "0", "1"] + TB),
@@ -1177,6 +1387,21 @@ ARGUMENT_ERRORS = [
      ["e:a", "e:b"], ["1", "0", "1"] + TB + ["a" * 41]),
     ("call id and one more", "5 arguments",
      ["e:a", "e:b"], ["1", "0", "1"] + TB + ["a", "b"]),
+    ("budget keys without its arguments", "5 arguments",
+     ["e:a", "e:n", "e:m"], ["1", "0", "1"] + TB),
+    ("budget of 0", "counter budget",
+     ["e:a", "e:n", "e:m"], ["1", "0", "1"] + TB + ["0", "3600", "1"]),
+    ("budget not a number", "counter budget",
+     ["e:a", "e:n", "e:m"], ["1", "0", "1"] + TB + ["x", "3600", "1"]),
+    ("budget window of 0", "budget window",
+     ["e:a", "e:n", "e:m"], ["1", "0", "1"] + TB + ["5", "0", "1"]),
+    ("budget mask too long", "budget mask",
+     ["e:a", "e:n", "e:m"], ["1", "0", "1"] + TB + ["5", "3600", "11"]),
+    ("budget mask not 0 or 1", "budget mask",
+     ["e:a", "e:n", "e:m"], ["1", "0", "1"] + TB + ["5", "3600", "2"]),
+    ("budget and reply slot without a call id", "call id",
+     ["e:a", "e:n", "e:m", "e:b"], ["1", "0", "1"] + TB +
+     ["5", "3600", "1"]),
     ("unknown algorithm", "unknown algorithm",
      ["e:a"], ["1", "0", "1", "leaky_bucket", "5", "1", "0", "0"]),
     ("zero capacity", "capacity",
@@ -1795,6 +2020,20 @@ CASES = [
      test_flap_tb),
     ("token bucket: a time ahead of the clock is kept, up to a full refill",
      test_tb_clock_back),
+    ("budget: the counter past the budget is refused, old ones still pass",
+     test_budget_refuses_new_counters),
+    ("budget: its keys expire with the window, the refusal says when",
+     test_budget_keys_expire_with_the_window),
+    ("budget: another tenant is not affected", test_budget_other_tenant),
+    ("budget: a counter that comes back within the window counts once",
+     test_budget_counts_distinct_counters),
+    ("budget: only counters marked 1 count", test_budget_mask),
+    ("budget: a peek and a denial are answered as ever",
+     test_budget_peek_and_denial),
+    ("budget: existing counters send it no command",
+     test_budget_existing_counters_pay_nothing),
+    ("budget: with the reply slot, replayed once, refusals not stored",
+     test_budget_replay),
 ]
 
 
