@@ -85,8 +85,6 @@ struct rl_config {
     long rule_cache_worker_mb;  /* a worker's rules, in MiB */
     long overlimit_cache_size;  /* denials remembered; 0 = off */
     long overlimit_cache_min_ms;
-    long tenant_counter_budget; /* new counters a tenant may make per
-                                   RL_BUDGET_WINDOW_S; 0 = unlimited */
     long max_body_size;         /* bytes */
     long retry_after_unavailable; /* seconds, Retry-After on 503 */
     int log_level;              /* enum rl_log_level */
@@ -305,6 +303,10 @@ size_t util_lltoa(long long v, char out[21]);
 /* Lowercase hex of n bytes into out[2 * n + 1], NUL terminated. */
 void util_hex(const void *in, size_t n, char *out);
 
+/* The n bytes whose 2n hex digits (either case) are hex[0..hexlen): 0, or
+ * -1 when hexlen is not 2n or a character is not a hex digit. */
+int util_unhex(const char *hex, size_t hexlen, void *out, size_t n);
+
 /* Copies src into dst[size], cut to fit and NUL terminated (size > 0).
  * Returns strlen(src): the copy was cut when that is >= size. */
 size_t util_copy(char *dst, size_t size, const char *src);
@@ -312,10 +314,6 @@ size_t util_copy(char *dst, size_t size, const char *src);
 /* Splits "host:port" or "[v6addr]:port" into host (without brackets) and
  * port (1-65535).  Returns 0, or -1 when addr has another shape or host
  * does not fit in hostlen. */
-/* The n bytes whose 2n hex digits (either case) are hex[0..hexlen): 0, or
- * -1 when hexlen is not 2n or a character is not a hex digit. */
-int util_unhex(const char *hex, size_t hexlen, void *out, size_t n);
-
 int util_split_hostport(const char *addr, char *host, size_t hostlen,
     int *port);
 
@@ -968,15 +966,11 @@ struct rl_decision {
     long long now_ms;           /* Redis time */
     int nlimits;
     struct rl_limit_state st[RL_MAX_LIMITS];
-    int over_budget;            /* refused by the tenant's counter budget:
-                                   nothing else is set but now_ms */
-    long long budget_retry_ms;  /* then: until the budget window ends */
 };
 
-/* Decodes the script's flat integer reply: a decision, or the counter
- * budget's refusal (-1, now_ms, retry_after_ms; d->over_budget set).
- * Returns 0, or -1 when it has neither shape for nlimits limits.  Sets no
- * shadow flags: the caller copies them from the plan. */
+/* Decodes the script's flat integer reply.  Returns 0, or -1 when it does
+ * not have the expected shape for nlimits limits.  Sets no shadow flags:
+ * the caller copies them from the plan. */
 int limiter_decode(const long long *v, size_t n, int nlimits,
     struct rl_decision *d);
 
@@ -986,30 +980,19 @@ int limiter_apply_shadow(const struct rl_plan *plan, struct rl_decision *d);
 
 /*
  * The script's keys and arguments for one check, as EVALSHA takes them
- * after the script: "n key... cost peek n (algorithm p1 p2 p3 shadow)...";
- * once limiter_budget() has added them, the tenant's two counter budget
- * keys after the limits' keys and "budget window mask" after the limits'
- * arguments; once limiter_request_key() has added them, the caller's reply
- * slot after all other keys and the call's id last.  The store puts the
+ * after the script: "n key... cost peek n (algorithm p1 p2 p3 shadow)...",
+ * and, once limiter_request_key() has added them, the caller's reply slot
+ * after the limits' keys and the call's id last.  The store puts the
  * command and the script in front.  See lua/check.lua for the contract.
  * Pointers in argv point into store.
  */
-#define LIMITER_MAX_ARGS (1 + RL_MAX_LIMITS + 2 + 1 + 3 + \
-    5 * RL_MAX_LIMITS + 3 + 1)
+#define LIMITER_MAX_ARGS (1 + RL_MAX_LIMITS + 1 + 3 + 5 * RL_MAX_LIMITS + 1)
 struct limiter_call {
     int argc;
     const char *argv[LIMITER_MAX_ARGS];
     size_t argvlen[LIMITER_MAX_ARGS];
-    int nlimits;                /* keys and arguments of limits */
-    int budgeted;               /* has the counter budget's */
-    int keyed;                  /* has the reply slot and the id */
-    char store[RL_MAX_LIMITS * 256 + 1280];
+    char store[RL_MAX_LIMITS * 256 + 1024];
 };
-
-/* The counter budget's window: a tenant creates at most its budget of
- * counters (tenant_counter_budget, or its own) in each such span of
- * seconds, aligned on the epoch. */
-#define RL_BUDGET_WINDOW_S 3600
 
 /* Builds the call for one check of plan on behalf of tenant_id.  Keys are
  * rl:{tenant}:rule:limit, then :r<hash of route> when the limit's rule
@@ -1025,21 +1008,10 @@ int limiter_key(const char *tenant_id, const struct rl_rule *rule,
     const struct rl_limit *limit, const struct check_request *req,
     char *out, size_t outlen);
 
-/* Adds the tenant's counter budget to a call made by limiter_build(),
- * before its reply slot: the keys rl:{tenant}:budget:names and
- * rl:{tenant}:budget:made, and the arguments budget, RL_BUDGET_WINDOW_S and
- * the mask, "1" for each limit whose counter is named after what callers
- * send (a subject, a key or address, a route), "0" for one counter for the
- * whole tenant.  Nothing is added when budget is 0 (unlimited) or no limit
- * has a "1".  Returns 0, or -1 when the call already has a budget or a
- * reply slot, or is not one of limiter_build's for plan. */
-int limiter_budget(struct limiter_call *call, const struct rl_plan *plan,
-    long long budget);
-
 /* Longest reply slot name and call id limiter_request_key() takes. */
 #define LIMITER_ID_MAX 40
 
-/* Adds the caller's reply slot, rl:{tenant}:req:<slot>, after the other
+/* Adds the caller's reply slot, rl:{tenant}:req:<slot>, after the limits'
  * keys of a call made by limiter_build(), and the call's id as its last
  * argument: the script keeps the id and reply of a call that charged in
  * the slot and replays that reply when the same call is sent again, so a
