@@ -2,11 +2,14 @@
  * limiter.c -- the two ends of the one Redis round trip of a check.
  *
  * limiter_build() turns a rule and a request into the EVALSHA arguments of
- * lua/check.lua, to which the Redis store adds the request's own key with
- * limiter_request_key() and, when it must send the call again,
- * limiter_resend()'s mark (together they make the resend harmless);
- * limiter_decode() turns the script's flat integer reply back into a
- * decision.  Caller-supplied strings (route, subject) enter
+ * lua/check.lua, limiter_budget() adds the tenant's counter budget to them,
+ * the Redis store adds the request's own key with limiter_request_key()
+ * and, when it must send the call again, limiter_resend()'s mark (together
+ * they make the resend harmless); limiter_decode() turns the script's flat
+ * integer reply back into a decision, or the budget's refusal.  The call
+ * keeps how it is made up (limits, budget, reply slot) beside its
+ * arguments, so each step knows where the others put theirs.
+ * Caller-supplied strings (route, subject) enter
  * Redis keys only as fixed-length SHA-256 prefixes, so a key's size is
  * bounded whatever the caller sends, and the {tenant} hash tag keeps every
  * key of one check in one Redis Cluster slot.
@@ -20,6 +23,13 @@
 #define LIMITER_HASH_HEX 32
 /* The longest counter key: the tenant's id, two ids, two hash parts. */
 #define LIMITER_KEY_MAX 640
+
+/* The key count, argv[0], of a call: the limits' keys, the budget's two,
+ * the reply slot. */
+static const char *const limiter_nkeys_text[] = { "0", "1", "2", "3", "4",
+    "5", "6", "7", "8", "9", "10", "11" };
+_Static_assert(sizeof(limiter_nkeys_text) / sizeof(limiter_nkeys_text[0]) >
+    RL_MAX_LIMITS + 3, "a key count for every call");
 
 /* Appends s (n bytes) as the next argument.  Returns 0 or -1 (no room). */
 static int
@@ -148,6 +158,7 @@ limiter_build(const char *tenant_id, const struct rl_plan *plan,
         limiter_hash_part(&who_memo[0], who_part[0], 's', req->subject);
     else
         memcpy(who_part[0], who_part[1], sizeof(who_part[0]));
+    call->nlimits = call->budgeted = call->keyed = 0;
     if (limiter_arg_ll(call, &used, n) == -1)
         return -1;
     for (i = 0; i < n; i++) {
@@ -176,6 +187,124 @@ limiter_build(const char *tenant_id, const struct rl_plan *plan,
             limiter_arg(call, &used, plan->rule[i]->shadow ? "1" : "0", 1) ==
             -1)
             return -1;
+    call->nlimits = n;
+    return 0;
+}
+
+/* The keys of call, the reply slot's included. */
+static int
+limiter_nkeys(const struct limiter_call *call)
+{
+    return call->nlimits + 2 * call->budgeted + call->keyed;
+}
+
+/* Whether call is as limiter_build(), limiter_budget() and
+ * limiter_request_key() make it: 1 + 4 + 6n arguments for n limits, five
+ * more with the budget, two more with the reply slot. */
+static int
+limiter_shape_ok(const struct limiter_call *call)
+{
+    int n = call->nlimits;
+
+    return n >= 1 && n <= RL_MAX_LIMITS && call->argc ==
+        4 + 6 * n + 5 * call->budgeted + 2 * call->keyed &&
+        strcmp(call->argv[0], limiter_nkeys_text[limiter_nkeys(call)]) == 0;
+}
+
+/* The end of the last argument in call's store: where the next goes. */
+static size_t
+limiter_used(const struct limiter_call *call)
+{
+    return (size_t)(call->argv[call->argc - 1] - call->store) +
+        call->argvlen[call->argc - 1] + 1;
+}
+
+/* Length of the hash tag part "rl:{tenant}" of the first key of call, or 0
+ * when it has none or it is too long. */
+static size_t
+limiter_tag_len(const struct limiter_call *call)
+{
+    const char *tag = call->argv[1], *end;
+    size_t len;
+
+    end = memchr(tag, '}', call->argvlen[1]);
+    if (strncmp(tag, "rl:{", 4) != 0 || end == NULL ||
+        (len = (size_t)(end - tag) + 1) > 4 + RL_UUID_LEN + 1)
+        return 0;
+    return len;
+}
+
+/* Moves argv[at..] up by by places (room for new arguments there). */
+static void
+limiter_open(struct limiter_call *call, int at, int by)
+{
+    int i;
+
+    for (i = call->argc - 1; i >= at; i--) {
+        call->argv[i + by] = call->argv[i];
+        call->argvlen[i + by] = call->argvlen[i];
+    }
+    call->argc += by;
+}
+
+int
+limiter_budget(struct limiter_call *call, const struct rl_plan *plan,
+    long long budget)
+{
+    static const char *const suffix[2] = { ":budget:names", ":budget:made" };
+    char mask[RL_MAX_LIMITS + 1], number[21], window[21];
+    const char *args[3];
+    size_t used, taglen, len[3];
+    int i, n, at, any = 0;
+
+    if (!limiter_shape_ok(call) || call->budgeted || call->keyed ||
+        plan->n != call->nlimits)
+        return -1;
+    n = call->nlimits;
+    for (i = 0; i < n; i++) {
+        mask[i] = plan->limit[i]->count != RL_COUNT_TENANT ||
+            plan->rule[i]->per_route ? '1' : '0';
+        any = any || mask[i] == '1';
+    }
+    mask[n] = '\0';
+    if (budget <= 0 || !any)
+        return 0;
+    if ((taglen = limiter_tag_len(call)) == 0 ||
+        call->argc + 5 > LIMITER_MAX_ARGS)
+        return -1;
+    args[0] = number;
+    len[0] = util_lltoa(budget, number);
+    args[1] = window;
+    len[1] = util_lltoa(RL_BUDGET_WINDOW_S, window);
+    args[2] = mask;
+    len[2] = (size_t)n;
+    used = limiter_used(call);
+    if (used + 2 * (taglen + 14) + len[0] + len[1] + len[2] + 3 >
+        sizeof(call->store))
+        return -1;
+    /* The two keys after the limits' keys, the three arguments last. */
+    at = 1 + n;
+    limiter_open(call, at, 2);
+    for (i = 0; i < 2; i++) {
+        char *key = call->store + used;
+        size_t slen = strlen(suffix[i]);
+
+        memcpy(key, call->argv[1], taglen);
+        memcpy(key + taglen, suffix[i], slen + 1);
+        call->argv[at + i] = key;
+        call->argvlen[at + i] = taglen + slen;
+        used += taglen + slen + 1;
+    }
+    for (i = 0; i < 3; i++) {
+        memcpy(call->store + used, args[i], len[i] + 1);
+        call->argv[call->argc] = call->store + used;
+        call->argvlen[call->argc] = len[i];
+        call->argc++;
+        used += len[i] + 1;
+    }
+    call->budgeted = 1;
+    call->argv[0] = limiter_nkeys_text[limiter_nkeys(call)];
+    call->argvlen[0] = strlen(call->argv[0]);
     return 0;
 }
 
@@ -211,48 +340,35 @@ int
 limiter_request_key(struct limiter_call *call, const char *slot,
     const char *id)
 {
-    const char *tag, *end;
     char key[RL_UUID_LEN + LIMITER_ID_MAX + 16];
     size_t used, slotlen, idlen, taglen;
-    int i, k, at, n;
+    int k, at, n;
 
     slotlen = strlen(slot);
     idlen = strlen(id);
     if (!limiter_id_ok(slot, slotlen) || !limiter_id_ok(id, idlen))
         return -1;
-    /* limiter_build's calls have 4 + 6k arguments for k keys (k < 10);
-     * with the reply slot and the call's id there are 6k. */
-    if (call->argc < 2 || call->argvlen[0] != 1)
-        return -1;
-    k = call->argv[0][0] - '0';
-    if (k < 1 || k > RL_MAX_LIMITS || call->argc != 4 + 6 * k)
+    if (!limiter_shape_ok(call) || call->keyed)
         return -1;
     /* The key shares the limits' hash tag, rl:{tenant}, and so their Redis
      * Cluster slot. */
-    tag = call->argv[1];
-    end = memchr(tag, '}', call->argvlen[1]);
-    if (strncmp(tag, "rl:{", 4) != 0 || end == NULL ||
-        (taglen = (size_t)(end - tag) + 1) > 4 + RL_UUID_LEN + 1)
+    if ((taglen = limiter_tag_len(call)) == 0)
         return -1;
     /* "<tag>:req:<slot>"; both parts were measured above to fit. */
-    memcpy(key, tag, taglen);
+    memcpy(key, call->argv[1], taglen);
     memcpy(key + taglen, ":req:", 5);
     memcpy(key + taglen + 5, slot, slotlen + 1);
     n = (int)(taglen + 5 + slotlen);
-    used = (size_t)(call->argv[call->argc - 1] - call->store) +
-        call->argvlen[call->argc - 1] + 1;
+    used = limiter_used(call);
     if ((size_t)n >= sizeof(key) ||
         call->argc + 2 > LIMITER_MAX_ARGS ||
-        used + (size_t)n + 1 + idlen + 1 + 2 > sizeof(call->store))
+        used + (size_t)n + 1 + idlen + 1 > sizeof(call->store))
         return -1;
-    /* The key goes in after the limits' keys, and the key count grows by
+    /* The key goes in after the other keys, and the key count grows by
      * one; the id goes last. */
+    k = limiter_nkeys(call);
     at = 1 + k;
-    for (i = call->argc; i > at; i--) {
-        call->argv[i] = call->argv[i - 1];
-        call->argvlen[i] = call->argvlen[i - 1];
-    }
-    call->argc++;
+    limiter_open(call, at, 1);
     memcpy(call->store + used, key, (size_t)n + 1);
     call->argv[at] = call->store + used;
     call->argvlen[at] = (size_t)n;
@@ -261,24 +377,20 @@ limiter_request_key(struct limiter_call *call, const char *slot,
     call->argv[call->argc] = call->store + used;
     call->argvlen[call->argc] = idlen;
     call->argc++;
-    used += idlen + 1;
-    call->store[used] = (char)('0' + k + 1);
-    call->store[used + 1] = '\0';
-    call->argv[0] = call->store + used;
+    call->keyed = 1;
+    call->argv[0] = limiter_nkeys_text[k + 1];
+    call->argvlen[0] = strlen(call->argv[0]);
     return 0;
 }
 
 int
 limiter_resend(struct limiter_call *call)
 {
-    int k, at;
+    int at;
 
-    if (call->argc < 2 || call->argvlen[0] != 1)
+    if (!limiter_shape_ok(call) || !call->keyed)
         return -1;
-    k = call->argv[0][0] - '0';
-    if (k < 2 || k > RL_MAX_LIMITS + 1 || call->argc != 6 * k)
-        return -1;
-    at = 1 + k + 1;                     /* after the keys and the cost */
+    at = 1 + limiter_nkeys(call) + 1;   /* after the keys and the cost */
     if (call->argvlen[at] != 1)
         return -1;
     if (call->argv[at][0] == '0') {
@@ -291,15 +403,11 @@ limiter_resend(struct limiter_call *call)
 int
 limiter_unkey(struct limiter_call *call)
 {
-    static const char *const digits[] = { "0", "1", "2", "3", "4", "5",
-        "6", "7", "8", "9" };
     int i, k, at;
 
-    if (call->argc < 2 || call->argvlen[0] != 1)
+    if (!limiter_shape_ok(call) || !call->keyed)
         return -1;
-    k = call->argv[0][0] - '0';
-    if (k < 2 || k > RL_MAX_LIMITS + 1 || call->argc != 6 * k)
-        return -1;
+    k = limiter_nkeys(call);
     at = 1 + k + 1;                     /* the peek argument */
     if (call->argvlen[at] != 1 ||
         (call->argv[at][0] != '0' && call->argv[at][0] != '1'))
@@ -310,7 +418,9 @@ limiter_unkey(struct limiter_call *call)
         call->argvlen[i] = call->argvlen[i + 1];
     }
     call->argc -= 2;
-    call->argv[0] = digits[k - 1];
+    call->keyed = 0;
+    call->argv[0] = limiter_nkeys_text[k - 1];
+    call->argvlen[0] = strlen(call->argv[0]);
     return 0;
 }
 
@@ -322,8 +432,18 @@ limiter_decode(const long long *v, size_t n, int nlimits,
     int i, any = 0;
 
     memset(d, 0, sizeof(*d));
-    if (nlimits < 1 || nlimits > RL_MAX_LIMITS ||
-        n != 2 + 5 * (size_t)nlimits)
+    if (nlimits < 1 || nlimits > RL_MAX_LIMITS)
+        return -1;
+    if (n == 3 && v[0] == -1) {
+        /* The counter budget refused: no limit was decided. */
+        if (v[2] < 0)
+            return -1;
+        d->over_budget = 1;
+        d->now_ms = v[1];
+        d->budget_retry_ms = v[2];
+        return 0;
+    }
+    if (n != 2 + 5 * (size_t)nlimits)
         return -1;
     if (v[0] != 0 && v[0] != 1)
         return -1;

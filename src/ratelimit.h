@@ -966,11 +966,15 @@ struct rl_decision {
     long long now_ms;           /* Redis time */
     int nlimits;
     struct rl_limit_state st[RL_MAX_LIMITS];
+    int over_budget;            /* refused by the tenant's counter budget:
+                                   nothing else is set but now_ms */
+    long long budget_retry_ms;  /* then: until the budget window ends */
 };
 
-/* Decodes the script's flat integer reply.  Returns 0, or -1 when it does
- * not have the expected shape for nlimits limits.  Sets no shadow flags:
- * the caller copies them from the plan. */
+/* Decodes the script's flat integer reply: a decision, or the counter
+ * budget's refusal (-1, now_ms, retry_after_ms; d->over_budget set).
+ * Returns 0, or -1 when it has neither shape for nlimits limits.  Sets no
+ * shadow flags: the caller copies them from the plan. */
 int limiter_decode(const long long *v, size_t n, int nlimits,
     struct rl_decision *d);
 
@@ -980,19 +984,30 @@ int limiter_apply_shadow(const struct rl_plan *plan, struct rl_decision *d);
 
 /*
  * The script's keys and arguments for one check, as EVALSHA takes them
- * after the script: "n key... cost peek n (algorithm p1 p2 p3 shadow)...",
- * and, once limiter_request_key() has added them, the caller's reply slot
- * after the limits' keys and the call's id last.  The store puts the
+ * after the script: "n key... cost peek n (algorithm p1 p2 p3 shadow)...";
+ * once limiter_budget() has added them, the tenant's two counter budget
+ * keys after the limits' keys and "budget window mask" after the limits'
+ * arguments; once limiter_request_key() has added them, the caller's reply
+ * slot after all other keys and the call's id last.  The store puts the
  * command and the script in front.  See lua/check.lua for the contract.
  * Pointers in argv point into store.
  */
-#define LIMITER_MAX_ARGS (1 + RL_MAX_LIMITS + 1 + 3 + 5 * RL_MAX_LIMITS + 1)
+#define LIMITER_MAX_ARGS (1 + RL_MAX_LIMITS + 2 + 1 + 3 + \
+    5 * RL_MAX_LIMITS + 3 + 1)
 struct limiter_call {
     int argc;
     const char *argv[LIMITER_MAX_ARGS];
     size_t argvlen[LIMITER_MAX_ARGS];
-    char store[RL_MAX_LIMITS * 256 + 1024];
+    int nlimits;                /* keys and arguments of limits */
+    int budgeted;               /* has the counter budget's */
+    int keyed;                  /* has the reply slot and the id */
+    char store[RL_MAX_LIMITS * 256 + 1280];
 };
+
+/* The counter budget's window: a tenant creates at most its budget of
+ * counters (tenant_counter_budget, or its own) in each such span of
+ * seconds, aligned on the epoch. */
+#define RL_BUDGET_WINDOW_S 3600
 
 /* Builds the call for one check of plan on behalf of tenant_id.  Keys are
  * rl:{tenant}:rule:limit, then :r<hash of route> when the limit's rule
@@ -1008,10 +1023,21 @@ int limiter_key(const char *tenant_id, const struct rl_rule *rule,
     const struct rl_limit *limit, const struct check_request *req,
     char *out, size_t outlen);
 
+/* Adds the tenant's counter budget to a call made by limiter_build(),
+ * before its reply slot: the keys rl:{tenant}:budget:names and
+ * rl:{tenant}:budget:made, and the arguments budget, RL_BUDGET_WINDOW_S and
+ * the mask, "1" for each limit whose counter is named after what callers
+ * send (a subject, a key or address, a route), "0" for one counter for the
+ * whole tenant.  Nothing is added when budget is 0 (unlimited) or no limit
+ * has a "1".  Returns 0, or -1 when the call already has a budget or a
+ * reply slot, or is not one of limiter_build's for plan. */
+int limiter_budget(struct limiter_call *call, const struct rl_plan *plan,
+    long long budget);
+
 /* Longest reply slot name and call id limiter_request_key() takes. */
 #define LIMITER_ID_MAX 40
 
-/* Adds the caller's reply slot, rl:{tenant}:req:<slot>, after the limits'
+/* Adds the caller's reply slot, rl:{tenant}:req:<slot>, after the other
  * keys of a call made by limiter_build(), and the call's id as its last
  * argument: the script keeps the id and reply of a call that charged in
  * the slot and replays that reply when the same call is sent again, so a

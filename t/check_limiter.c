@@ -356,31 +356,39 @@ START_TEST(test_build_max_limits)
     hash32("/r", r);
     hash32("subject", s);
     ck_assert_int_eq(limiter_build(TENANT, &plan, &req, &call), 0);
-    /* All but the two arguments of the reply slot and the call id. */
-    ck_assert_int_eq(call.argc, LIMITER_MAX_ARGS - 2);
+    /* All but the five arguments of the budget and the two of the reply
+     * slot and the call id. */
+    ck_assert_int_eq(call.argc, LIMITER_MAX_ARGS - 7);
     ck_assert_str_eq(call.argv[0], "8");
     snprintf(want, sizeof(want), "rl:{%s}:9223372036854775807:"
         "9223372036854775007:r%s:s%s", TENANT, r, s);
     ck_assert_str_eq(call.argv[1 + 7], want);
     ck_assert_str_eq(call.argv[1 + 8], "5");
     ck_assert_str_eq(call.argv[1 + 8 + 2], "8");
-    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 7], "token_bucket");
-    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 6], "1000000000000");
-    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 5], "12345678.5");
-    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 4], "0");
-    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 3], "0");
-    /* The largest call still takes the longest slot and id. */
+    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 12], "token_bucket");
+    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 11], "1000000000000");
+    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 10], "12345678.5");
+    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 9], "0");
+    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 8], "0");
+    /* The largest call still takes the largest budget, the longest slot
+     * and id. */
+    ck_assert_int_eq(limiter_budget(&call, &plan, 1000000000), 0);
     ck_assert_int_eq(limiter_request_key(&call,
         "0123456789abcdef0123456789abcdef01234567",
         "76543210fedcba9876543210fedcba9876543210"), 0);
     ck_assert_int_eq(call.argc, LIMITER_MAX_ARGS);
-    ck_assert_str_eq(call.argv[0], "9");
+    ck_assert_str_eq(call.argv[0], "11");
     ck_assert_str_eq(call.argv[1 + 7], want);
+    snprintf(want, sizeof(want), "rl:{%s}:budget:names", TENANT);
+    ck_assert_str_eq(call.argv[1 + 8], want);
     snprintf(want, sizeof(want), "rl:{%s}:req:"
         "0123456789abcdef0123456789abcdef01234567", TENANT);
-    ck_assert_str_eq(call.argv[1 + 8], want);
-    ck_assert_str_eq(call.argv[1 + 9], "5");
-    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 2], "0");
+    ck_assert_str_eq(call.argv[1 + 10], want);
+    ck_assert_str_eq(call.argv[1 + 11], "5");
+    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 5], "0");
+    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 4], "1000000000");
+    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 3], "3600");
+    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 2], "11111111");
     ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 1],
         "76543210fedcba9876543210fedcba9876543210");
 }
@@ -507,6 +515,90 @@ START_TEST(test_unkey)
     ck_assert_int_eq(limiter_resend(&call), 0);
     ck_assert_int_eq(limiter_unkey(&call), -1);
     ck_assert_int_eq(call.argc, built.argc + 2);
+}
+END_TEST
+
+/* The counter budget goes in after the limits' keys (its two keys, with
+ * their hash tag) and after their arguments (budget, window, mask); the
+ * reply slot then goes after every key; a resend and limiter_unkey find
+ * their places past the budget. */
+START_TEST(test_budget_layout)
+{
+    static const char *const want[] = {
+        "5",
+        "rl:{" TENANT "}:42:7", "rl:{" TENANT "}:42:8:sHASH",
+        "rl:{" TENANT "}:budget:names", "rl:{" TENANT "}:budget:made",
+        "rl:{" TENANT "}:req:ab",
+        "3", "2", "2",
+        "token_bucket", "10", "2", "0", "0",
+        "sliding_window", "100", "60", "0", "0",
+        "250", "3600", "01",
+        "9",
+    };
+    struct rl_rule rule;
+    struct rl_plan plan;
+    struct check_request req;
+    struct limiter_call call;
+    char key2[128], s[33];
+    const char *w[sizeof(want) / sizeof(want[0])];
+    int i, n = (int)(sizeof(want) / sizeof(want[0]));
+
+    rule_42(&rule, &plan, &req);
+    rule.limits[0].count = RL_COUNT_TENANT;
+    req.has_subject = 1;
+    strcpy(req.subject, "alice");
+    hash32("alice", s);
+    snprintf(key2, sizeof(key2), "rl:{" TENANT "}:42:8:s%s", s);
+    for (i = 0; i < n; i++)
+        w[i] = i == 2 ? key2 : want[i];
+    ck_assert_int_eq(limiter_build(TENANT, &plan, &req, &call), 0);
+    ck_assert_int_eq(limiter_budget(&call, &plan, 250), 0);
+    ck_assert_int_eq(call.argc, n - 2);
+    ck_assert_str_eq(call.argv[0], "4");
+    /* Once only; and not after the reply slot. */
+    ck_assert_int_eq(limiter_budget(&call, &plan, 250), -1);
+    ck_assert_int_eq(limiter_request_key(&call, "ab", "9"), 0);
+    ck_assert_int_eq(limiter_resend(&call), 0);
+    assert_argv(&call, w, n);
+    ck_assert_int_eq(limiter_budget(&call, &plan, 250), -1);
+
+    /* Taken out again, the slot leaves the budget as it was. */
+    ck_assert_int_eq(limiter_build(TENANT, &plan, &req, &call), 0);
+    ck_assert_int_eq(limiter_budget(&call, &plan, 250), 0);
+    ck_assert_int_eq(limiter_request_key(&call, "ab", "9"), 0);
+    ck_assert_int_eq(limiter_unkey(&call), 0);
+    ck_assert_int_eq(call.argc, n - 2);
+    ck_assert_str_eq(call.argv[0], "4");
+    ck_assert_str_eq(call.argv[4], want[4]);
+    ck_assert_str_eq(call.argv[5], "3");
+    ck_assert_str_eq(call.argv[call.argc - 1], "01");
+}
+END_TEST
+
+/* No budget (0), or no counter named after what callers send: the call is
+ * left as it is. */
+START_TEST(test_budget_none)
+{
+    struct rl_rule rule;
+    struct rl_plan plan;
+    struct check_request req;
+    struct limiter_call call;
+
+    rule_42(&rule, &plan, &req);
+    ck_assert_int_eq(limiter_build(TENANT, &plan, &req, &call), 0);
+    ck_assert_int_eq(limiter_budget(&call, &plan, 0), 0);
+    ck_assert_int_eq(call.argc, 16);
+    ck_assert_str_eq(call.argv[0], "2");
+    rule.limits[0].count = RL_COUNT_TENANT;
+    rule.limits[1].count = RL_COUNT_TENANT;
+    ck_assert_int_eq(limiter_budget(&call, &plan, 100), 0);
+    ck_assert_int_eq(call.argc, 16);
+    /* A route counted per route is named after what callers send. */
+    rule.per_route = 1;
+    ck_assert_int_eq(limiter_build(TENANT, &plan, &req, &call), 0);
+    ck_assert_int_eq(limiter_budget(&call, &plan, 100), 0);
+    ck_assert_int_eq(call.argc, 21);
+    ck_assert_str_eq(call.argv[call.argc - 1], "11");
 }
 END_TEST
 
@@ -802,6 +894,29 @@ START_TEST(test_decode_two)
     ck_assert_int_eq(d.st[1].remaining, 0);
     ck_assert_int_eq(d.st[1].reset_ms, 60000);
     ck_assert_int_eq(d.st[1].retry_after_ms, 1500);
+}
+END_TEST
+
+/* The counter budget's refusal: -1, now_ms and the wait, for any number of
+ * limits; nothing else of that length. */
+START_TEST(test_decode_over_budget)
+{
+    static const long long v[] = { -1, 1700000000123LL, 3581000 };
+    static const long long negative[] = { -1, 1700000000123LL, -1 };
+    static const long long zero[] = { 0, 1700000000123LL, 3581000 };
+    struct rl_decision d;
+
+    ck_assert_int_eq(limiter_decode(v, 3, 1, &d), 0);
+    ck_assert_int_eq(d.over_budget, 1);
+    ck_assert_int_eq(d.now_ms, 1700000000123LL);
+    ck_assert_int_eq(d.budget_retry_ms, 3581000);
+    ck_assert_int_eq(d.allowed, 0);
+    ck_assert_int_eq(limiter_decode(v, 3, RL_MAX_LIMITS, &d), 0);
+    ck_assert_int_eq(d.over_budget, 1);
+    ck_assert_int_eq(limiter_decode(negative, 3, 1, &d), -1);
+    ck_assert_int_eq(limiter_decode(zero, 3, 1, &d), -1);
+    ck_assert_int_eq(limiter_decode(v, 2, 1, &d), -1);
+    ck_assert_int_eq(limiter_decode(v, 3, 0, &d), -1);
 }
 END_TEST
 
@@ -1169,12 +1284,15 @@ limiter_suite(void)
     tcase_add_test(tc, test_resend_peek);
     tcase_add_test(tc, test_unkey);
     tcase_add_test(tc, test_count_scopes);
+    tcase_add_test(tc, test_budget_layout);
+    tcase_add_test(tc, test_budget_none);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("decode");
     tcase_add_test(tc, test_decode_one);
     tcase_add_test(tc, test_decode_two);
     tcase_add_test(tc, test_decode_never);
+    tcase_add_test(tc, test_decode_over_budget);
     tcase_add_test(tc, test_decode_wrong_length);
     tcase_add_test(tc, test_decode_inconsistent);
     tcase_add_test(tc, test_decode_shadow_denial_allowed);
