@@ -1,12 +1,15 @@
 /*
- * addr.c -- who the client is, for limits counted per client address.
+ * addr.c -- who the client is: for limits counted per client address,
+ * and for status_allow and metrics_allow.
  *
  * The peer of a FastCGI request is the web server, which reports the
  * client in REMOTE_ADDR.  When that client is itself a proxy we trust
  * (trusted_proxies), the real client is in X-Forwarded-For: proxies append
  * to it, so we walk it from the right and take the first address that is
- * not one of our trusted proxies.  From anyone else the header is ignored,
- * since a client can write whatever it likes there.
+ * not one of our trusted proxies.  From anyone else the header is not
+ * believed, since a client can write whatever it likes there; but it says
+ * that REMOTE_ADDR may be a proxy, whose loopback address must not open
+ * the operator's views to whoever it forwards.
  */
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -126,7 +129,22 @@ addr_copy(char *out, size_t outlen, const char *s, size_t n)
     out[n] = '\0';
 }
 
-const char *
+/* 1 when s is an IPv4 or IPv6 address in text. */
+static int
+addr_valid(const char *s)
+{
+    unsigned char tmp[16];
+
+    return inet_pton(AF_INET, s, tmp) == 1 || inet_pton(AF_INET6, s, tmp) == 1;
+}
+
+static int
+addr_separator(char c)
+{
+    return c == ',' || isspace((unsigned char)c);
+}
+
+int
 addr_client(const char *peer, const char *xff, const struct addr_net *nets,
     int n, char *out, size_t outlen)
 {
@@ -134,29 +152,34 @@ addr_client(const char *peer, const char *xff, const struct addr_net *nets,
     char one[64];
 
     addr_copy(out, outlen, peer ? peer : "", peer ? strlen(peer) : 0);
-    if (xff == NULL || !addr_match(nets, n, peer))
-        return out;
+    if (xff == NULL)
+        return 0;
     end = xff + strlen(xff);
+    while (end > xff && addr_separator(end[-1]))
+        end--;
+    if (end == xff)
+        return 0;               /* an empty header names no one */
+    if (!addr_match(nets, n, peer))
+        return -1;
     while (end > xff) {
-        while (end > xff && (end[-1] == ',' || isspace((unsigned char)end[-1])))
-            end--;
         start = end;
-        while (start > xff && start[-1] != ',' &&
-            !isspace((unsigned char)start[-1]))
+        while (start > xff && !addr_separator(start[-1]))
             start--;
-        if (start == end)
+        if ((size_t)(end - start) >= sizeof(one))
             break;
         addr_copy(one, sizeof(one), start, (size_t)(end - start));
-        if (!addr_match(nets, n, one)) {
-            unsigned char tmp[16];
-
-            /* Only a well-formed address may become the subject. */
-            if (inet_pton(AF_INET, one, tmp) == 1 ||
-                inet_pton(AF_INET6, one, tmp) == 1)
-                addr_copy(out, outlen, one, strlen(one));
-            return out;
-        }
+        /* Only a well-formed address may become the client. */
+        if (!addr_valid(one))
+            break;
+        addr_copy(out, outlen, one, strlen(one));
+        if (!addr_match(nets, n, one))
+            return 0;
+        while (start > xff && addr_separator(start[-1]))
+            start--;
         end = start;
     }
-    return out;
+    if (end == xff)
+        return 0;               /* every hop trusted: the first is the client */
+    addr_copy(out, outlen, peer, strlen(peer));
+    return -1;
 }

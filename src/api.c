@@ -51,13 +51,20 @@ api_ready(struct service *svc, const struct http_request *req,
 /*
  * Who reads a pool's inner state (/status, /metrics, /dashboard):
  *
- *   no key shown, the address in nets (status_allow, metrics_allow)
+ *   no key shown, the client's address in nets (status_allow,
+ *   metrics_allow)
  *       the operator: the whole pool; *viewer is NULL
  *   a key shown (X-API-Key, Authorization: Bearer), whatever the address
  *       an admin key: its own tenant only; *viewer is ki, filled
  *       a check key: 403; a key unknown or revoked: 401
- *   no key, another address
+ *   no key, another address, or a client whose address is unknown
  *       403
+ *
+ * The client's address is the one the limiter counts by (addr_client):
+ * behind a proxy in trusted_proxies, what it says in X-Forwarded-For, not
+ * its own address.  A request with X-Forwarded-For from a peer that is
+ * not trusted has no known client: a proxy on the same host would
+ * otherwise open the operator's view to everyone it forwards.
  *
  * A key decides even from an address of the list, so that a tenant's key
  * reads as that tenant wherever it is used.  Returns 0, or -1 with the
@@ -70,17 +77,27 @@ api_viewer(struct service *svc, const struct http_request *req,
     struct rl_response *resp)
 {
     const char *key;
-    char msg[160];
+    char client[64], msg[160];
+    int known;
 
     *viewer = NULL;
     if (request_api_key(req->x_api_key, req->authorization, &key) == 0 &&
         !req->nul_in_key) {
-        if (req->remote_addr != NULL && n > 0 &&
-            addr_match(nets, n, req->remote_addr))
+        known = addr_client(req->remote_addr, req->x_forwarded_for,
+            svc->cfg->trusted, svc->cfg->ntrusted, client,
+            sizeof(client)) == 0;
+        if (known && n > 0 && addr_match(nets, n, client))
             return 0;
-        snprintf(msg, sizeof(msg), "this address is not in %s; an admin key "
-            "reads its own tenant from anywhere", list);
-        response_error(resp, 403, "forbidden", msg);
+        if (!known)
+            response_error(resp, 403, "forbidden", "X-Forwarded-For from a "
+                "peer not in trusted_proxies, or naming no address: the "
+                "client is unknown; an admin key reads its own tenant from "
+                "anywhere");
+        else {
+            snprintf(msg, sizeof(msg), "this address is not in %s; an admin "
+                "key reads its own tenant from anywhere", list);
+            response_error(resp, 403, "forbidden", msg);
+        }
         return -1;
     }
     if (decide_identify(&svc->decider, req, 0, ki, resp) == -1)

@@ -24,7 +24,6 @@ authorizer_decide(struct decider *dc, const struct http_request *req,
     struct rl_decision d;
     struct rl_plan plan;
     struct key_info ki;
-    const char *subject;
     char client[64], path[RL_ROUTE_MAX + 1];
     int rc, plen;
     size_t n;
@@ -57,9 +56,10 @@ authorizer_decide(struct decider *dc, const struct http_request *req,
         snprintf(creq.identity, sizeof(creq.identity), "key:%lld",
             ki.key_id);
     else {
-        subject = addr_client(req->remote_addr, req->x_forwarded_for,
+        /* An unknown client is counted as the peer that sent it. */
+        (void)addr_client(req->remote_addr, req->x_forwarded_for,
             dc->cfg->trusted, dc->cfg->ntrusted, client, sizeof(client));
-        snprintf(creq.identity, sizeof(creq.identity), "addr:%s", subject);
+        snprintf(creq.identity, sizeof(creq.identity), "addr:%s", client);
     }
 
     rc = decide_limits(dc, ki.tenant_id, &creq, &plan, &d);

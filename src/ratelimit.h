@@ -244,10 +244,15 @@ int addr_parse_list(const char *s, struct addr_net *nets, int max,
 /* 1 when ip (text) is inside one of the nets, else 0. */
 int addr_match(const struct addr_net *nets, int n, const char *ip);
 
-/* The client's address: the peer itself, or, when the peer is a trusted
+/* The client's address, for the limiter and for status_allow and
+ * metrics_allow alike: the peer itself, or, when the peer is a trusted
  * proxy and X-Forwarded-For is given, the rightmost address in it that is
- * not a trusted proxy.  Writes it to out and returns out. */
-const char *addr_client(const char *peer, const char *xff,
+ * not a trusted proxy (the leftmost when all are).  Writes it to out.
+ * Returns 0, or -1 when the client is unknown: X-Forwarded-For came from
+ * a peer that is not a trusted proxy, or a trusted proxy named something
+ * that is not an address.  out is the peer then, which the limiter counts
+ * by; no address may grant access. */
+int addr_client(const char *peer, const char *xff,
     const struct addr_net *nets, int n, char *out, size_t outlen);
 
 /* ------------------------------------------------------------------ */
