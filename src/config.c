@@ -167,6 +167,13 @@ static const struct config_key config_keys[] = {
     { "overlimit_cache_min_ms", CT_LONG, OFF(overlimit_cache_min_ms), 0, 1,
       3600000, "50", NULL, "a denial is remembered only when its "
       "Retry-After is at least this long (milliseconds)" },
+    { "tenant_counter_budget", CT_LONG, OFF(tenant_counter_budget), 0, 0,
+      1000000000, "100000", NULL, "counters (Redis keys) named after what "
+      "callers send -- subjects, keys, addresses, routes -- that one tenant "
+      "may create an hour; past it a check that would create one gets 429 "
+      "counter_budget_exceeded until the hour ends, and the tenant's "
+      "existing counters go on; a tenant's own budget (ratelimitctl "
+      "tenant budget) overrides this; 0 = unlimited" },
     { "max_body_size", CT_LONG, OFF(max_body_size), 0, 64, 1048576, "8192",
       NULL, "largest accepted request body (bytes); larger gets 413" },
     { "retry_after_unavailable", CT_LONG, OFF(retry_after_unavailable), 0,

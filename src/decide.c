@@ -443,6 +443,8 @@ decide_identify(struct decider *dc, const struct http_request *req,
     }
     if (decide_auth_answer(dc, resp, rc) == -1)
         return -1;
+    dc->counter_budget = ki->counter_budget >= 0 ? ki->counter_budget :
+        dc->cfg->tenant_counter_budget;
     if (!ki->anonymous && ki->key_id > 0 && dc->store.used != NULL)
         dc->store.used(dc->store.ctx, ki->key_id);
     if ((flags & DECIDE_CHECKING) && ki->admin) {
@@ -478,7 +480,7 @@ static void
 decide_overlimit_id(const struct limiter_call *call, unsigned char id[32])
 {
     static struct sha256_memo memo;
-    int n = call->argc > 0 ? call->argv[0][0] - '0' : 0;
+    int n = call->nlimits;
     const char *first, *end;
 
     if (n < 1 || n >= call->argc) {
@@ -633,7 +635,8 @@ decide_limits(struct decider *dc, const char *tenant_id,
             plan->over = i;
             return DECIDE_COST_EXCEEDS;
         }
-    if (limiter_build(tenant_id, plan, creq, &call) == -1) {
+    if (limiter_build(tenant_id, plan, creq, &call) == -1 ||
+        limiter_budget(&call, plan, dc->counter_budget) == -1) {
         log_error("rule %lld: cannot build the script call",
             plan->rule[0]->id);
         rc = DECIDE_STORE_UNUSABLE;
@@ -673,6 +676,12 @@ decide_limits(struct decider *dc, const char *tenant_id,
             return DECIDE_FAIL_OPEN;
         }
         return DECIDE_UNAVAILABLE;
+    }
+    if (d->over_budget) {
+        /* New counters past the tenant's budget: nothing was written. */
+        COUNT(dc, over_budget);
+        dc->trace.retry_after_ms = d->budget_retry_ms;
+        return DECIDE_OVER_BUDGET;
     }
     if (limiter_apply_shadow(plan, d)) {
         COUNT(dc, shadow_denied);
@@ -721,6 +730,14 @@ decide_answer_failure(struct decider *dc, int rc, struct rl_response *resp)
     case DECIDE_COST_EXCEEDS:
         response_error(resp, 400, "cost_exceeds_limit", "the cost is more "
             "than a limit of the rule can ever let through");
+        return 1;
+    case DECIDE_OVER_BUDGET:
+        response_error(resp, 429, "counter_budget_exceeded", "this tenant "
+            "has created as many new counters as its budget allows this "
+            "hour; subjects it has not checked lately are refused until "
+            "the hour ends");
+        response_header(resp, "Retry-After", "%lld",
+            (dc->trace.retry_after_ms + 999) / 1000);
         return 1;
     }
     return 0;

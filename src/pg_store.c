@@ -48,13 +48,17 @@
 /* Where the connection stands (struct pg_store's state). */
 enum { PGS_NONE = 0, PGS_CONNECTING, PGS_LISTENING, PGS_READY };
 
+/* A tenant's counter budget: -1 for NULL, the configuration's
+ * (schema/006_counter_budget.sql). */
 static const char sql_key[] =
     "SELECT k.id, k.key_prefix, k.tenant_id::text, k.role, k.status, "
-    "t.status, t.name FROM api_keys k JOIN tenants t ON t.id = k.tenant_id "
+    "t.status, t.name, coalesce(t.counter_budget, -1) "
+    "FROM api_keys k JOIN tenants t ON t.id = k.tenant_id "
     "WHERE k.key_hash = $1";
 
 static const char sql_tenant[] =
-    "SELECT id::text, status FROM tenants WHERE name = $1";
+    "SELECT id::text, status, coalesce(counter_budget, -1) FROM tenants "
+    "WHERE name = $1";
 
 /* The keys served lately: a bookkeeping write, which notifies no worker
  * (schema/001_init.sql). */
@@ -524,6 +528,7 @@ pg_store_key(struct pg_store *ps, const char *hash, struct key_info *out)
         out->suspended = strcmp(PQgetvalue(res, 0, 5), "active") != 0;
         util_copy(out->tenant_name, sizeof(out->tenant_name),
             PQgetvalue(res, 0, 6));
+        out->counter_budget = strtoll(PQgetvalue(res, 0, 7), NULL, 10);
     }
     PQclear(res);
     return STORE_OK;
@@ -543,6 +548,7 @@ pg_store_tenant(struct pg_store *ps, const char *name, struct key_info *out)
             PQgetvalue(res, 0, 0));
         out->suspended = strcmp(PQgetvalue(res, 0, 1), "active") != 0;
         util_copy(out->tenant_name, sizeof(out->tenant_name), name);
+        out->counter_budget = strtoll(PQgetvalue(res, 0, 2), NULL, 10);
     }
     PQclear(res);
     return STORE_OK;

@@ -85,6 +85,8 @@ struct rl_config {
     long rule_cache_worker_mb;  /* a worker's rules, in MiB */
     long overlimit_cache_size;  /* denials remembered; 0 = off */
     long overlimit_cache_min_ms;
+    long tenant_counter_budget; /* new counters a tenant may make per
+                                   RL_BUDGET_WINDOW_S; 0 = unlimited */
     long max_body_size;         /* bytes */
     long retry_after_unavailable; /* seconds, Retry-After on 503 */
     int log_level;              /* enum rl_log_level */

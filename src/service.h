@@ -116,6 +116,8 @@ struct key_info {
     int revoked;
     int suspended;
     int anonymous;              /* the anonymous tenant, not a key */
+    long long counter_budget;   /* the tenant's own; -1: the configuration's
+                                   tenant_counter_budget */
 };
 
 /* What a change notification named (pg_store_poll, decide_sync). */
@@ -278,6 +280,7 @@ struct rl_counters {
     unsigned long overlimit_hits;   /* denials answered from the cache */
     unsigned long overlimit_inserts;
     unsigned long overlimit_evictions;
+    unsigned long over_budget;      /* checks refused by a counter budget */
 };
 
 #define COUNT(x, field) \
@@ -337,6 +340,8 @@ struct decider {
     int64_t lookup_refill_ms;
     long long misconfigured_rule;   /* logged once per rule and generation */
     uint64_t misconfigured_gen;
+    long long counter_budget;   /* of the tenant decide_identify found last,
+                                   for decide_limits; 0 = unlimited */
 };
 
 enum auth_result {
@@ -360,6 +365,9 @@ enum decide_result {
     DECIDE_SCRIPT_ERROR,        /* the store answered with an error */
     DECIDE_COST_EXCEEDS,        /* the cost is more than limit plan->over
                                    can ever pass: no script call */
+    DECIDE_OVER_BUDGET,         /* it would create counters past the
+                                   tenant's counter budget: refused, the
+                                   wait in trace.retry_after_ms */
 };
 
 /* decide_identify flags */

@@ -20,13 +20,16 @@
 #define TENANT "11111111-2222-3333-4444-555555555555"
 
 enum script_mode { SCRIPT_ALLOW, SCRIPT_DENY, SCRIPT_DOWN, SCRIPT_ERROR,
-    SCRIPT_SHADOW_DENY };
+    SCRIPT_SHADOW_DENY, SCRIPT_OVER_BUDGET };
 
 struct fake {
     int pg_down;
     int script_mode;
     int key_calls, rules_calls, script_calls, tenant_calls, used_calls;
     long long retry_ms;         /* of a denial; 0 = 1500 */
+    long long key_budget;       /* the tenant's counter budget (-1: none
+                                   of its own) */
+    char call_budget[24];       /* the last call's budget argument, "" */
     long long used_id;
     int changed;
     struct rl_rule rules[8];
@@ -71,6 +74,7 @@ fake_key(void *ctx, const char *hash, struct key_info *out)
         out->admin = fake_keys[i].admin;
         out->revoked = fake_keys[i].revoked;
         out->suspended = fake_keys[i].suspended;
+        out->counter_budget = f->key_budget;
     }
     return STORE_OK;
 }
@@ -87,6 +91,7 @@ fake_tenant(void *ctx, const char *name, struct key_info *out)
     if (strcmp(name, "anon") == 0) {
         out->found = 1;
         strcpy(out->tenant_id, TENANT);
+        out->counter_budget = f->key_budget;
     }
     return STORE_OK;
 }
@@ -117,14 +122,21 @@ fake_script(void *ctx, struct limiter_call *call, int nlimits,
     struct fake *f = ctx;
     int i;
 
-    (void)call;
     f->script_calls++;
+    /* The budget's arguments, when it has them, are the last but two. */
+    snprintf(f->call_budget, sizeof(f->call_budget), "%s", call->budgeted ?
+        call->argv[call->argc - 3] : "");
     if (f->script_mode == SCRIPT_DOWN)
         return STORE_UNAVAILABLE;
     if (f->script_mode == SCRIPT_ERROR)
         return STORE_BAD_REPLY;
     memset(d, 0, sizeof(*d));
     d->now_ms = 1700000000000LL;
+    if (f->script_mode == SCRIPT_OVER_BUDGET) {
+        d->over_budget = 1;
+        d->budget_retry_ms = 1200500;
+        return STORE_OK;
+    }
     d->nlimits = nlimits;
     d->allowed = f->script_mode != SCRIPT_DENY;
     for (i = 0; i < nlimits; i++) {
@@ -196,6 +208,7 @@ setup(void)
     strcpy(cfg.anonymous_tenant, "anon");
     memset(&counters, 0, sizeof(counters));
     memset(&fk, 0, sizeof(fk));
+    fk.key_budget = -1;
     add_rule(1, "/api/*", 1, 0, 0, 0);
     add_rule(2, "/open/*", 1, 1, 0, 0);
     add_rule(3, "/shadow/*", 1, 0, 1, 0);
@@ -450,6 +463,54 @@ START_TEST(test_overlimit_cache)
 }
 END_TEST
 
+/* The tenant's counter budget goes with every call (its own, else the
+ * configuration's; 0: none); a refusal is 429 counter_budget_exceeded with
+ * the wait, from the check API and the authorizer alike, and is never
+ * remembered as a denial. */
+START_TEST(test_counter_budget)
+{
+    const char *body = "{\"route\":\"/api/x\",\"subject\":\"s\"}";
+    struct http_request req;
+
+    ck_assert_int_eq(check("good-key", body), 200);
+    ck_assert_str_eq(fk.call_budget, "100000");
+    fk.key_budget = 40;
+    fk.changed = 1;
+    ck_assert_int_eq(check("good-key", body), 200);
+    ck_assert_str_eq(fk.call_budget, "40");
+    cfg.tenant_counter_budget = 0;
+    fk.key_budget = -1;
+    fk.changed = 1;
+    ck_assert_int_eq(check("good-key", body), 200);
+    ck_assert_str_eq(fk.call_budget, "");
+    cfg.tenant_counter_budget = 7;
+    fk.changed = 1;
+    fk.script_mode = SCRIPT_OVER_BUDGET;
+    ck_assert_int_eq(check("good-key", body), 429);
+    ck_assert_str_eq(fk.call_budget, "7");
+    ck_assert_ptr_nonnull(body_has("\"error\":\"counter_budget_exceeded\""));
+    ck_assert_ptr_nonnull(header_has("Retry-After: 1201"));
+    ck_assert_int_eq(check("good-key", body), 429);
+    ck_assert_int_eq(fk.script_calls, 5);
+    ck_assert_int_eq((int)counters.over_budget, 2);
+    ck_assert_int_eq((int)counters.denied, 0);
+    ck_assert_int_eq((int)counters.overlimit_inserts, 0);
+
+    memset(&req, 0, sizeof(req));
+    req.method = "GET";
+    req.path = "/api/x";
+    req.path_len = strlen(req.path);
+    req.query = "";
+    req.authorizer = 1;
+    req.remote_addr = "192.0.2.1";
+    response_reset(&resp);
+    authorizer_decide(&dc, &req, &resp);
+    ck_assert_int_eq(resp.status, 429);
+    ck_assert_ptr_nonnull(header_has("Retry-After: 1201"));
+    ck_assert_int_eq((int)counters.over_budget, 3);
+}
+END_TEST
+
 START_TEST(test_misconfigured)
 {
     /* 8 limits on the /nine/ rule, and an always rule for all: 9. */
@@ -662,6 +723,7 @@ decide_suite(void)
     tcase_add_test(tc, test_shadow);
     tcase_add_test(tc, test_cost_exceeds_limit);
     tcase_add_test(tc, test_overlimit_cache);
+    tcase_add_test(tc, test_counter_budget);
     tcase_add_test(tc, test_misconfigured);
     tcase_add_test(tc, test_misconfigured_rules);
     tcase_add_test(tc, test_store_down_with_known_key);
