@@ -156,6 +156,11 @@ static const struct config_key config_keys[] = {
       NULL, "seconds a tenant's rules are used without asking PostgreSQL" },
     { "rule_cache_size", CT_LONG, OFF(rule_cache_size), 0, 1, 1000000,
       "1000", NULL, "tenants whose rules the pool keeps in shared memory" },
+    { "rule_cache_shared_mb", CT_LONG, OFF(rule_cache_shared_mb), 0, 0,
+      65536, "64", NULL, "MiB of shared memory for the rules of tenants "
+      "too large for an entry of the shared tenants table (more than "
+      "about 135 rules): a ring the newest sets push the oldest out of; "
+      "0 = such tenants' rules are not shared" },
     { "rule_cache_worker_mb", CT_LONG, OFF(rule_cache_worker_mb), 0, 1,
       4096, "32", NULL, "MiB of tenants' rules each worker keeps ready to "
       "match (the least recently used go first; a tenant larger than this "

@@ -287,6 +287,81 @@ decide_rules_unpack(const unsigned char *blob, size_t len, uint64_t gen)
     return tr;
 }
 
+/*
+ * A tenant whose rules pack to more than a shared entry holds has them in
+ * the pool's ring (arena.c); its entry then holds this reference.  (A
+ * packing starts with its number of rules, at most RL_MAX_RULES, so it is
+ * never taken for one.)
+ */
+struct rules_ref {
+    uint32_t magic;
+    uint32_t pad;
+    uint64_t pos;
+    uint64_t len;
+};
+
+#define RULES_REF_MAGIC 0x524c5252u     /* "RLRR" */
+
+/* Unpacks the shared entry blob (len bytes), following a reference to the
+ * ring; NULL when what it names is gone. */
+static struct tenant_rules *
+decide_rules_shared(struct decider *dc, const unsigned char *blob,
+    size_t len, uint64_t gen)
+{
+    struct tenant_rules *tr;
+    struct rules_ref ref;
+    unsigned char *big;
+
+    if (len != sizeof(ref))
+        return decide_rules_unpack(blob, len, gen);
+    memcpy(&ref, blob, sizeof(ref));
+    if (ref.magic != RULES_REF_MAGIC)
+        return decide_rules_unpack(blob, len, gen);
+    if (ref.len > arena_max(dc->shm->arena) ||
+        (big = malloc((size_t)ref.len)) == NULL)
+        return NULL;
+    tr = arena_get(dc->shm->arena, ref.pos, big, (size_t)ref.len) == 0 ?
+        decide_rules_unpack(big, (size_t)ref.len, gen) : NULL;
+    free(big);
+    return tr;
+}
+
+/* Shares a tenant's rules with the pool: in its entry when they fit
+ * (blob, SHM_TENANT_VALUE_MAX bytes, is the room), else in the ring with
+ * a reference in the entry. */
+static void
+decide_rules_share(struct decider *dc, const unsigned char id[32],
+    const struct tenant_rules *tr, unsigned char *blob, int64_t now,
+    uint64_t gen)
+{
+    struct rules_ref ref;
+    unsigned char *big;
+    long len;
+
+    if (tr->too_many)
+        return;     /* the packing has no room to say so */
+    if ((len = shm_rules_pack(tr->rules, tr->n, blob,
+        SHM_TENANT_VALUE_MAX)) >= 0) {
+        shm_put(dc->shm, SHM_TENANTS, id, blob, (size_t)len, now, gen,
+            (int32_t)getpid());
+        return;
+    }
+    memset(&ref, 0, sizeof(ref));
+    ref.magic = RULES_REF_MAGIC;
+    ref.len = shm_rules_packed_size(tr->rules, tr->n);
+    if (ref.len > arena_max(dc->shm->arena) ||
+        (big = malloc((size_t)ref.len)) == NULL) {
+        log_debug("%d rules: too large for rule_cache_shared_mb", tr->n);
+        return;
+    }
+    shm_rules_pack(tr->rules, tr->n, big, (size_t)ref.len);
+    ref.pos = arena_put(dc->shm->arena, big, (size_t)ref.len);
+    free(big);
+    if (ref.pos != 0)
+        shm_put(dc->shm, SHM_TENANTS, id, &ref, sizeof(ref), now, gen,
+            (int32_t)getpid());
+}
+
 const struct tenant_rules *
 decide_rules(struct decider *dc, const char *tenant_id)
 {
@@ -296,7 +371,6 @@ decide_rules(struct decider *dc, const char *tenant_id)
     unsigned char id[32];
     int64_t now = util_now_ms(), ttl = 1000 * dc->cfg->rule_cache_ttl, t0;
     uint64_t gen;
-    long len;
     int stale = 0, shared, rc;
 
     /* No decide_sync here: every caller has just identified the tenant
@@ -311,7 +385,7 @@ decide_rules(struct decider *dc, const char *tenant_id)
     decide_rules_id(tenant_id, id);
     shared = shm_get(dc->shm, SHM_TENANTS, id, blob, sizeof(blob), &meta);
     if (shared && meta.generation == gen && now - meta.stamp < ttl &&
-        (fresh = decide_rules_unpack(blob, meta.len, gen)) != NULL) {
+        (fresh = decide_rules_shared(dc, blob, meta.len, gen)) != NULL) {
         /* Another worker fetched them: ours until theirs expire. */
         STAT(dc, rule_hits);
         if (cache_put_cost(dc->rules, tenant_id, fresh,
@@ -327,7 +401,7 @@ decide_rules(struct decider *dc, const char *tenant_id)
         /* The store is down: stale rules beat no rules. */
         if (tr != NULL)
             return tr;
-        if (shared && (fresh = decide_rules_unpack(blob, meta.len,
+        if (shared && (fresh = decide_rules_shared(dc, blob, meta.len,
             meta.generation)) != NULL) {
             if (cache_put_cost(dc->rules, tenant_id, fresh,
                 decide_rules_bytes(fresh), now, 0) == -1)
@@ -343,15 +417,7 @@ decide_rules(struct decider *dc, const char *tenant_id)
         return NULL;
     }
     decide_sync(dc);
-    if (fresh->too_many)
-        ;   /* not shared: the packing has no room to say so */
-    else if ((len = shm_rules_pack(fresh->rules, fresh->n, blob,
-        sizeof(blob))) >= 0)
-        shm_put(dc->shm, SHM_TENANTS, id, blob, (size_t)len, now, gen,
-            (int32_t)getpid());
-    else
-        log_debug("tenant %s: rules too large to share with the pool",
-            tenant_id);
+    decide_rules_share(dc, id, fresh, blob, now, gen);
     if (cache_put_cost(dc->rules, tenant_id, fresh,
         decide_rules_bytes(fresh), now, ttl) == -1)
         return NULL;

@@ -83,6 +83,7 @@ struct rl_config {
     long rule_cache_ttl;
     long rule_cache_size;       /* tenants */
     long rule_cache_worker_mb;  /* a worker's rules, in MiB */
+    long rule_cache_shared_mb;  /* the pool's ring of large rule sets */
     long overlimit_cache_size;  /* denials remembered; 0 = off */
     long overlimit_cache_min_ms;
     long tenant_counter_budget; /* new counters a tenant may make per
@@ -735,6 +736,7 @@ struct shm {
      * are taken over only when this says no.  NULL: never. */
     int (*pid_alive)(int32_t pid);
     struct keyfilter *keyfilter;    /* the pool's, or NULL */
+    struct arena *arena;            /* large tenants' rules, or NULL */
 };
 
 struct shm_meta {
@@ -800,6 +802,35 @@ int shm_rules_unpack(const void *in, size_t len, struct rl_rule *rules,
 /* The number of rules a packing says it holds (to size the array for
  * unpack), or -1. */
 int shm_rules_count(const void *in, size_t len);
+
+/* The bytes shm_rules_pack() needs for rules. */
+size_t shm_rules_packed_size(const struct rl_rule *rules, int n);
+
+/* ------------------------------------------------------------------ */
+/* arena.c: large values the pool shares, in a ring */
+
+struct arena {
+    void *base;                 /* arena_size() bytes, MAP_SHARED; NULL:
+                                   none */
+};
+
+/* Bytes to map for a ring of about bytes bytes (0 for none). */
+size_t arena_size(size_t bytes);
+
+/* Lays a ring out in base (size bytes from arena_size(), zero filled).
+ * Returns 0, or -1 (a->base NULL) when size is too small. */
+int arena_init(struct arena *a, void *base, size_t size);
+
+/* The largest value the ring takes: a quarter of it. */
+size_t arena_max(const struct arena *a);
+
+/* Appends value (len bytes).  Returns its position, or 0 when there is no
+ * ring or the value is larger than arena_max(). */
+uint64_t arena_put(struct arena *a, const void *value, size_t len);
+
+/* Copies the value of len bytes at pos to out.  Returns 0, or -1 when it
+ * is not there (overwritten by newer values since, or never written). */
+int arena_get(const struct arena *a, uint64_t pos, void *out, size_t len);
 
 /* ------------------------------------------------------------------ */
 /* keyfilter.c: the hashes of every active API key, in a Bloom filter */

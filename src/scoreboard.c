@@ -32,9 +32,27 @@ scoreboard_pid_alive(int32_t pid)
     return pid > 0 && (kill(pid, 0) == 0 || errno != ESRCH);
 }
 
-/* The pool's key filter (keyfilter.c); a process maps one pool. */
+/* The pool's key filter (keyfilter.c) and ring of large rule sets
+ * (arena.c); a process maps one pool. */
 static struct keyfilter scoreboard_filter;
 static size_t scoreboard_filter_size;
+static struct arena scoreboard_arena;
+static size_t scoreboard_arena_size;
+
+/* A shared mapping of its own of size bytes, or NULL (logged). */
+static void *
+scoreboard_region(size_t size, const char *what)
+{
+    void *base = mmap(NULL, size, PROT_READ | PROT_WRITE,
+        MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+    if (base == MAP_FAILED) {
+        log_error("mmap of %zu bytes for the %s: %s", size, what,
+            strerror(errno));
+        return NULL;
+    }
+    return base;
+}
 
 int
 scoreboard_map(struct shm *m, const struct rl_config *cfg)
@@ -67,17 +85,22 @@ scoreboard_map(struct shm *m, const struct rl_config *cfg)
     /* The filter of active keys: a mapping of its own, so that its size
      * does not change the segment's layout. */
     if ((size = keyfilter_size((size_t)cfg->key_filter_mb << 20)) > 0) {
-        base = mmap(NULL, size, PROT_READ | PROT_WRITE,
-            MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-        if (base == MAP_FAILED) {
-            log_error("mmap of %zu bytes for the key filter: %s", size,
-                strerror(errno));
+        if ((base = scoreboard_region(size, "key filter")) == NULL) {
             scoreboard_unmap(m);
             return -1;
         }
         keyfilter_init(&scoreboard_filter, base, size);
         scoreboard_filter_size = size;
         m->keyfilter = &scoreboard_filter;
+    }
+    if ((size = arena_size((size_t)cfg->rule_cache_shared_mb << 20)) > 0) {
+        if ((base = scoreboard_region(size, "shared rules")) == NULL) {
+            scoreboard_unmap(m);
+            return -1;
+        }
+        arena_init(&scoreboard_arena, base, size);
+        scoreboard_arena_size = size;
+        m->arena = &scoreboard_arena;
     }
     return 0;
 }
@@ -89,6 +112,11 @@ scoreboard_unmap(struct shm *m)
         munmap(m->keyfilter->base, scoreboard_filter_size);
         m->keyfilter->base = NULL;
         m->keyfilter = NULL;
+    }
+    if (m->arena != NULL && m->arena->base != NULL) {
+        munmap(m->arena->base, scoreboard_arena_size);
+        m->arena->base = NULL;
+        m->arena = NULL;
     }
     if (m->base != NULL)
         munmap(m->base, shm_total(m));

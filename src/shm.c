@@ -386,12 +386,14 @@ struct shm_packer {
     unsigned char *p;
     size_t len, cap;
     int overflow;
+    size_t need;                /* bytes the packing needs, fit or not */
 };
 
 static void
 shm_pack_bytes(struct shm_packer *k, const void *v, size_t n)
 {
-    if (k->len + n > k->cap) {
+    k->need += n;
+    if (k->overflow || k->len + n > k->cap) {
         k->overflow = 1;
         return;
     }
@@ -413,10 +415,11 @@ shm_pack_str(struct shm_packer *k, const char *s)
  * added there must be added here and in shm_rules_unpack (the unit test
  * compares a round trip field by field).
  */
-long
-shm_rules_pack(const struct rl_rule *rules, int n, void *out, size_t cap)
+static void
+shm_rules_pack_into(struct shm_packer *k0, const struct rl_rule *rules,
+    int n)
 {
-    struct shm_packer k = { out, 0, cap, 0 };
+    struct shm_packer k = *k0;
     const struct rl_rule *r;
     const struct rl_limit *l;
     int32_t count = n;
@@ -450,7 +453,25 @@ shm_rules_pack(const struct rl_rule *rules, int n, void *out, size_t cap)
             shm_pack_bytes(&k, &l->count, sizeof(l->count));
         }
     }
+    *k0 = k;
+}
+
+long
+shm_rules_pack(const struct rl_rule *rules, int n, void *out, size_t cap)
+{
+    struct shm_packer k = { out, 0, cap, 0, 0 };
+
+    shm_rules_pack_into(&k, rules, n);
     return k.overflow ? -1 : (long)k.len;
+}
+
+size_t
+shm_rules_packed_size(const struct rl_rule *rules, int n)
+{
+    struct shm_packer k = { NULL, 0, 0, 0, 0 };
+
+    shm_rules_pack_into(&k, rules, n);
+    return k.need;
 }
 
 struct shm_unpacker {

@@ -33,5 +33,6 @@ Suite *stats_suite(void);
 Suite *decide_suite(void);
 Suite *algo_suite(void);
 Suite *keyfilter_suite(void);
+Suite *arena_suite(void);
 
 #endif /* RL_T_CHECK_H */

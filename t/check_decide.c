@@ -37,6 +37,7 @@ struct fake {
     int too_many;               /* the store had more than RL_MAX_RULES */
     struct store_change named[4];   /* notified next, by name */
     int nnamed;
+    int many;                   /* prefix rules of /m/<i>/ to add */
 };
 
 struct fake_key {
@@ -101,16 +102,25 @@ fake_rules(void *ctx, const char *tenant_id, struct tenant_rules **out)
 {
     struct fake *f = ctx;
     struct tenant_rules *tr;
+    int i;
 
     f->rules_calls++;
     if (f->pg_down)
         return STORE_UNAVAILABLE;
     ck_assert_str_eq(tenant_id, TENANT);
     tr = calloc(1, sizeof(*tr));
-    tr->rules = calloc(8, sizeof(*tr->rules));
+    tr->rules = calloc(8 + (size_t)f->many, sizeof(*tr->rules));
     memcpy(tr->rules, f->rules, sizeof(f->rules));
     tr->n = f->nrules;
     tr->too_many = f->too_many;
+    for (i = 0; i < f->many; i++) {
+        char pattern[32];
+
+        snprintf(pattern, sizeof(pattern), "/m/%d/*", i);
+        fixture_rule_init(&tr->rules[tr->n], 1000 + i, pattern, 0);
+        fixture_rule_limits(&tr->rules[tr->n], 1, NULL, 100000 + i);
+        tr->n++;
+    }
     *out = tr;
     return STORE_OK;
 }
@@ -178,7 +188,7 @@ fake_changed(void *ctx, struct store_change *out, int max)
 static struct rl_config cfg;
 static struct rl_counters counters;
 static struct decider dc;
-static struct fake fk;
+static struct fake fk, fk2;
 static struct shm shm;
 static void *shm_base;
 static struct rl_response resp;
@@ -229,6 +239,9 @@ teardown(void)
     free(shm_base);
 }
 
+/* The decider check() asks: a worker of the pool. */
+static struct decider *checker = &dc;
+
 /* One check: key (NULL: none), body; fills resp. */
 static int
 check(const char *key, const char *body)
@@ -244,7 +257,7 @@ check(const char *key, const char *body)
     req.body = body;
     req.body_len = strlen(body);
     response_reset(&resp);
-    decide_check(&dc, &req, &resp);
+    decide_check(checker, &req, &resp);
     return resp.status;
 }
 
@@ -637,6 +650,47 @@ START_TEST(test_named_changes)
 }
 END_TEST
 
+/* A tenant whose rules are too large for a shared entry: with the ring,
+ * a worker that starts while the store is down has them all the same;
+ * without it, it has nothing to decide by. */
+START_TEST(test_large_rules_shared)
+{
+    struct decide_store down = { &fk2, fake_key, fake_tenant, fake_rules,
+        fake_script, fake_changed, fake_used };
+    struct decider dc2;
+    struct arena ar;
+    size_t size = arena_size(4 << 20);
+    void *mem = calloc(1, size);
+
+    ck_assert_int_eq(arena_init(&ar, mem, size), 0);
+    shm.arena = &ar;
+    fk.many = 300;
+    ck_assert_int_eq(check("good-key", "{\"route\":\"/m/250/x\"}"), 200);
+    ck_assert_int_eq(fk.rules_calls, 1);
+    /* Another worker, the store down. */
+    memset(&fk2, 0, sizeof(fk2));
+    fk2.pg_down = 1;
+    ck_assert_int_eq(decide_init(&dc2, &cfg, &counters, &shm, &down), 0);
+    checker = &dc2;
+    ck_assert_int_eq(check("good-key", "{\"route\":\"/m/250/x\"}"), 200);
+    ck_assert_ptr_nonnull(body_has("\"allowed\":true"));
+    ck_assert_int_eq(check("good-key", "{\"route\":\"/m/7/y\"}"), 200);
+    ck_assert_int_eq(fk2.rules_calls, 0);
+    decide_free(&dc2);
+    /* Without the ring: the rules were not shared; 503. */
+    shm.arena = NULL;
+    fk.changed = 1;
+    checker = &dc;
+    ck_assert_int_eq(check("good-key", "{\"route\":\"/m/250/x\"}"), 200);
+    ck_assert_int_eq(decide_init(&dc2, &cfg, &counters, &shm, &down), 0);
+    checker = &dc2;
+    ck_assert_int_eq(check("good-key", "{\"route\":\"/m/250/x\"}"), 503);
+    checker = &dc;
+    decide_free(&dc2);
+    free(mem);
+}
+END_TEST
+
 /* With a filter of active keys: a key it vouches for is looked up past
  * key_lookup_rate; once complete, a key it does not know is invalid
  * (401) without a lookup; while incomplete, 503. */
@@ -730,6 +784,7 @@ decide_suite(void)
     tcase_add_test(tc, test_key_lookups);
     tcase_add_test(tc, test_key_filter);
     tcase_add_test(tc, test_named_changes);
+    tcase_add_test(tc, test_large_rules_shared);
     tcase_add_test(tc, test_authorizer);
     suite_add_tcase(s, tc);
     return s;

@@ -55,7 +55,7 @@ alive(int32_t pid)
 START_TEST(test_added_found)
 {
     unsigned char md[32];
-    char hex[65];
+    char hex[80];
     int i;
 
     filter_new(1 << 16);

@@ -31,6 +31,7 @@ main(void)
     srunner_add_suite(sr, cluster_suite());
     srunner_add_suite(sr, stats_suite());
     srunner_add_suite(sr, keyfilter_suite());
+    srunner_add_suite(sr, arena_suite());
     srunner_run_all(sr, CK_NORMAL);
     failed = srunner_ntests_failed(sr);
     srunner_free(sr);

@@ -14,6 +14,10 @@
 . "$(dirname "$0")/lib.sh"
 require_stack
 serve_dir ratelimit-scale
+PG_STOPPED=0
+# PostgreSQL is started again however this file ends.
+trap 'if [ "$PG_STOPPED" = 1 ]; then stack start-pg >/dev/null 2>&1; fi
+    end_pids $PIDS; rm -rf "$D"' EXIT
 LOADGEN=$ROOT/t/loadgen.py
 P_COLD=$((PORT + 161))
 
@@ -166,6 +170,45 @@ psql_q "UPDATE rules SET tenant_id = '$TID' WHERE tenant_id =
     (SELECT id FROM tenants WHERE name = '$OTHER');" 2>"$T_TMP/err"
 check "a rule moved to a tenant with 10,000 rules is refused by the schema" \
     contains "$(cat "$T_TMP/err")" "at most 10000"
+
+# ------------------------------------------------ PostgreSQL down, workers new
+
+# The 10,000-rule tenant's rules pack to more than a shared entry holds:
+# they are shared through the pool's ring (rule_cache_shared_mb).  With
+# PostgreSQL stopped and every worker replaced, its checks are still
+# decided, as a one-rule tenant's are.
+SMALL=$(uniq_name small)
+new_tenant "$SMALL"
+SKEY=$(new_key "$SMALL")
+new_sw_rule "$SMALL" "*" 1000 3600
+sleep 2.5
+par_checks 16 4 "$KEY" '{"route":"/r/500/x","subject":"warm"}'
+par_checks 16 4 "$SKEY" '{"route":"/x","subject":"warm"}'
+stack stop-pg >/dev/null 2>&1
+PG_STOPPED=1
+# shellcheck disable=SC2046 # a list of pids
+kill -KILL $(fcgi_worker_pids) 2>/dev/null
+sleep 0.5
+check "PostgreSQL down: the killed workers are replaced" \
+    retry 50 has_workers "$(fcgi_master_pid)" "$WORKERS"
+big_ok=0
+small_ok=0
+n=0
+while [ "$n" -lt 40 ]; do
+    check_req "$KEY" "{\"route\":\"/r/$((600 + n))/x\",\"subject\":\"s$n\"}"
+    [ "$STATUS" = 200 ] && big_ok=$((big_ok + 1))
+    check_req "$SKEY" "{\"route\":\"/x\",\"subject\":\"s$n\"}"
+    [ "$STATUS" = 200 ] && small_ok=$((small_ok + 1))
+    n=$((n + 1))
+done
+check "PostgreSQL down, workers new: the 10,000-rule tenant 40 of 40 200 ($big_ok)" \
+    eq "$big_ok" 40
+check "PostgreSQL down, workers new: the one-rule tenant 40 of 40 200 ($small_ok)" \
+    eq "$small_ok" 40
+stack start-pg >/dev/null 2>&1
+PG_STOPPED=0
+fault_row "PostgreSQL down, every worker replaced: checks of a 10,000-rule tenant not 200" \
+    40 "$((40 - big_ok))" -
 
 # ------------------------------------------------ 50,000 keys, a cold pool
 
