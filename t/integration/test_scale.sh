@@ -26,6 +26,15 @@ statuses() {
     tr '\n' ' ' <"$T_TMP/statuses" | sed 's/ $//'
 }
 
+# at URL CMD...: runs CMD (seq_checks, par_checks) against another server.
+at() {
+    at_saved=$BASE_URL
+    BASE_URL=$1
+    shift
+    "$@"
+    BASE_URL=$at_saved
+}
+
 # rule_id PATTERN: the id of the tenant's rule with this pattern.
 rule_id() {
     # shellcheck disable=SC2016
@@ -255,6 +264,56 @@ if [ -s "$D/again" ]; then
 fi
 fault_row "50,000-key tenant, 20,000 first uses on a cold pool: told 401 (99 % served after ${t99:-?} s)" \
     20000 "$(json_field s401 "$cs")" -
+stop_private
+
+# ------------------------------------------------ 10,000 tenants, one pool
+
+# Every worker keeps at most rule_cache_worker_mb of tenants' rules (here
+# 8 MiB) and 1,024 tenants: 10,000 tenants, each with a key and a rule (3
+# an hour), a check each, leave each worker's private memory (RssAnon)
+# under 8 + 16 MiB; a tenant whose rules were evicted long ago is still
+# held to its limit.
+MT=$(uniq_name mt)
+# shellcheck disable=SC2016
+psql_q "WITH t AS (INSERT INTO tenants (name)
+        SELECT :'p' || i FROM generate_series(1, 10000) i RETURNING id, name),
+    k AS (INSERT INTO api_keys (tenant_id, key_hash, key_prefix)
+        SELECT id, encode(sha256(convert_to('rl_' || name, 'UTF8')), 'hex'),
+            'rl_mt' FROM t),
+    r AS (INSERT INTO rules (tenant_id, route_pattern)
+        SELECT id, '*' FROM t RETURNING id)
+    INSERT INTO limits (rule_id, algorithm, limit_count, window_seconds)
+    SELECT id, 'sliding_window', 3, 3600 FROM r;" "p=$MT-"
+check "10,000 tenants, each with a key and a rule" \
+    eq "$(psql_q "SELECT count(*) FROM tenants WHERE name LIKE '$MT-%';")" \
+    10000
+awk -v p="rl_$MT-" 'BEGIN { for (i = 1; i <= 10000; i++) print p i }' \
+    >"$D/mt.keys"
+P_MT=$((PORT + 162))
+private_app mt "$P_MT" workers=2 rule_cache_worker_mb=8 ||
+    fail "10,000 tenants: the private application starts behind lighttpd"
+MT_MASTER=$APP_PID
+retry 50 ready_on "$P_MT"
+python3 "$LOADGEN" run --port "$P_MT" --keys-file "$D/mt.keys" \
+    --requests 10000 --concurrency 16 --duration 90 --out "$D/mt.tsv" \
+    --body '{"route":"/x","subject":"s"}' >/dev/null
+ms=$(python3 "$LOADGEN" stats "$D/mt.tsv")
+check "10,000 tenants, a check each: all 200 ($ms)" \
+    eq "$(json_field s200 "$ms")" 10000
+worst=0
+for w in $(workers_of "$MT_MASTER"); do
+    anon=$(awk '/^RssAnon:/ { print $2 }' "/proc/$w/status")
+    shmem=$(awk '/^RssShmem:/ { print $2 }' "/proc/$w/status")
+    echo "    10,000 tenants: worker $w RssAnon ${anon} kB, RssShmem ${shmem} kB"
+    [ "${anon:-0}" -gt "$worst" ] && worst=$anon
+done
+check "10,000 tenants: every worker's RssAnon under 24 MiB (largest ${worst} kB)" \
+    lt_num "$worst" $((24 * 1024))
+at "http://127.0.0.1:$P_MT" seq_checks 3 "rl_$MT-1" '{"route":"/x","subject":"s"}'
+check "the first tenant, its rules long evicted: 2nd and 3rd check 200, 4th 429" \
+    eq "$(statuses)" "200 200 429"
+fault_row "10,000 tenants, a check each, 2 workers: largest worker RssAnon (kB; bound 24 MiB)" \
+    10000 "$worst" -
 stop_private
 
 finish
