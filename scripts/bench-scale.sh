@@ -3,16 +3,18 @@
 # check for a tenant with one rule and for a tenant with 10,000 rules (the
 # bound a tenant may have), side by side in one run, at a constant rate.
 #
-#   one   a rule "*"                             route /x
-#   many  9,999 rules "/r/N/*" and a "*" catch-all route /r/9000/x
+#   one    a rule "*"                             route /x
+#   many   9,999 rules "/r/N/*" and a "*" catch-all route /r/9000/x
+#   churn  many, while a key is created in the other tenant every second
+#          (each one a change notification every worker reads)
 #
 # Both rules are token buckets that never deny, so every check is one
 # EVALSHA; what differs is the matching of the route against the tenant's
 # rules (src/rules.c, its index).  The targets alternate for
 # BENCH_SCALE_ROUNDS rounds of BENCH_SCALE_SECONDS each at
 # BENCH_SCALE_RATE checks a second (scripts/rategen.c, open loop), and the
-# table gives each round's p50 and p99 and the median ratio of the two
-# tenants' p99.
+# table gives each round's p50 and p99 and the median ratios of the p99s
+# (many against one, churn against many).
 #
 # Environment: BENCH_SCALE_RATE [500], BENCH_SCALE_SECONDS [10],
 # BENCH_SCALE_ROUNDS [3], BENCH_SCALE_PORT [29080] (Redis +300,
@@ -119,6 +121,16 @@ n=1
 while [ "$n" -le "$ROUNDS" ]; do
     run one "$ONE_KEY" /x
     run many "$MANY_KEY" /r/9000/x
+    (
+        i=0
+        while [ "$i" -lt "$SECONDS_EACH" ]; do
+            ctl key create bench-one >/dev/null 2>&1
+            sleep 1
+            i=$((i + 1))
+        done
+    ) &
+    run churn "$MANY_KEY" /r/9000/x
+    wait
     n=$((n + 1))
 done
 
@@ -126,12 +138,19 @@ echo
 echo "bench-scale: $RATE checks/s for ${SECONDS_EACH} s a round, $ROUNDS rounds, 4 workers ($(date -u '+%Y-%m-%d %H:%M UTC'))"
 printf '%-6s %9s %9s %9s %7s\n' tenant "p50 ms" "p99 ms" "req/s" errors
 awk '{ printf "%-6s %9.3f %9.3f %9d %7d\n", $1, $2, $3, $4, $5 }' "$ROWS"
-awk '$1 == "one" { one[++a] = $3 } $1 == "many" { many[++b] = $3 }
-    END {
-        for (i = 1; i <= a && i <= b; i++) r[i] = one[i] > 0 ? many[i] / one[i] : 0
-        n = i - 1
-        for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++)
-            if (r[j] < r[i]) { t = r[i]; r[i] = r[j]; r[j] = t }
-        printf "p99 of 10,000 rules / p99 of 1 rule, median of %d rounds: %.2f\n",
-            n, n % 2 ? r[(n + 1) / 2] : (r[n / 2] + r[n / 2 + 1]) / 2
-    }' "$ROWS"
+# ratio A B TEXT: the median over the rounds of B's p99 / A's p99.
+ratio() {
+    awk -v a="$1" -v b="$2" -v text="$3" '
+        $1 == a { x[++na] = $3 } $1 == b { y[++nb] = $3 }
+        END {
+            for (i = 1; i <= na && i <= nb; i++)
+                r[i] = x[i] > 0 ? y[i] / x[i] : 0
+            n = i - 1
+            for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++)
+                if (r[j] < r[i]) { t = r[i]; r[i] = r[j]; r[j] = t }
+            printf "%s, median of %d rounds: %.2f\n", text, n,
+                n % 2 ? r[(n + 1) / 2] : (r[n / 2] + r[n / 2 + 1]) / 2
+        }' "$ROWS"
+}
+ratio one many "p99 of 10,000 rules / p99 of 1 rule"
+ratio many churn "p99 with a key created elsewhere every second / without"
