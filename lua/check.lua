@@ -186,18 +186,14 @@ if argc ~= expected then
     end
 end
 
--- The budget's arguments, after the limits': the budget and its window,
--- positive integers, and the mask, n characters 0 or 1.
-local budget, budget_window, budget_mask
+-- The budget's arguments come after the limits': the budget and its
+-- window, positive integers, checked where they are used (below, before
+-- anything is written, so that a call on existing counters does not pay
+-- for it), and the mask, n characters 0 or 1, checked here.
+local budget_mask
 if budget_names ~= nil then
-    budget = argv[4 + 5 * n]
-    budget_window = argv[5 + 5 * n]
     budget_mask = argv[6 + 5 * n]
-    if #budget > 15 or not budget:find('^0*[1-9]%d*$') then
-        return check_error('the counter budget must be a positive integer')
-    elseif #budget_window > 15 or not budget_window:find('^0*[1-9]%d*$') then
-        return check_error('the budget window must be a positive integer')
-    elseif #budget_mask ~= n or budget_mask:find('[^01]') then
+    if #budget_mask ~= n or budget_mask:find('[^01]') then
         return check_error('the budget mask must be one 0 or 1 per limit')
     end
 end
@@ -396,8 +392,14 @@ end
 -- A call that would create counters the budget counts asks it first;
 -- refused, it writes nothing.
 if made ~= nil and reply[1] == 1 and pending ~= nil then
+    local budget, window = argv[4 + 5 * n], argv[5 + 5 * n]
+    if #budget > 15 or not budget:find('^0*[1-9]%d*$') then
+        return check_error('the counter budget must be a positive integer')
+    elseif #window > 15 or not window:find('^0*[1-9]%d*$') then
+        return check_error('the budget window must be a positive integer')
+    end
     local wait_ms = budget_admit(budget_names, budget_made, budget + 0,
-        budget_window + 0, made, now_us)
+        window + 0, made, now_us)
     if wait_ms ~= nil then
         return { -1, reply[2], wait_ms }
     end

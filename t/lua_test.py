@@ -1227,8 +1227,8 @@ def test_budget_keys_expire_with_the_window():
     budget_call("b2", ["b2:s1"], [tb(5, 1)], 10, "1")
     for k in budget_keys("b2"):
         expect_pttl(k, HOUR_LEFT_MS, t0)
-    cmd("PEXPIRE", budget_keys("b2")[1], 99000)
     t0 = redis_now_ms()
+    cmd("PEXPIRE", budget_keys("b2")[1], 99000)
     budget_call("b2", ["b2:s2"], [tb(5, 1)], 10, "1", now=N + 60000000)
     expect_pttl(budget_keys("b2")[1], 99000, t0)
     # A window of 60 s at N + 70 s, 30 s into a minute: 30 s left, and the
