@@ -179,6 +179,8 @@ static const struct ctl_command ctl_commands[] = {
       ctl_tenant_status },
     { "tenant", "resume", "NAME", { "NAME", NULL }, ctl_no_options,
       ctl_tenant_status },
+    { "tenant", "budget", "NAME COUNT|default", { "NAME", "COUNT", NULL },
+      ctl_no_options, ctl_tenant_budget },
     { "key", "create", "TENANT [--role check|admin]", { "TENANT", NULL },
       ctl_key_create_options, ctl_tenant_key_create },
     { "key", "list", "TENANT [--json]", { "TENANT", NULL },

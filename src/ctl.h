@@ -218,6 +218,9 @@ int ctl_tenant_list(struct ctl *ctl, const struct ctl_command *cmd,
 /* tenant suspend / tenant resume: the status is the command's verb. */
 int ctl_tenant_status(struct ctl *ctl, const struct ctl_command *cmd,
     const struct ctl_args *a);
+/* tenant budget NAME COUNT|default: the tenant's counter budget. */
+int ctl_tenant_budget(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a);
 int ctl_tenant_show(struct ctl *ctl, const struct ctl_command *cmd,
     const struct ctl_args *a);
 int ctl_tenant_remove(struct ctl *ctl, const struct ctl_command *cmd,

@@ -1,7 +1,10 @@
 /*
  * ctl_tenant.c -- the tenant and key commands of ratelimitctl.
  *
- * A tenant is a name and a status (active or suspended).  An API key is
+ * A tenant is a name, a status (active or suspended) and a counter budget
+ * (how many new counters it may make in Redis an hour; NULL: the
+ * service's tenant_counter_budget, schema/006_counter_budget.sql).  An API
+ * key is
  * made of CTL_TENANT_KEY_RANDOM_BYTES from the operating system's random
  * generator, written "rl_" and URL-safe base64; it is shown once and
  * stored only as its SHA-256 (what the service looks up) and its first
@@ -95,15 +98,69 @@ ctl_tenant_status(struct ctl *ctl, const struct ctl_command *cmd,
     return CTL_EXIT_OK;
 }
 
+/* The largest counter budget the schema takes. */
+#define CTL_TENANT_BUDGET_MAX 1000000000LL
+
+/*
+ * tenant budget NAME COUNT|default: at most COUNT new counters an hour (0:
+ * unlimited), or "default": the service's tenant_counter_budget.  The
+ * change notifies the workers, which use it at once.
+ */
+int
+ctl_tenant_budget(struct ctl *ctl, const struct ctl_command *cmd,
+    const struct ctl_args *a)
+{
+    const char *name = a->pos[0], *count = a->pos[1];
+    const char *params[2] = { name, NULL };
+    char err[256], digits[21];
+    long long v = 0;
+    size_t i;
+    int rc, n;
+
+    if (validate_tenant_name("tenant name", name, err, sizeof(err)) == -1)
+        return ctl_usage_error(cmd, "%s", err);
+    if (strcmp(count, "default") != 0) {
+        for (i = 0; count[i] != '\0' && i < 12; i++) {
+            if (count[i] < '0' || count[i] > '9')
+                break;
+            v = v * 10 + (count[i] - '0');
+        }
+        if (i == 0 || count[i] != '\0' || v > CTL_TENANT_BUDGET_MAX)
+            return ctl_usage_error(cmd, "COUNT: \"%s\" is not a number of "
+                "counters from 0 (unlimited) to %lld, nor \"default\"",
+                count, CTL_TENANT_BUDGET_MAX);
+        util_lltoa(v, digits);
+        params[1] = digits;
+    }
+    if ((rc = ctl_db_connect(ctl)) != 0)
+        return rc;
+    n = ctl_db_query_rows(ctl, "UPDATE tenants SET counter_budget = "
+        "$2::bigint WHERE name = $1 RETURNING id", 2, params);
+    if (n == -1)
+        return ctl_db_fail(ctl);
+    if (n == 0)
+        return ctl_fail("no tenant named \"%s\" (see '" CTL_NAME
+            " tenant list')", name);
+    if (params[1] == NULL)
+        printf("tenant %s: counter budget of the configuration "
+            "(tenant_counter_budget)\n", name);
+    else if (v == 0)
+        printf("tenant %s: counter budget unlimited\n", name);
+    else
+        printf("tenant %s: counter budget %lld new counters an hour\n",
+            name, v);
+    return CTL_EXIT_OK;
+}
+
 /* tenant show NAME: one tenant, with what it has. */
 int
 ctl_tenant_show(struct ctl *ctl, const struct ctl_command *cmd,
     const struct ctl_args *a)
 {
     static const char *const names[] = { "id", "name", "status", "created",
-        "keys", "revoked_keys", "rules", "limits" };
+        "keys", "revoked_keys", "rules", "limits", "counter_budget" };
     const char *params[1] = { a->pos[0] };
-    const char *values[8];
+    const char *values[9];
     char err[256];
     PGresult *res;
     int rc, i;
@@ -121,7 +178,8 @@ ctl_tenant_show(struct ctl *ctl, const struct ctl_command *cmd,
         "   AND k.status <> 'active'), "
         "  (SELECT count(*) FROM rules r WHERE r.tenant_id = t.id), "
         "  (SELECT count(*) FROM limits l JOIN rules r ON r.id = l.rule_id "
-        "   WHERE r.tenant_id = t.id) "
+        "   WHERE r.tenant_id = t.id), "
+        "  coalesce(t.counter_budget::text, 'default') "
         "FROM tenants t WHERE t.name = $1", 1, params);
     if (res == NULL)
         return ctl_db_fail(ctl);
@@ -130,9 +188,9 @@ ctl_tenant_show(struct ctl *ctl, const struct ctl_command *cmd,
         return ctl_fail("no tenant named \"%s\" (see '" CTL_NAME
             " tenant list')", a->pos[0]);
     }
-    for (i = 0; i < 8; i++)
+    for (i = 0; i < 9; i++)
         values[i] = PQgetvalue(res, 0, i);
-    ctl_db_print_fields(names, values, 8);
+    ctl_db_print_fields(names, values, 9);
     PQclear(res);
     return CTL_EXIT_OK;
 }

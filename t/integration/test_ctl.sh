@@ -187,17 +187,20 @@ is "an unknown command exits 2 naming it" "$RC $(has err frobnicate)" "2 yes"
 # --- migrate -------------------------------------------------------------
 
 ctl migrate
-is "migrate applies 001_init, then 002_limits, 003_count_scope, 004_rule_bound and 005_notify_changes" \
+is "migrate applies 001_init, then 002_limits, 003_count_scope, 004_rule_bound, 005_notify_changes and 006_counter_budget" \
     "$RC $(has out '^applied  *001_init') $(has out '^applied  *002_limits') $(grep '^applied' "$TMP/out" | awk '{ printf "%s ", $2 }')" \
-    "0 yes yes 001_init 002_limits 003_count_scope 004_rule_bound 005_notify_changes "
-is "schema_migrations records versions 1 to 5" \
+    "0 yes yes 001_init 002_limits 003_count_scope 004_rule_bound 005_notify_changes 006_counter_budget "
+is "schema_migrations records versions 1 to 6" \
     "$(sql "SELECT string_agg(version || ' ' || name, ', ' ORDER BY version) FROM schema_migrations")" \
-    "1 001_init, 2 002_limits, 3 003_count_scope, 4 004_rule_bound, 5 005_notify_changes"
+    "1 001_init, 2 002_limits, 3 003_count_scope, 4 004_rule_bound, 5 005_notify_changes, 6 006_counter_budget"
 ctl migrate
 is "a second migrate applies nothing" \
-    "$RC $(has out '^applied') $(has out 'up to date (version 5)')" "0 no yes"
-is "schema_migrations still has five rows" \
-    "$(sql "SELECT count(*) FROM schema_migrations")" 5
+    "$RC $(has out '^applied') $(has out 'up to date (version 6)')" "0 no yes"
+is "schema_migrations still has six rows" \
+    "$(sql "SELECT count(*) FROM schema_migrations")" 6
+is "006 adds tenants.counter_budget, NULL by default" \
+    "$(sql "SELECT data_type || ' ' || is_nullable || ' ' || coalesce(column_default, 'none') FROM information_schema.columns WHERE table_name = 'tenants' AND column_name = 'counter_budget'")" \
+    "bigint YES none"
 is "002 adds rules.always and limits.period_us, burst, calendar" \
     "$(sql "SELECT string_agg(table_name || '.' || column_name || ' ' || data_type, ', ' ORDER BY table_name, column_name) FROM information_schema.columns WHERE (table_name, column_name) IN (('rules', 'always'), ('limits', 'period_us'), ('limits', 'burst'), ('limits', 'calendar'))")" \
     "limits.burst bigint, limits.calendar text, limits.period_us bigint, rules.always boolean"
@@ -227,6 +230,33 @@ is "tenant resume sets it back" \
     "$RC $(sql "SELECT status FROM tenants WHERE name = 'acme'")" "0 active"
 expect_fail "tenant suspend of an unknown tenant exits 1" "no tenant" \
     tenant suspend nosuch
+ctl tenant budget acme 2000
+is "tenant budget sets the tenant's counter budget" \
+    "$RC $(has out 'counter budget 2000 new counters an hour') $(sql "SELECT counter_budget FROM tenants WHERE name = 'acme'")" \
+    "0 yes 2000"
+ctl tenant show acme
+is "tenant show prints it" "$RC $(field counter_budget)" "0 2000"
+ctl tenant budget acme 0
+is "tenant budget 0 is unlimited" \
+    "$RC $(has out 'unlimited') $(sql "SELECT counter_budget FROM tenants WHERE name = 'acme'")" \
+    "0 yes 0"
+ctl tenant budget acme default
+is "tenant budget default goes back to the configuration's" \
+    "$RC $(sql "SELECT coalesce(counter_budget::text, 'null') FROM tenants WHERE name = 'acme'")" \
+    "0 null"
+ctl tenant show acme
+is "tenant show prints default" "$RC $(field counter_budget)" "0 default"
+expect_usage "tenant budget of a negative count exits 2" "COUNT" \
+    tenant budget acme -1
+expect_usage "tenant budget above 10^9 exits 2" "COUNT" \
+    tenant budget acme 1000000001
+expect_usage "tenant budget of a word exits 2" "COUNT" \
+    tenant budget acme lots
+expect_fail "tenant budget of an unknown tenant exits 1" "no tenant" \
+    tenant budget nosuch 5
+sql_fails "the schema refuses a negative counter budget" \
+    tenants_counter_budget_range \
+    "UPDATE tenants SET counter_budget = -1 WHERE name = 'acme'"
 expect_usage "tenant add of a 129-character name exits 2" "1 to 128" \
     tenant add "$(printf '%0129d' 0)"
 expect_usage "tenant add of an empty name exits 2" "tenant name" \
@@ -963,7 +993,7 @@ is "tenant show prints the tenant with its counts" \
 ctl tenant show conflict --json
 is "tenant show --json is one object with stable names" \
     "$RC $(python3 -c 'import json,sys; o=json.load(open(sys.argv[1])); print(o["name"], o["status"], sorted(o))' "$TMP/out")" \
-    "0 conflict active ['created', 'id', 'keys', 'limits', 'name', 'revoked_keys', 'rules', 'status']"
+    "0 conflict active ['counter_budget', 'created', 'id', 'keys', 'limits', 'name', 'revoked_keys', 'rules', 'status']"
 ctl rule list conflict --json
 is "rule list --json: one object per limit, typed values" \
     "$RC $(python3 -c '
