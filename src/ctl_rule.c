@@ -41,8 +41,9 @@
 
 /*
  * Reads the rules of tenant_id that the service would use -- enabled, with
- * at least one limit, the first RL_MAX_RULES by id, at most RL_MAX_LIMITS
- * limits each (pg_store.c) -- with what matching needs: id, pattern,
+ * at least one limit, at most RL_MAX_LIMITS limits each (pg_store.c), and
+ * RL_MAX_RULES + 1 at most (more than RL_MAX_RULES: the service answers
+ * every check of the tenant 503) -- with what matching needs: id, pattern,
  * priority, always and the number of limits.  *out is calloc()ed (free it)
  * and may be NULL when *n is 0.  Returns 0, or -1 with the error in ctl.
  */
@@ -59,7 +60,9 @@ ctl_rule_guard_load(struct ctl *ctl, const char *tenant_id,
 
     *out = NULL;
     *n = 0;
-    snprintf(max_rules, sizeof(max_rules), "%d", RL_MAX_RULES);
+    /* One more than the service loads: a tenant past the bound is told
+     * apart (the service then decides none of its checks). */
+    snprintf(max_rules, sizeof(max_rules), "%d", RL_MAX_RULES + 1);
     res = ctl_db_query(ctl, "SELECT r.id, r.route_pattern, r.priority, "
         "  r.always, count(*) "
         "FROM rules r JOIN limits l ON l.rule_id = r.id "
@@ -932,6 +935,12 @@ ctl_rule_match(struct ctl *ctl, const struct ctl_command *cmd,
         return rc;
     if (ctl_rule_guard_load(ctl, id, &rules, &n) == -1)
         return ctl_db_fail(ctl);
+    if (n > RL_MAX_RULES) {
+        free(rules);
+        return ctl_fail("tenant %s has more than %d enabled rules: the "
+            "service answers every check of it 503 misconfigured until "
+            "some are removed", tenant, RL_MAX_RULES);
+    }
     best = rules_match(rules, n, route);
     if (best < 0) {
         if (ctl_db_is_json()) {

@@ -163,6 +163,10 @@ fault_row "10,001 rules (the schema's bound bypassed): checks not answered 503 m
     2 "$((2 - $(count_status 503)))" -
 check "with error misconfigured" \
     eq "$(json_field error "$(batch_body 1)")" misconfigured
+ctl rule match "$T" /r/1/x >"$T_TMP/out" 2>&1
+rc=$?
+check "rule match agrees: the tenant's checks are answered 503 (exit $rc)" \
+    contains "$rc $(cat "$T_TMP/out")" "1 ratelimitctl: tenant $T has more than 10000 enabled rules"
 OTHER=$(uniq_name other)
 new_tenant "$OTHER"
 OKEY=$(new_key "$OTHER")
