@@ -2,7 +2,10 @@
  * ctl_db.c -- ratelimitctl's connection to PostgreSQL, and its output.
  *
  * The configuration file gives pg_conninfo and pg_connect_timeout_ms; the
- * rest of a connection comes from libpq's PG* environment variables.
+ * rest of a connection comes from libpq's PG* environment variables.  A
+ * failed connect names the file read (or that none was) and, for a wrong
+ * password or a missing database or role, the fix; a missing schema says
+ * "run ratelimitctl migrate".
  * Statements are sent with their values as parameters, never inside the
  * SQL text.  A failing statement leaves its first line, SQLSTATE and
  * broken constraint on the struct ctl, so that a command can turn a known
@@ -77,11 +80,64 @@ ctl_db_set_result_error(struct ctl *ctl, const PGresult *res,
     }
 }
 
-/* Prints the current database error; returns CTL_EXIT_FAIL. */
+/* Which configuration the connection came from, for its errors: the
+ * file read, or that none was (libpq's defaults and PG* variables). */
+static const char *
+ctl_db_config_read(const struct ctl *ctl)
+{
+    return ctl->cfg.path[0] != '\0' ? ctl->cfg.path : NULL;
+}
+
+/* Prints the current database error; returns CTL_EXIT_FAIL.  A schema
+ * that is missing (SQLSTATE 42P01, a table that does not exist) or older
+ * than this program (42703, a column) says what to run, and which
+ * configuration's database it is. */
 int
 ctl_db_fail(const struct ctl *ctl)
 {
+    const char *path = ctl_db_config_read(ctl);
+
+    if (strcmp(ctl->sqlstate, "42P01") == 0 ||
+        strcmp(ctl->sqlstate, "42703") == 0)
+        return ctl_fail("%s: the schema is %s: run '" CTL_NAME " migrate' "
+            "(configuration %s%s)", ctl->err,
+            strcmp(ctl->sqlstate, "42P01") == 0 ? "missing" :
+            "older than this program", path != NULL ? path : "none read",
+            path != NULL ? "" : ": libpq's defaults and PG* variables");
     return ctl_fail("%s", ctl->err);
+}
+
+/*
+ * Prints why the connection failed, naming the configuration file read
+ * (or that none was) and, for the failures that are a setting's, the
+ * fix.  Returns CTL_EXIT_FAIL.
+ */
+static int
+ctl_db_connect_fail(const struct ctl *ctl)
+{
+    const char *path = ctl_db_config_read(ctl), *fix = NULL;
+    const char *msg = ctl->err;
+
+    if (strstr(msg, "password authentication failed") != NULL ||
+        strstr(msg, "no password supplied") != NULL ||
+        strstr(msg, "authentication failed for user") != NULL)
+        fix = "check the password in pg_conninfo, PGPASSWORD or ~/.pgpass, "
+            "and the server's pg_hba.conf";
+    else if (strstr(msg, "database \"") != NULL &&
+        strstr(msg, "does not exist") != NULL)
+        fix = "create the database (CREATE DATABASE), or name the right one "
+            "with dbname= in pg_conninfo";
+    else if (strstr(msg, "role \"") != NULL &&
+        strstr(msg, "does not exist") != NULL)
+        fix = "create the role, or name the right one with user= in "
+            "pg_conninfo (or PGUSER)";
+    else if (strstr(msg, "no pg_hba.conf entry") != NULL)
+        fix = "add a line for this role and database to the server's "
+            "pg_hba.conf";
+    return ctl_fail("cannot connect to PostgreSQL: %s (configuration %s%s)"
+        "%s%s", msg, path != NULL ? path : "none read",
+        path != NULL ? "" : ": libpq's defaults and PG* variables",
+        fix != NULL ? "; fix: " : "", fix != NULL ? fix : "");
 }
 
 /*
@@ -123,7 +179,7 @@ ctl_db_connect(struct ctl *ctl)
         return ctl_fail("out of memory");
     if (PQstatus(ctl->conn) != CONNECTION_OK) {
         ctl_db_set_error(ctl, PQerrorMessage(ctl->conn));
-        return ctl_db_fail(ctl);
+        return ctl_db_connect_fail(ctl);
     }
     /* "relation already exists, skipping" and the like are not news. */
     PQsetNoticeProcessor(ctl->conn, ctl_db_ignore_notice, NULL);

@@ -15,6 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <hiredis/hiredis.h>
+
 #include "service.h"
 
 #define DEFAULT_CONFIG "/etc/ratelimit-fcgi/ratelimit.conf"
@@ -25,11 +27,14 @@ static void
 usage(FILE *fp)
 {
     fprintf(fp,
-"Usage: ratelimit-fcgi [-c FILE] [-t | -T]\n"
+"Usage: ratelimit-fcgi [-c FILE] [-t | -T | -C]\n"
 "       ratelimit-fcgi -h | -v\n"
 "  -c, --config FILE  configuration file (default " DEFAULT_CONFIG ")\n"
 "  -t, --test         test the configuration file and exit (0 valid, 1 not)\n"
 "  -T, --test-dump    like -t, then print every key with its value\n"
+"  -C, --check-setup  like -t, then connect to PostgreSQL and Redis as this\n"
+"                     user and check the schema, grants, script and socket\n"
+"                     directory (one line per failure with its fix)\n"
 "  -h, --help         show this help and exit\n"
 "  -v, --version      show the version and exit\n"
 "The configuration keys, signals and files: man ratelimit-fcgi\n");
@@ -272,6 +277,90 @@ main_chown_logs(const struct rl_config *cfg, const struct main_identity *id)
     }
 }
 
+/*
+ * ratelimit-fcgi -C: what the service needs beyond a valid file, checked
+ * as the user running the test: the file readable, PostgreSQL (connect,
+ * schema version, grants: pg_store_selftest), Redis (PING, TIME, the
+ * script loaded) and, for a unix: listen, a writable socket directory.
+ * Prints one line per failure with its fix, or one "ok" line.  Returns the
+ * exit status: 0 when everything passed, else 1.
+ */
+static int
+main_check_setup(const struct rl_config *cfg, const char *path)
+{
+    static const char prefix[] = "ratelimit-fcgi: ";
+    static const char *const cmds[] = { "PING", "TIME", "SCRIPT" };
+    static struct redis_store rs;
+    static struct rl_counters counters;
+    const char *argv[3];
+    size_t argvlen[3];
+    struct redisReply *r;
+    char dir[sizeof(cfg->listen)], *slash;
+    int bad = 0, i;
+
+    if (access(path, R_OK) != 0) {
+        fprintf(stderr, "%s%s: %s; fix: make it readable by uid %ld\n",
+            prefix, path, strerror(errno), (long)geteuid());
+        bad++;
+    }
+    bad += pg_store_selftest(cfg, stderr, prefix);
+
+    /* Redis: the service's own connection code, quiet (each failure is
+     * one line here, not a log line too). */
+    log_set_level(-1);
+    redis_store_init(&rs, cfg, &counters);
+    for (i = 0; i < 3; i++) {
+        argv[0] = cmds[i];
+        argv[1] = "LOAD";
+        argv[2] = embedded_check_lua;
+        argvlen[0] = strlen(cmds[i]);
+        argvlen[1] = 4;
+        argvlen[2] = strlen(embedded_check_lua);
+        r = redis_store_command(&rs, "ratelimit-fcgi:check-setup",
+            i == 2 ? 3 : 1, argv, argvlen);
+        if (r == NULL) {
+            fprintf(stderr, "%sredis: %s failed (%s); fix: check redis "
+                "(and redis_type, redis_password) in %s and that Redis "
+                "runs and listens there\n", prefix, i == 2 ? "SCRIPT LOAD" :
+                cmds[i], rs.error[0] ? rs.error : "no answer", path);
+            bad++;
+            break;
+        }
+        if (r->type == REDIS_REPLY_ERROR) {
+            fprintf(stderr, "%sredis: %s answered: %s; fix: check "
+                "redis_user and redis_password, and that the ACL allows "
+                "PING, TIME, SCRIPT and EVALSHA\n", prefix, i == 2 ?
+                "SCRIPT LOAD" : cmds[i], r->str);
+            bad++;
+        }
+        freeReplyObject(r);
+    }
+    redis_store_close(&rs);
+
+    if (strncmp(cfg->listen, "unix:", 5) == 0) {
+        util_copy(dir, sizeof(dir), cfg->listen + 5);
+        if ((slash = strrchr(dir, '/')) == NULL)
+            snprintf(dir, sizeof(dir), ".");
+        else if (slash == dir)
+            dir[1] = '\0';
+        else
+            *slash = '\0';
+        if (access(dir, W_OK | X_OK) != 0) {
+            fprintf(stderr, "%slisten: the socket directory %s: %s; fix: %s "
+                "(the user that starts the service creates the socket "
+                "there)\n", prefix, dir, strerror(errno), errno == ENOENT ?
+                "create it" : "make it writable by this user");
+            bad++;
+        }
+    }
+    if (bad > 0)
+        return 1;
+    fprintf(stderr, "%sok: %s, postgresql, redis%s: setup test is "
+        "successful\n", prefix, path, cfg->listen[0] != '\0' &&
+        strncmp(cfg->listen, "unix:", 5) == 0 ? ", socket directory" : "");
+    return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -279,6 +368,7 @@ main(int argc, char **argv)
         { "config", required_argument, NULL, 'c' },
         { "test", no_argument, NULL, 't' },
         { "test-dump", no_argument, NULL, 'T' },
+        { "check-setup", no_argument, NULL, 'C' },
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'v' },
         { NULL, 0, NULL, 0 },
@@ -290,7 +380,7 @@ main(int argc, char **argv)
     char err[4096], secrets[2048], *line;
     int ch, test = 0, fd, rc, exposed;
 
-    while ((ch = getopt_long(argc, argv, "c:tThv", longopts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "c:tTChv", longopts, NULL)) != -1) {
         switch (ch) {
         case 'c':
             path = optarg;
@@ -300,6 +390,9 @@ main(int argc, char **argv)
             break;
         case 'T':
             test = 2;
+            break;
+        case 'C':
+            test = 3;
             break;
         case 'h':
             usage(stdout);
@@ -353,7 +446,7 @@ main(int argc, char **argv)
             config_dump(&cfg, stdout);
         fprintf(stderr, "ratelimit-fcgi: configuration file %s test is "
             "successful\n", path);
-        return 0;
+        return test == 3 ? main_check_setup(&cfg, path) : 0;
     }
 
     if (rc == -1) {

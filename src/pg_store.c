@@ -25,6 +25,17 @@
  * After a failure no new connection is tried for PG_BACKOFF_MS, so an
  * outage costs one fast failure per request, not one deadline each.
  *
+ * A server that answers but refuses what the service needs is told apart
+ * from one that is down: a wrong password, a missing role or database, a
+ * schema that was never migrated or is older than this build, missing
+ * grants.  The connect checks the schema and the grants in the same round
+ * trip as LISTEN (sql_check, from the catalog: no table is read), then,
+ * when schema_migrations may be read, its version.  Such a failure is
+ * logged once, with its fix, and makes /health/ready answer 503
+ * ("postgresql misconfigured: ...") instead of "degraded"; requests are
+ * answered as in an outage (what the pool knows, else a fast 503).
+ * pg_store_selftest() runs the same checks for ratelimit-fcgi -C.
+ *
  * The filter of active keys (keyfilter.c) is kept here too: one worker
  * reads every active key's hash between requests whenever it is not
  * complete, each notification of a key adds its hash, and a lost
@@ -42,6 +53,7 @@
 #include "service.h"
 
 #define PG_BACKOFF_MS 500
+#define PG_MISCONFIG_BACKOFF_MS 2000    /* after a misconfiguration */
 #define PG_PENDING 1                /* pg_store_advance: still connecting */
 #define PG_TICK_WAIT_MS 50          /* an idle worker's wait for a step */
 
@@ -87,6 +99,205 @@ static const char sql_rules[] =
     "FROM rules r JOIN limits l ON l.rule_id = r.id "
     "WHERE r.tenant_id = $1::uuid AND r.enabled ORDER BY r.id, l.id";
 
+/*
+ * What the service needs of the schema, from the catalog (no privilege on
+ * the tables is needed to ask): the tables it reads that are missing, those
+ * it may not read, whether it may write api_keys.last_used_at, whether
+ * schema_migrations exists and may be read, and the role.  Objects are
+ * found as the service's queries find them (search_path).
+ */
+#define PG_TABLES "'{tenants,api_keys,rules,limits}'::text[]"
+#define PG_SQL_CHECK \
+    "SELECT array_to_string(ARRAY(SELECT t FROM unnest(" PG_TABLES ") t " \
+    "WHERE to_regclass(t) IS NULL), ', '), " \
+    "array_to_string(ARRAY(SELECT t FROM unnest(" PG_TABLES ") t " \
+    "WHERE NOT has_table_privilege(to_regclass(t), 'SELECT')), ', '), " \
+    "coalesce(has_column_privilege(to_regclass('api_keys'), " \
+    "'last_used_at', 'UPDATE'), true), " \
+    "to_regclass('schema_migrations') IS NOT NULL, " \
+    "coalesce(has_table_privilege(to_regclass('schema_migrations'), " \
+    "'SELECT'), false), current_user"
+
+static const char sql_listen_check[] =
+    "LISTEN ratelimit_changes; " PG_SQL_CHECK;
+
+static const char sql_version[] =
+    "SELECT coalesce(max(version), 0) FROM schema_migrations";
+
+/* A misconfiguration: a short reason (for /health/ready: no address) and
+ * its fix (for the log and the self-test). */
+struct pg_problem {
+    char reason[128];
+    char fix[320];
+};
+
+/* The schema version this build needs: its newest embedded migration. */
+static int
+pg_store_schema_needed(void)
+{
+    const struct embedded_migration *m;
+    int v = 0;
+
+    for (m = embedded_migrations; m->name != NULL; m++)
+        v = m->version;
+    return v;
+}
+
+/*
+ * Tells a misconfiguration from an outage, by the SQLSTATE of a failed
+ * query or, for a failed connect (libpq gives no SQLSTATE then), by the
+ * server's message.  c names the role and the database in the fix (may be
+ * NULL).  Returns 1 with p filled, or 0 when it is no misconfiguration.
+ */
+static int
+pg_store_classify(PGconn *c, const char *state, const char *msg,
+    struct pg_problem *p)
+{
+    const char *role = c != NULL && PQuser(c) != NULL && *PQuser(c) ?
+        PQuser(c) : "the service's role";
+    const char *db = c != NULL && PQdb(c) != NULL && *PQdb(c) ? PQdb(c) :
+        "ratelimit";
+    const char *pd;
+
+    if (state == NULL)
+        state = "";
+    if (msg == NULL)
+        msg = "";
+    if (strcmp(state, "28P01") == 0 ||
+        strstr(msg, "password authentication failed") != NULL ||
+        strstr(msg, "no password supplied") != NULL ||
+        strstr(msg, "authentication failed for user") != NULL) {
+        snprintf(p->reason, sizeof(p->reason), "authentication failed");
+        snprintf(p->fix, sizeof(p->fix), "check the password in "
+            "pg_conninfo (or PGPASSWORD, ~/.pgpass) and the server's "
+            "pg_hba.conf line for role %s", role);
+    } else if (strcmp(state, "3D000") == 0 ||
+        (strstr(msg, "database \"") != NULL &&
+        strstr(msg, "does not exist") != NULL)) {
+        snprintf(p->reason, sizeof(p->reason), "database does not exist");
+        snprintf(p->fix, sizeof(p->fix), "create the database (CREATE "
+            "DATABASE %s), or name the right one with dbname= in "
+            "pg_conninfo", db);
+    } else if (strstr(msg, "role \"") != NULL &&
+        strstr(msg, "does not exist") != NULL) {
+        snprintf(p->reason, sizeof(p->reason), "role does not exist");
+        snprintf(p->fix, sizeof(p->fix), "create the role (CREATE ROLE %s "
+            "LOGIN), or name the right one with user= in pg_conninfo", role);
+    } else if (strstr(msg, "no pg_hba.conf entry") != NULL) {
+        snprintf(p->reason, sizeof(p->reason), "refused by pg_hba.conf");
+        snprintf(p->fix, sizeof(p->fix), "add a line for role %s and "
+            "database %s to the server's pg_hba.conf", role, db);
+    } else if (strstr(msg, "is not permitted to log in") != NULL) {
+        snprintf(p->reason, sizeof(p->reason), "role may not log in");
+        snprintf(p->fix, sizeof(p->fix), "ALTER ROLE %s LOGIN", role);
+    } else if (strcmp(state, "42P01") == 0) {
+        snprintf(p->reason, sizeof(p->reason), "schema missing");
+        snprintf(p->fix, sizeof(p->fix), "run ratelimitctl migrate");
+    } else if (strcmp(state, "42703") == 0 || strcmp(state, "42883") == 0) {
+        snprintf(p->reason, sizeof(p->reason), "schema out of date");
+        snprintf(p->fix, sizeof(p->fix), "run ratelimitctl migrate");
+    } else if (strstr(msg, "permission denied for database") != NULL) {
+        snprintf(p->reason, sizeof(p->reason), "permission denied for the "
+            "database");
+        snprintf(p->fix, sizeof(p->fix), "GRANT CONNECT ON DATABASE %s TO "
+            "%s", db, role);
+    } else if (strcmp(state, "42501") == 0) {
+        /* "permission denied for table tenants": names no address. */
+        pd = strstr(msg, "permission denied");
+        snprintf(p->reason, sizeof(p->reason), "%.*s", (int)strcspn(pd !=
+            NULL ? pd : "permission denied", "\n"), pd != NULL ? pd :
+            "permission denied");
+        snprintf(p->fix, sizeof(p->fix), "GRANT SELECT ON tenants, api_keys, "
+            "rules, limits TO %s; GRANT UPDATE (last_used_at) ON api_keys "
+            "TO %s", role, role);
+    } else
+        return 0;
+    return 1;
+}
+
+/*
+ * Reads the row of PG_SQL_CHECK into at most max problems.  *versioned
+ * says whether schema_migrations may be read (then its version is worth
+ * asking); with strict, a schema_migrations that is missing or may not be
+ * read is a problem too (the self-test: the version cannot be checked).
+ * Returns how many problems.
+ */
+static int
+pg_store_check_row(const PGresult *r, struct pg_problem *p, int max,
+    int strict, int *versioned)
+{
+    const char *missing, *denied, *role;
+    int n = 0, has_migrations;
+
+    *versioned = 0;
+    if (PQntuples(r) != 1 || PQnfields(r) != 6)
+        return 0;
+    missing = PQgetvalue(r, 0, 0);
+    denied = PQgetvalue(r, 0, 1);
+    has_migrations = PQgetvalue(r, 0, 3)[0] == 't';
+    role = PQgetvalue(r, 0, 5);
+    if (*missing != '\0') {
+        /* All four, or some (a schema made by hand, say). */
+        if (strcmp(missing, "tenants, api_keys, rules, limits") == 0)
+            snprintf(p[n].reason, sizeof(p[n].reason), "schema missing");
+        else
+            snprintf(p[n].reason, sizeof(p[n].reason), "schema incomplete "
+                "(no table %s)", missing);
+        snprintf(p[n].fix, sizeof(p[n].fix), "run ratelimitctl migrate");
+        return 1;
+    }
+    if (*denied != '\0' && n < max) {
+        snprintf(p[n].reason, sizeof(p[n].reason), "permission denied for "
+            "table %s", denied);
+        snprintf(p[n].fix, sizeof(p[n].fix), "GRANT SELECT ON %s TO %s",
+            denied, role);
+        n++;
+    }
+    if (PQgetvalue(r, 0, 2)[0] != 't' && n < max) {
+        snprintf(p[n].reason, sizeof(p[n].reason), "permission denied to "
+            "update api_keys.last_used_at");
+        snprintf(p[n].fix, sizeof(p[n].fix), "GRANT UPDATE (last_used_at) "
+            "ON api_keys TO %s", role);
+        n++;
+    }
+    if (PQgetvalue(r, 0, 4)[0] == 't')
+        *versioned = 1;
+    else if (strict && n < max) {
+        if (!has_migrations) {
+            snprintf(p[n].reason, sizeof(p[n].reason), "no table "
+                "schema_migrations: the schema was not made by ratelimitctl "
+                "migrate");
+            snprintf(p[n].fix, sizeof(p[n].fix), "run ratelimitctl migrate");
+        } else {
+            snprintf(p[n].reason, sizeof(p[n].reason), "permission denied "
+                "for table schema_migrations: the schema version cannot be "
+                "checked");
+            snprintf(p[n].fix, sizeof(p[n].fix), "GRANT SELECT ON "
+                "schema_migrations TO %s", role);
+        }
+        n++;
+    }
+    return n;
+}
+
+/* Compares the version sql_version read with this build's.  Returns 1
+ * with p filled when the schema is older, else 0. */
+static int
+pg_store_check_version(const PGresult *r, struct pg_problem *p)
+{
+    int have, need = pg_store_schema_needed();
+
+    if (PQntuples(r) != 1)
+        return 0;
+    have = atoi(PQgetvalue(r, 0, 0));
+    if (have >= need)
+        return 0;
+    snprintf(p->reason, sizeof(p->reason), "schema version %d, this build "
+        "needs %d", have, need);
+    snprintf(p->fix, sizeof(p->fix), "run ratelimitctl migrate");
+    return 1;
+}
+
 void
 pg_store_init(struct pg_store *ps, const struct rl_config *cfg)
 {
@@ -129,8 +340,66 @@ pg_store_fail(struct pg_store *ps, const char *reason, const char *what,
     log_warn("postgresql %s: %s", what, line);
     pg_store_close(ps);
     ps->failing = 1;
+    ps->misconfigured = 0;
     ps->retry_at_ms = util_now_ms() + PG_BACKOFF_MS;
     return STORE_UNAVAILABLE;
+}
+
+/*
+ * Records a misconfiguration: /health/ready shows "postgresql
+ * misconfigured: " and p's reason; the log has the reason, the server's
+ * message (detail) and the fix, once for as long as the reason stays the
+ * same.  The connection is dropped and a longer back-off starts.  Returns
+ * STORE_UNAVAILABLE.
+ */
+static int
+pg_store_misconfig(struct pg_store *ps, const struct pg_problem *p,
+    const char *detail)
+{
+    char line[256];
+
+    snprintf(line, sizeof(line), "%s", detail != NULL && *detail ? detail :
+        "");
+    line[strcspn(line, "\n")] = '\0';
+    if (strcmp(ps->logged, p->reason) != 0) {
+        log_error("postgresql misconfigured: %s%s%s%s; fix: %s", p->reason,
+            *line ? " (" : "", line, *line ? ")" : "", p->fix);
+        util_copy(ps->logged, sizeof(ps->logged), p->reason);
+    }
+    pg_store_close(ps);
+    snprintf(ps->error, sizeof(ps->error), "postgresql misconfigured: %s",
+        p->reason);
+    ps->failing = 1;
+    ps->misconfigured = 1;
+    ps->retry_at_ms = util_now_ms() + PG_MISCONFIG_BACKOFF_MS;
+    return STORE_UNAVAILABLE;
+}
+
+/* A failed connect: a misconfiguration when the server's message says so,
+ * else "postgresql unreachable". */
+static int
+pg_store_fail_connect(struct pg_store *ps, const char *what)
+{
+    struct pg_problem p;
+    const char *msg = PQerrorMessage(ps->conn);
+
+    if (pg_store_classify(ps->conn, NULL, msg, &p))
+        return pg_store_misconfig(ps, &p, msg);
+    return pg_store_fail(ps, "postgresql unreachable", what, msg);
+}
+
+/* A query PostgreSQL answered with an error: a misconfiguration by its
+ * SQLSTATE (missing schema, permission denied), else reason. */
+static int
+pg_store_fail_result(struct pg_store *ps, const char *reason,
+    const char *what, const PGresult *r)
+{
+    struct pg_problem p;
+
+    if (pg_store_classify(ps->conn, PQresultErrorField(r, PG_DIAG_SQLSTATE),
+        PQresultErrorMessage(r), &p))
+        return pg_store_misconfig(ps, &p, PQresultErrorMessage(r));
+    return pg_store_fail(ps, reason, what, PQresultErrorMessage(r));
 }
 
 /* libpq's notices (e.g. "terminating connection due to administrator
@@ -250,21 +519,21 @@ pg_store_advance(struct pg_store *ps, int64_t deadline)
         ps->polling = PGRES_POLLING_WRITING;
         ps->started_ms = util_now_ms();
         if (PQstatus(ps->conn) == CONNECTION_BAD)
-            return pg_store_fail(ps, "postgresql unreachable", "connect",
-                PQerrorMessage(ps->conn));
+            return pg_store_fail_connect(ps, "connect");
     }
     while (ps->state == PGS_CONNECTING) {
         if (ps->polling == PGRES_POLLING_FAILED)
-            return pg_store_fail(ps, "postgresql unreachable", "connect",
-                PQerrorMessage(ps->conn));
+            return pg_store_fail_connect(ps, "connect");
         if (ps->polling == PGRES_POLLING_OK) {
             PQsetnonblocking(ps->conn, 1);
             PQsetNoticeProcessor(ps->conn, pg_store_notice, NULL);
-            if (!PQsendQuery(ps->conn, "LISTEN ratelimit_changes"))
+            /* LISTEN and the schema check, in one round trip. */
+            if (!PQsendQuery(ps->conn, sql_listen_check))
                 return pg_store_fail(ps, "postgresql unreachable", "LISTEN",
                     PQerrorMessage(ps->conn));
             ps->state = PGS_LISTENING;
             ps->result_ok = 0;
+            ps->check_step = 0;
             break;
         }
         if (!pg_store_wait(ps->conn, ps->polling == PGRES_POLLING_WRITING,
@@ -281,14 +550,37 @@ pg_store_advance(struct pg_store *ps, int64_t deadline)
                 if (!ps->result_ok)
                     return pg_store_fail(ps, "postgresql unreachable",
                         "LISTEN", "no result");
+                if (ps->check_step == 1) {
+                    /* schema_migrations may be read: its version. */
+                    if (!PQsendQuery(ps->conn, sql_version) ||
+                        (f = PQflush(ps->conn)) == -1)
+                        return pg_store_fail(ps, "postgresql unreachable",
+                            "schema version", PQerrorMessage(ps->conn));
+                    ps->check_step = 2;
+                    ps->result_ok = 0;
+                    continue;
+                }
                 ps->state = PGS_READY;
                 break;
             }
-            if (PQresultStatus(r) == PGRES_COMMAND_OK)
+            if (PQresultStatus(r) == PGRES_TUPLES_OK) {
+                struct pg_problem p;
+                int versioned = 0, bad;
+
+                bad = ps->check_step == 0 ?
+                    pg_store_check_row(r, &p, 1, 0, &versioned) :
+                    pg_store_check_version(r, &p);
+                PQclear(r);
+                if (bad)
+                    return pg_store_misconfig(ps, &p, NULL);
+                if (ps->check_step == 0 && versioned)
+                    ps->check_step = 1;
                 ps->result_ok = 1;
-            else {
-                pg_store_fail(ps, "postgresql unreachable", "LISTEN",
-                    PQresultErrorMessage(r));
+                continue;
+            }
+            if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+                pg_store_fail_result(ps, "postgresql unreachable", "LISTEN",
+                    r);
                 PQclear(r);
                 return STORE_UNAVAILABLE;
             }
@@ -298,9 +590,14 @@ pg_store_advance(struct pg_store *ps, int64_t deadline)
             !pg_store_wait(ps->conn, f == 1, deadline))
             goto pending;
     }
-    if (ps->failing)
+    if (ps->logged[0] != '\0')
+        log_info("postgresql: connected; no longer misconfigured (%s)",
+            ps->logged);
+    else if (ps->failing)
         log_info("postgresql: connected again");
     ps->failing = 0;
+    ps->misconfigured = 0;
+    ps->logged[0] = '\0';
     ps->retry_at_ms = 0;
     ps->error[0] = '\0';
     /* After a lost connection, whatever changed while nobody may have
@@ -348,8 +645,7 @@ pg_store_exec(struct pg_store *ps, const char *what, const char *sql,
             continue;
         }
         if (res != NULL) {
-            pg_store_fail(ps, "postgresql query failed", what,
-                PQresultErrorMessage(res));
+            pg_store_fail_result(ps, "postgresql query failed", what, res);
             PQclear(res);
         } else
             pg_store_fail(ps, "postgresql unreachable", what, why);
@@ -473,8 +769,8 @@ pg_store_filter_read(struct pg_store *ps)
             } else if (PQresultStatus(r) == PGRES_TUPLES_OK)
                 ok = 1;
             else {
-                pg_store_fail(ps, "postgresql unreachable", "key filter",
-                    PQresultErrorMessage(r));
+                pg_store_fail_result(ps, "postgresql unreachable",
+                    "key filter", r);
                 PQclear(r);
                 return 0;
             }
@@ -748,4 +1044,116 @@ pg_store_ready(struct pg_store *ps)
 
     PQclear(res);
     return res != NULL ? STORE_OK : STORE_UNAVAILABLE;
+}
+
+/* The service's statements, prepared (not run) by the self-test: a
+ * column they name that the schema lacks fails here. */
+static const char *const pg_statements[] = {
+    sql_key, sql_tenant, sql_rules, sql_used, sql_active_keys, NULL,
+};
+
+/* Prints one self-test failure; returns 1. */
+static int
+pg_store_report(FILE *out, const char *prefix, const struct pg_problem *p,
+    const char *detail)
+{
+    char line[256];
+
+    snprintf(line, sizeof(line), "%s", detail != NULL ? detail : "");
+    line[strcspn(line, "\n")] = '\0';
+    fprintf(out, "%spostgresql misconfigured: %s%s%s%s; fix: %s\n", prefix,
+        p->reason, *line ? " (" : "", line, *line ? ")" : "", p->fix);
+    return 1;
+}
+
+int
+pg_store_selftest(const struct rl_config *cfg, FILE *out, const char *prefix)
+{
+    const char *keys[] = { "connect_timeout", "application_name", "dbname",
+        NULL };
+    const char *vals[4];
+    const char *const *sql;
+    struct pg_problem p[4];
+    char timeout[32], line[256];
+    long seconds = (cfg->pg_connect_timeout_ms + 999) / 1000;
+    PGconn *c;
+    PGresult *r;
+    int bad = 0, versioned = 0, i, n;
+
+    snprintf(timeout, sizeof(timeout), "%ld", seconds < 1 ? 1 : seconds);
+    vals[0] = timeout;
+    vals[1] = "ratelimit-fcgi";
+    vals[2] = cfg->pg_conninfo;
+    vals[3] = NULL;
+    if ((c = PQconnectdbParams(keys, vals, 1)) == NULL) {
+        fprintf(out, "%spostgresql: out of memory\n", prefix);
+        return 1;
+    }
+    if (PQstatus(c) != CONNECTION_OK) {
+        if (pg_store_classify(c, NULL, PQerrorMessage(c), &p[0]))
+            bad = pg_store_report(out, prefix, &p[0], PQerrorMessage(c));
+        else {
+            snprintf(line, sizeof(line), "%s", PQerrorMessage(c));
+            line[strcspn(line, "\n")] = '\0';
+            fprintf(out, "%spostgresql unreachable (%s); fix: check "
+                "pg_conninfo and that the server runs and listens there\n",
+                prefix, line);
+            bad = 1;
+        }
+        PQfinish(c);
+        return bad;
+    }
+    r = PQexec(c, PG_SQL_CHECK);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+        if (!pg_store_classify(c, PQresultErrorField(r, PG_DIAG_SQLSTATE),
+            PQresultErrorMessage(r), &p[0])) {
+            snprintf(p[0].reason, sizeof(p[0].reason), "the schema check "
+                "failed");
+            snprintf(p[0].fix, sizeof(p[0].fix), "see the message");
+        }
+        bad += pg_store_report(out, prefix, &p[0], PQresultErrorMessage(r));
+        PQclear(r);
+        PQfinish(c);
+        return bad;
+    }
+    n = pg_store_check_row(r, p, 4, 1, &versioned);
+    /* With tables missing nothing else is worth saying. */
+    if (n == 1 && strcmp(p[0].fix, "run ratelimitctl migrate") == 0 &&
+        strncmp(p[0].reason, "schema", 6) == 0) {
+        PQclear(r);
+        PQfinish(c);
+        return pg_store_report(out, prefix, &p[0], NULL);
+    }
+    PQclear(r);
+    for (i = 0; i < n; i++)
+        bad += pg_store_report(out, prefix, &p[i], NULL);
+    if (versioned) {
+        r = PQexec(c, sql_version);
+        if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+            if (pg_store_classify(c, PQresultErrorField(r,
+                PG_DIAG_SQLSTATE), PQresultErrorMessage(r), &p[0]))
+                bad += pg_store_report(out, prefix, &p[0],
+                    PQresultErrorMessage(r));
+        } else if (pg_store_check_version(r, &p[0]))
+            bad += pg_store_report(out, prefix, &p[0], NULL);
+        PQclear(r);
+    }
+    /* The statements themselves (a column an older schema lacks), once
+     * the schema's version is not already known to be wrong. */
+    for (sql = pg_statements; bad == 0 && *sql != NULL; sql++) {
+        r = PQprepare(c, "", *sql, 0, NULL);
+        if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+            if (!pg_store_classify(c, PQresultErrorField(r,
+                PG_DIAG_SQLSTATE), PQresultErrorMessage(r), &p[0])) {
+                snprintf(p[0].reason, sizeof(p[0].reason), "a query of "
+                    "the service fails");
+                snprintf(p[0].fix, sizeof(p[0].fix), "see the message");
+            }
+            bad += pg_store_report(out, prefix, &p[0],
+                PQresultErrorMessage(r));
+        }
+        PQclear(r);
+    }
+    PQfinish(c);
+    return bad;
 }

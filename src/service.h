@@ -166,6 +166,13 @@ struct pg_store {
     struct keyfilter *filter;   /* the pool's filter of active keys, or
                                    NULL */
     char error[160];            /* short reason, for /health/ready */
+    int misconfigured;          /* the last failure was a misconfiguration
+                                   (error says which): /health/ready 503 */
+    int check_step;             /* the connect's schema check: 0 the
+                                   catalog's answer awaited, 1 the version
+                                   to ask, 2 asked */
+    char logged[160];           /* the misconfiguration logged last: each
+                                   is logged once, with its fix */
     long long used[PG_USED_PENDING];
     int nused;
     int64_t used_write_at_ms;   /* no batch write before this */
@@ -223,8 +230,16 @@ void pg_store_watch(struct pg_store *ps, unsigned serial);
 /* The watcher saw the socket readable: the next pg_store_poll reads it. */
 void pg_store_readable(struct pg_store *ps);
 
-/* Readiness: one "SELECT 1".  STORE_OK or STORE_UNAVAILABLE. */
+/* Readiness: one "SELECT 1".  STORE_OK or STORE_UNAVAILABLE; then
+ * ps->misconfigured says whether PostgreSQL answered but refuses what the
+ * service needs (authentication, database, role, schema, grants). */
 int pg_store_ready(struct pg_store *ps);
+
+/* ratelimit-fcgi -C: connects as the service would and checks the schema
+ * version and the grants, printing one line per failure (with its fix) on
+ * out, each after prefix.  Returns the number of failures. */
+int pg_store_selftest(const struct rl_config *cfg, FILE *out,
+    const char *prefix);
 
 /* Every call above that needs PostgreSQL is bounded by pg_query_timeout_ms
  * in all (connect included); past it the connection is dropped and the

@@ -5,6 +5,7 @@
  *   GET /health/live      the process answers
  *   GET /health/ready     PostgreSQL, Redis and the script are usable; the
  *                         reason in a 503 is short and names no address
+ *                         (a misconfigured PostgreSQL is a 503 too)
  *   GET /metrics          Prometheus counters of the pool, and per
  *                         tenant (an admin key: its own tenant only)
  *   GET /status           php-fpm style pool status (?json, status.c)
@@ -35,14 +36,19 @@ views_ready(struct service *svc, struct rl_response *resp)
      * anyone who reaches the listener may ask.  The log has the detail.
      * Checks are served while Redis answers: without PostgreSQL the keys
      * and rules the pool knows keep working, so that is "degraded", not
-     * unavailable, unless ready_requires_postgresql says otherwise. */
+     * unavailable, unless ready_requires_postgresql says otherwise.  A
+     * PostgreSQL that answers but refuses what the service needs (a wrong
+     * password, no schema, missing grants: "postgresql misconfigured")
+     * is unavailable: it will not come back by itself, and a load
+     * balancer should send the traffic elsewhere. */
     pg_down = pg_store_ready(&svc->pg) != STORE_OK;
     if (redis_store_ready(&svc->redis) != STORE_OK) {
         reason = svc->redis.error[0] ? svc->redis.error : "redis unreachable";
         status = "unavailable";
     } else if (pg_down) {
         reason = svc->pg.error[0] ? svc->pg.error : "postgresql unreachable";
-        status = strcmp(svc->cfg->ready_requires_postgresql, "on") == 0 ?
+        status = svc->pg.misconfigured ||
+            strcmp(svc->cfg->ready_requires_postgresql, "on") == 0 ?
             "unavailable" : "degraded";
     }
     o = json_object_new_object();
