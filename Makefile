@@ -37,7 +37,7 @@ HEADERS = $(wildcard src/*.h)
 
 UNIT_SRC = $(wildcard t/check_*.c)
 
-.PHONY: all deps test unit lua-test integration run stop bench bench-rate bench-scale profile install \
+.PHONY: all deps test unit lua-test integration run stop bench bench-rate bench-scale profile install uninstall deb \
 	asan clean test-faults fuzz asan-test lint
 
 all: $(BUILD)/ratelimit-fcgi $(BUILD)/ratelimitctl
@@ -254,6 +254,46 @@ install: all
 		$(DESTDIR)$(SYSCONFDIR)/logrotate.d/ratelimit-fcgi
 	install -m 644 conf/lighttpd-authorizer.conf \
 		$(DESTDIR)$(PREFIX)/share/ratelimit-fcgi/05-ratelimit-fcgi.conf
+
+# make uninstall, with the same DESTDIR, PREFIX, SYSCONFDIR and SYSTEMDDIR
+# as make install: removes what it installed, and the directories of ours
+# that are then empty.  ratelimit.conf goes only when it is still the
+# example as shipped; an edited one is kept, and said so.
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/ratelimit-fcgi $(DESTDIR)$(PREFIX)/bin/ratelimitctl \
+		$(DESTDIR)$(PREFIX)/share/ratelimit-fcgi/ratelimit.conf \
+		$(DESTDIR)$(PREFIX)/share/ratelimit-fcgi/05-ratelimit-fcgi.conf \
+		$(DESTDIR)$(PREFIX)/share/man/man8/ratelimit-fcgi.8 \
+		$(DESTDIR)$(PREFIX)/share/man/man8/ratelimitctl.8 \
+		$(DESTDIR)$(PREFIX)/lib/ratelimit-fcgi/fcgid-wrapper \
+		$(DESTDIR)$(PREFIX)/share/bash-completion/completions/ratelimitctl \
+		$(DESTDIR)$(SYSCONFDIR)/logrotate.d/ratelimit-fcgi \
+		$(DESTDIR)$(SYSTEMDDIR)/ratelimit-fcgi.service \
+		$(DESTDIR)$(SYSTEMDDIR)/ratelimit-fcgi.socket
+	@conf=$(DESTDIR)$(SYSCONFDIR)/ratelimit-fcgi/ratelimit.conf; \
+	if [ -e "$$conf" ] && cmp -s conf/ratelimit.conf "$$conf"; then \
+	    rm -f "$$conf"; \
+	elif [ -e "$$conf" ]; then \
+	    echo "uninstall: keeping $$conf (changed since make install)"; \
+	fi
+	-rmdir $(DESTDIR)$(PREFIX)/share/ratelimit-fcgi \
+		$(DESTDIR)$(PREFIX)/lib/ratelimit-fcgi \
+		$(DESTDIR)$(SYSCONFDIR)/ratelimit-fcgi 2>/dev/null
+
+# make deb: the Debian package, built by dpkg-buildpackage from a copy of
+# the tree (tracked and new files, not the build directories) in
+# $(BUILD)/deb/, where it leaves ratelimit-fcgi_VERSION_ARCH.deb.
+# DEB_BUILD_OPTIONS (nocheck, parallel=N) is passed on.
+DEB_VERSION = $(shell dpkg-parsechangelog -l debian/changelog -S Version 2>/dev/null)
+DEB_ARCH = $(shell dpkg --print-architecture 2>/dev/null)
+deb:
+	rm -rf $(BUILD)/deb
+	mkdir -p $(BUILD)/deb/src
+	git ls-files -co --exclude-standard -z | \
+	    xargs -0 sh -c 'for f; do [ -e "$$f" ] && printf "%s\0" "$$f"; done' sh | \
+	    tar --null -T - -cf - | tar -xf - -C $(BUILD)/deb/src
+	cd $(BUILD)/deb/src && dpkg-buildpackage -b -us -uc
+	@echo "deb: $(BUILD)/deb/ratelimit-fcgi_$(DEB_VERSION)_$(DEB_ARCH).deb"
 
 clean:
 	rm -rf build build-asan

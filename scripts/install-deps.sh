@@ -13,7 +13,7 @@ PACKAGES="build-essential pkg-config libfcgi-dev libhiredis-dev libpq-dev
 libjson-c-dev libssl-dev check libsubunit-dev redis-server postgresql
 lighttpd curl wrk procps nginx-light apache2 libapache2-mod-fcgid spawn-fcgi
 python3 clang shellcheck cppcheck mandoc nodejs npm prometheus chromium logrotate
-valgrind strace gnuplot-nox"
+valgrind strace gnuplot-nox debhelper dpkg-dev lintian"
 
 # Packages that start a system-wide service when installed: the package,
 # its service and the pid files the Debian package uses, as "pkg:svc:glob".
