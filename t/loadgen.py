@@ -14,6 +14,7 @@ flight when the duration is over get --timeout more seconds.
     loadgen.py run --port P --out FILE [--key K]... [--keys-file F]
                    [--random-keys] [--requests N] [--duration S] [--rate R]
                    [--concurrency C] [--path PATH] [--body JSON]
+                   [--new-subjects PREFIX]
         prints {"requests": n, "answered": n, "elapsed_s": s, ...}
     loadgen.py stats FILE [--from MS] [--to MS]
         prints {"requests": n, "s200": n, "s401": n, "s503": n, "s500": n,
@@ -31,6 +32,8 @@ flight when the duration is over get --timeout more seconds.
 Keys: the --key values and the lines of --keys-file are used in turn (and
 again from the start when there are more requests than keys);
 --random-keys uses a new random key for every request instead.
+--new-subjects gives every request a subject of its own, PREFIX-<n>, in
+place of the body's.
 """
 
 import argparse
@@ -138,10 +141,11 @@ def cmd_run(args):
     if not keys and not args.random_keys:
         sys.exit("loadgen: give --key, --keys-file or --random-keys")
     body = args.body.encode()
-    template = ("POST %s HTTP/1.1\r\nHost: %s:%d\r\n"
-                "Content-Type: application/json\r\nContent-Length: %d\r\n"
-                "X-API-Key: %%s\r\n\r\n" % (args.path, args.host, args.port,
-                                           len(body))).encode()
+    base = json.loads(args.body) if args.new_subjects else None
+    head = ("POST %s HTTP/1.1\r\nHost: %s:%d\r\n"
+            "Content-Type: application/json\r\nContent-Length: %%d\r\n"
+            "X-API-Key: %%%%s\r\n\r\n" % (args.path, args.host, args.port))
+    template = (head % len(body)).encode()
 
     sel = selectors.DefaultSelector()
     out = open(args.out, "w", encoding="ascii")
@@ -184,7 +188,12 @@ def cmd_run(args):
             conn = idle.pop()
             conn.key = random_key() if args.random_keys else keys[sent % len(keys)]
             conn.start = now
-            data = template % conn.key.encode() + body
+            if base is not None:
+                base["subject"] = "%s-%d" % (args.new_subjects, sent)
+                one = json.dumps(base).encode()
+                data = (head % len(one)).encode() % conn.key.encode() + one
+            else:
+                data = template % conn.key.encode() + body
             try:
                 conn.sock.send(data)
             except OSError:
@@ -342,6 +351,7 @@ def main():
     run.add_argument("--key", action="append")
     run.add_argument("--keys-file")
     run.add_argument("--random-keys", action="store_true")
+    run.add_argument("--new-subjects", metavar="PREFIX")
     run.add_argument("--requests", type=int, default=1000)
     run.add_argument("--duration", type=float, default=10.0)
     run.add_argument("--rate", type=float, default=0.0,
