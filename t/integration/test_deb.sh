@@ -227,6 +227,18 @@ ADMIN_KEY=$(printf '%s\n' "$out" | grep -oE 'rl_[A-Za-z0-9_-]{16,}' | sed -n 2p)
 check "ratelimitctl printed a check key and an admin key" \
     matches "$KEY $ADMIN_KEY" '^rl_.* rl_'
 
+# An upgrade (here the same package again) keeps the edited conffile and
+# its owner and mode.
+dpkg -i "$deb" >"$D/reinstall.log" 2>&1
+rc=$?
+check "dpkg -i again over the installed package ($rc)" eq "$rc" 0
+check "it keeps the edited ratelimit.conf" \
+    grep -q "^pg_conninfo = \"host=127.0.0.1 port=$PG_PORT dbname=$db\"" \
+    /etc/ratelimit-fcgi/ratelimit.conf
+check "it keeps root:ratelimit 0640 ($(stat -c '%U:%G %a' /etc/ratelimit-fcgi/ratelimit.conf))" \
+    eq "$(stat -c '%U:%G %a' /etc/ratelimit-fcgi/ratelimit.conf)" \
+    "root:ratelimit 640"
+
 # Step 5: the test of the configuration, as the service's user.
 out=$(setpriv --reuid=ratelimit --regid=ratelimit --init-groups \
     ratelimit-fcgi -t -c /etc/ratelimit-fcgi/ratelimit.conf 2>&1)
@@ -410,6 +422,51 @@ setsid /usr/sbin/apache2 -f "$D/apache/httpd.conf" -D FOREGROUND \
     >>"$D/apache/start.log" 2>&1 &
 APA_PID=$!
 front_checks apache "$APA_PORT"
+
+# The other snippets of the package pass their server's own test: nginx's
+# auth_request site, Apache's mod_authnz_fcgi conf, lighttpd's two.
+mkdir -p "$D/syntax"
+ln -s /etc/nginx/fastcgi_params "$D/syntax/fastcgi_params"
+cat >"$D/syntax/nginx.conf" <<EOF
+pid $D/syntax/nginx.pid;
+error_log $D/syntax/nginx.log;
+events { }
+http {
+    client_body_temp_path $D/tmp/body;
+    fastcgi_temp_path $D/tmp/fastcgi;
+    proxy_temp_path $D/tmp/proxy;
+    scgi_temp_path $D/tmp/scgi;
+    uwsgi_temp_path $D/tmp/uwsgi;
+    include /etc/nginx/mime.types;
+    include /etc/nginx/sites-available/ratelimit-fcgi-auth-request;
+}
+EOF
+out=$(/usr/sbin/nginx -t -q -c "$D/syntax/nginx.conf" -e "$D/syntax/nginx.log" 2>&1)
+check "nginx -t accepts the package's auth_request site ($out)" eq "$?" 0
+cat >"$D/syntax/httpd.conf" <<EOF
+ServerRoot "$D/syntax"
+ServerName 127.0.0.1
+PidFile "$D/syntax/httpd.pid"
+ErrorLog "$D/syntax/error.log"
+LoadModule mpm_event_module $M/mod_mpm_event.so
+LoadModule authn_core_module $M/mod_authn_core.so
+LoadModule authz_core_module $M/mod_authz_core.so
+LoadModule authz_user_module $M/mod_authz_user.so
+LoadModule authnz_fcgi_module $M/mod_authnz_fcgi.so
+Include /etc/apache2/conf-available/ratelimit-fcgi-authnz.conf
+EOF
+out=$(/usr/sbin/apache2 -t -f "$D/syntax/httpd.conf" 2>&1)
+check "apache2 -t accepts the package's mod_authnz_fcgi conf ($out)" eq "$?" 0
+if [ -x /usr/sbin/lighttpd ]; then
+    printf '%s\n' "server.document-root = \"$D/syntax\"" \
+        'server.port = 80' 'server.bind = "127.0.0.1"' \
+        'include "/etc/lighttpd/conf-available/05-ratelimit-fcgi.conf"' \
+        'include "/etc/lighttpd/conf-available/50-ratelimit-fcgi-api.conf"' \
+        >"$D/syntax/lighttpd.conf"
+    out=$(/usr/sbin/lighttpd -tt -f "$D/syntax/lighttpd.conf" 2>&1)
+    check "lighttpd -tt accepts the package's two conf-available files ($out)" \
+        eq "$?" 0
+fi
 
 # ---------------------------------------------------------------- stop, purge
 
