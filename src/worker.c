@@ -13,23 +13,31 @@
  * libfcgi then parses the request, which is already waiting in the socket
  * buffer, api.c answers it and the answer is written with FCGX_PutStr.
  *
+ * A connection whose request is not whole yet does not hold the worker:
+ * it waits in the worker's epoll set (edge-triggered, one event for each
+ * arrival) among up to WORKER_CONNS_MAX such connections, and the worker
+ * goes on accepting and answering others; it is dropped at its deadline,
+ * or, when all the entries are taken, when a new connection needs one and
+ * it has waited longest.  So a peer that sends half a request, again and
+ * again, costs an entry and a descriptor, never a worker, and everybody
+ * else is answered at once.  Web servers send a request in one write, so
+ * in practice the first peek after accept finds it whole.
+ *
  * The scoreboard slot says what the worker is doing (idle, reading,
- * answering, waiting on a kept connection) and since when, so that the
- * master can kill a worker stuck past a deadline.  Between connections,
- * and at least once a second when idle, the worker does its housekeeping
- * (service_tick: PostgreSQL reconnect and notifications).  It leaves after
- * max_requests (postponed while PostgreSQL is unreachable, since a new
- * worker could not learn anything new) or when its memory passes
- * max_worker_rss_mb.
+ * answering) and since when, so that the master can kill a worker stuck
+ * past a deadline.  Between requests, and at least once a second, the
+ * worker does its housekeeping (service_tick: PostgreSQL reconnect and
+ * notifications).  It leaves after max_requests (postponed while
+ * PostgreSQL is unreachable, since a new worker could not learn anything
+ * new) or when its memory passes max_worker_rss_mb.
  *
  * Signals: SIGQUIT asks for a graceful stop, and so does RL_SIG_MASTER_GONE,
  * sent by the kernel when the master dies; SIGUSR1 asks for the logs to be
  * reopened.  They stay blocked and are read from a signalfd that sits in
- * the worker's waits (for a connection, and between the requests of a
- * kept one), so a signal never interrupts a read or write in the middle
- * of a request (libfcgi does not retry one) and blocking them costs no
- * system call per request: the request in hand completes, then the worker
- * leaves.  In a pool SIGTERM and SIGINT are the fast stop, as in php-fpm:
+ * the worker's epoll set, so a signal never interrupts a read or write in
+ * the middle of a request (libfcgi does not retry one) and blocking them
+ * costs no system call per request: the requests under way complete, then
+ * the worker leaves.  In a pool SIGTERM and SIGINT are the fast stop, as in php-fpm:
  * their default action ends the worker at once, request or not.  A lone
  * process (workers = 0) treats them as SIGQUIT.
  *
@@ -62,8 +70,13 @@
 #define WORKER_TICK_MS 1000         /* housekeeping when idle */
 #define WORKER_ACCEPT_PAUSE_MS 100  /* after EMFILE, ENFILE */
 
-/* What an epoll event is about. */
-enum { WORKER_EV_LISTEN = 0, WORKER_EV_SIGNAL, WORKER_EV_PG };
+/* What an epoll event is about (the low byte of its data). */
+enum { WORKER_EV_LISTEN = 0, WORKER_EV_SIGNAL, WORKER_EV_PG, WORKER_EV_CONN };
+#define WORKER_EVENTS 16            /* events taken per epoll_wait */
+
+/* Connections a worker waits on for a whole request at most (see
+ * worker_conn_start). */
+#define WORKER_CONNS_MAX 64
 
 /* An answer this small, the first on its connection, goes into an empty
  * socket buffer and cannot block; a larger one, or one on a kept
@@ -73,6 +86,20 @@ enum { WORKER_EV_LISTEN = 0, WORKER_EV_SIGNAL, WORKER_EV_PG };
 
 /* How often a busy worker looks at its memory (max_worker_rss_mb). */
 #define WORKER_RSS_CHECK_MS 100
+
+/* A connection the worker has accepted and waits on for a whole request
+ * (the first, or the next on a kept connection), without sitting on it. */
+struct worker_conn {
+    int fd;                     /* -1: a free entry */
+    int tcp;
+    int watched;                /* in the epoll set */
+    int kept;                   /* it has carried a request (FCGI_KEEP_CONN) */
+    int timed;                  /* SO_SNDTIMEO is set on it */
+    int started;                /* its request is under way: accepted, or
+                                   its first byte has come */
+    int64_t request_ms;         /* when that request started (monotonic) */
+    int64_t deadline_ms;        /* dropped then, unless a request is whole */
+};
 
 struct worker {
     const struct rl_config *cfg;
@@ -87,7 +114,9 @@ struct worker {
     sigset_t oldmask;           /* the signal mask before the worker's */
     int pg_fd;                  /* the PostgreSQL socket watched, or -1 */
     unsigned pg_serial;         /* its connection's serial */
-    int timed;                  /* SO_SNDTIMEO is set on the connection */
+    struct worker_conn conns[WORKER_CONNS_MAX];
+    int nconns;                 /* entries in use */
+    int leaving;                /* no more connections taken */
     unsigned long served;
     int64_t rss_checked_ms;     /* when max_worker_rss_mb was last checked */
     int postponed;              /* recycling put off: PostgreSQL is down */
@@ -208,7 +237,7 @@ worker_watch_pg(struct worker *w)
         return;
     memset(&ev, 0, sizeof(ev));
     ev.events = EPOLLIN;
-    ev.data.u32 = WORKER_EV_PG;
+    ev.data.u64 = WORKER_EV_PG;
     if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) == -1) {
         log_warn("epoll_ctl (postgresql socket): %s", strerror(errno));
         return;
@@ -441,76 +470,29 @@ worker_state(struct scoreboard_slot *slot, int state)
     slot->state = state;
 }
 
-/* Waits until fd is readable or deadline (monotonic ms) passes.  Returns
- * 1 when readable, 0 at the deadline or when a stop was asked for. */
-static int
-worker_wait(struct worker *w, int fd, int64_t deadline, int idle)
+/* The epoll data of a waiting connection: its entry and its descriptor
+ * (an event for an entry that has since changed hands is ignored). */
+static uint64_t
+worker_conn_key(const struct worker *w, const struct worker_conn *c)
 {
-    struct pollfd p[3];
-    int64_t left;
-    int n, np = 1;
-
-    p[0].fd = fd;
-    p[0].events = POLLIN;
-    if (idle) {
-        worker_watch_pg(w);
-        p[1].fd = w->sigfd;
-        p[1].events = POLLIN;
-        p[2].fd = w->pg_fd;
-        p[2].events = POLLIN;
-        np = w->pg_fd >= 0 ? 3 : 2;
-    }
-    while (!worker_stop && (left = deadline - util_now_ms()) > 0) {
-        if ((n = poll(p, (nfds_t)np, (int)left)) < 0) {
-            if (errno != EINTR)
-                return 0;
-            continue;
-        }
-        if (n == 0)
-            return 0;
-        if (np > 1 && p[1].revents != 0)
-            worker_signals_read(w);
-        if (np > 2 && p[2].revents != 0)
-            pg_store_readable(&w->svc.pg);
-        if (p[0].revents != 0)
-            return !worker_stop;
-    }
-    return 0;
+    return ((uint64_t)(uint32_t)c->fd << 32) |
+        ((uint64_t)(c - w->conns) << 8) | WORKER_EV_CONN;
 }
 
 /*
- * Accepts one connection (or returns -1 after about a second, or at once
- * when a stop was asked for, so that the caller can do its housekeeping).
- * The listening socket is non-blocking and watched with EPOLLEXCLUSIVE, so
- * one connection wakes one idle worker.  On EMFILE and ENFILE the worker
- * pauses rather than spins.  *fatal is set when accepting cannot work.
+ * Takes one connection off the listening socket, if there is one (the
+ * socket is non-blocking and watched with EPOLLEXCLUSIVE, so one
+ * connection wakes one idle worker).  Returns its descriptor, or -1.  On
+ * EMFILE and ENFILE the worker pauses rather than spins; *fatal is set
+ * when accepting cannot work.
  */
 static int
 worker_accept(struct worker *w, struct sockaddr_storage *ss, int *fatal)
 {
-    struct epoll_event ev[3];
     socklen_t len = sizeof(*ss);
-    int fd, i, n, listen = 0;
+    int fd;
 
     *fatal = 0;
-    worker_watch_pg(w);
-    n = epoll_wait(w->epfd, ev, 3, WORKER_TICK_MS);
-    if (n == -1 && errno != EINTR) {
-        log_error("epoll_wait: %s", strerror(errno));
-        *fatal = 1;
-    }
-    for (i = 0; i < n; i++) {
-        if (ev[i].data.u32 == WORKER_EV_SIGNAL)
-            worker_signals_read(w);
-        else if (ev[i].data.u32 == WORKER_EV_PG)
-            pg_store_readable(&w->svc.pg);
-        else
-            listen = 1;
-    }
-    /* Without a connection to take, the caller's idle housekeeping reads
-     * what PostgreSQL sent. */
-    if (!listen || worker_stop)
-        return -1;
     memset(ss, 0, sizeof(*ss));
     fd = accept4(w->listen_fd, (struct sockaddr *)ss, &len, SOCK_CLOEXEC);
     if (fd >= 0)
@@ -553,35 +535,28 @@ worker_discard(int fd, size_t n)
 }
 
 /*
- * Peeks at fd until a whole request is waiting on it (see fcgi.c), reading
- * off the leftovers of an earlier request first.  Returns 1 with *s
- * filled, 0 when the peer closed, went quiet past deadline or was stopped
- * for, and -1 when its records were refused (logged).
- *
- * poll() cannot wait for "more than what is already queued", so while a
- * request is incomplete the worker naps 1, 2, 4... up to 16 ms between
- * peeks.  Web servers send the parameters in one write, so in practice the
- * first peek finds the whole request.
+ * Peeks at what waits on fd (MSG_PEEK: libfcgi reads it later) and lets
+ * fcgi.c judge it, reading off the leftovers of an earlier request first.
+ * Never waits.  Returns 1 when a whole request is there (*s filled), 0
+ * when it is not yet (*got: the bytes of it that are), and -1 when the
+ * connection is to be dropped: the peer closed it, or its records were
+ * refused (logged).
  */
 static int
-worker_prefetch(struct worker *w, int fd, int64_t deadline,
-    struct fcgi_scan *s)
+worker_peek(struct worker *w, int fd, struct fcgi_scan *s, size_t *got)
 {
-    struct pollfd p;
     ssize_t n;
-    int rc, nap = 1;
+    int rc;
 
+    *got = 0;
     for (;;) {
         n = recv(fd, w->peek, sizeof(w->peek), MSG_PEEK | MSG_DONTWAIT);
         if (n == 0)
-            return 0;
+            return -1;
         if (n < 0) {
             if (errno == EINTR)
                 continue;
-            if ((errno != EAGAIN && errno != EWOULDBLOCK) ||
-                !worker_wait(w, fd, deadline, 0))
-                return 0;
-            continue;
+            return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
         }
         rc = fcgi_scan(w->peek, (size_t)n, 1, s);
         if (rc == FCGI_SCAN_DONE)
@@ -593,7 +568,7 @@ worker_prefetch(struct worker *w, int fd, int64_t deadline,
         }
         if (s->skip > 0) {
             if (worker_discard(fd, s->skip) == -1)
-                return 0;
+                return -1;
             continue;
         }
         if ((size_t)n == sizeof(w->peek)) {
@@ -606,18 +581,8 @@ worker_prefetch(struct worker *w, int fd, int64_t deadline,
                 "than %d bytes", FCGI_PARAMS_MAX);
             return -1;
         }
-        if (util_now_ms() + nap >= deadline || worker_stop)
-            return 0;
-        /* The nap ends early if the peer closes: an incomplete request
-         * from a peer that has gone can never complete. */
-        p.fd = fd;
-        p.events = POLLRDHUP;
-        p.revents = 0;
-        if (poll(&p, 1, nap) > 0 && (p.revents & (POLLRDHUP | POLLHUP |
-            POLLERR)))
-            return 0;
-        if (nap < 16)
-            nap *= 2;
+        *got = (size_t)n;
+        return 0;
     }
 }
 
@@ -650,9 +615,28 @@ worker_close(int fd, int tcp)
     close(fd);
 }
 
+/* Ends a connection and frees its entry; with closed set, libfcgi has
+ * already closed the descriptor (which also took it out of the epoll
+ * set). */
+static void
+worker_conn_end(struct worker *w, struct worker_conn *c, int closed)
+{
+    if (c->fd < 0)
+        return;
+    if (!closed) {
+        if (c->watched)
+            epoll_ctl(w->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+        worker_close(c->fd, c->tcp);
+    }
+    c->fd = -1;
+    c->watched = 0;
+    w->nconns--;
+}
+
 /* Answers one request that libfcgi has read the parameters of. */
 static void
-worker_serve(struct worker *w, const struct fcgi_scan *s, int fd, int kept)
+worker_serve(struct worker *w, const struct fcgi_scan *s,
+    struct worker_conn *c)
 {
     struct http_request req;
     FCGX_Request *fr = &w->fr;
@@ -674,83 +658,205 @@ worker_serve(struct worker *w, const struct fcgi_scan *s, int fd, int kept)
     observe_begin(&w->svc);
     api_handle(&w->svc, &req, &w->resp);
     observe_request(&w->svc, &req, &w->resp, util_now_us() - t0, w->slot);
-    if (!w->timed && (kept || w->resp.headers.len + w->resp.body.len >
+    if (!c->timed && (c->kept || w->resp.headers.len + w->resp.body.len >
         WORKER_UNTIMED_MAX)) {
-        worker_set_timeout(fd, SO_SNDTIMEO, w->cfg->fcgi_read_timeout_ms);
-        w->timed = 1;
+        worker_set_timeout(c->fd, SO_SNDTIMEO, w->cfg->fcgi_read_timeout_ms);
+        c->timed = 1;
     }
     worker_write(fr, &w->resp, strcmp(req.method, "HEAD") == 0);
 }
 
 /*
- * One connection, from accept to close: each request on it (several with
- * FCGI_KEEP_CONN) is read ahead within fcgi_read_timeout_ms, handed to
- * libfcgi, answered, and the connection then waits at most
- * fcgi_keepalive_timeout_ms for the next one.  libfcgi is given the
- * connection as if it had kept it from an earlier request (ipcFd set,
- * keepConnection on), and "detached" so that when it closes a connection
- * itself it does not linger for up to 2 s reading what the peer sends.
+ * Hands the whole request waiting on c to libfcgi and answers it.
+ * libfcgi is given the connection as if it had kept it from an earlier
+ * request (ipcFd set, keepConnection on), and "detached" so that when it
+ * closes a connection itself it does not linger for up to 2 s reading
+ * what the peer sends.  Returns 1 when the connection stays for another
+ * request (FCGI_KEEP_CONN), 0 when it is to be closed, -1 when libfcgi
+ * closed it (an I/O error).
  */
-static void
-worker_connection(struct worker *w, int fd, int tcp)
+static int
+worker_conn_serve(struct worker *w, struct worker_conn *c,
+    const struct fcgi_scan *s)
 {
     FCGX_Request *fr = &w->fr;
-    struct fcgi_scan s;
-    int64_t deadline;
-    unsigned long served0 = w->served;
-    int first = 1, keep, rc;
+    int keep, rc;
 
-    w->timed = 0;
-    for (;;) {
-        if (!first) {
-            /* Idle between requests of a kept connection; a stop ends
-             * the wait. */
-            worker_state(w->slot, SLOT_KEEPALIVE);
-            rc = worker_wait(w, fd, util_now_ms() +
-                w->cfg->fcgi_keepalive_timeout_ms, 1);
-            if (!rc)
-                break;
-        }
-        first = 0;
-        worker_state(w->slot, SLOT_READING);
-        deadline = util_now_ms() + w->cfg->fcgi_read_timeout_ms;
-        if ((rc = worker_prefetch(w, fd, deadline, &s)) != 1) {
-            if (rc == 0 && !worker_stop)
-                log_debug("FastCGI connection closed or idle past its "
-                    "deadline");
-            break;
-        }
-        if (s.stdin_end == 0 && s.role == 1)
-            worker_set_timeout(fd, SO_RCVTIMEO,
-                (long)(deadline - util_now_ms()));
-        fr->ipcFd = fd;
-        fr->keepConnection = 1;
-        fr->detached = 1;
-        if (FCGX_Accept_r(fr) != 0) {
-            /* libfcgi closed it. */
-            log_warn("FastCGI request refused by libfcgi");
-            fd = -1;
-            break;
-        }
+    /* The master's backstop counts from the request's start. */
+    w->slot->state_since_ms = c->request_ms;
+    w->slot->state = SLOT_READING;
+    if (s->stdin_end == 0 && s->role == 1)
+        worker_set_timeout(c->fd, SO_RCVTIMEO,
+            (long)(c->deadline_ms - util_now_ms()));
+    fr->ipcFd = c->fd;
+    fr->keepConnection = 1;
+    fr->detached = 1;
+    if (FCGX_Accept_r(fr) != 0) {
+        log_warn("FastCGI request refused by libfcgi");
+        rc = -1;
+    } else {
         keep = fr->keepConnection;
-        worker_serve(w, &s, fd, w->served != served0);
+        worker_serve(w, s, c);
         fr->keepConnection = 1;
         fr->detached = 1;
         FCGX_Finish_r(fr);
         w->served++;
         w->slot->requests = w->served;
-        if (fr->ipcFd < 0) {
-            fd = -1;            /* an I/O error: libfcgi closed it */
-            break;
-        }
-        if (!keep || worker_stop || worker_should_leave(w))
-            break;
+        rc = fr->ipcFd < 0 ? -1 : keep;
     }
-    if (fd >= 0)
-        worker_close(fd, tcp);
     fr->ipcFd = -1;
     fr->keepConnection = 0;
     worker_state(w->slot, SLOT_IDLE);
+    return rc;
+}
+
+/* The worker stops taking connections: it finishes the requests under
+ * way and then leaves (see worker_run). */
+static void
+worker_leave(struct worker *w)
+{
+    w->leaving = 1;
+    epoll_ctl(w->epfd, EPOLL_CTL_DEL, w->listen_fd, NULL);
+}
+
+/*
+ * Looks at connection c, after it was accepted or when its peer sent
+ * something (events, from epoll; 0 after accept): answers every whole
+ * request waiting on it, and otherwise leaves it waiting, watched by
+ * epoll, for the rest.  Nothing here waits for the peer.  Returns 1 when
+ * a request was answered.
+ */
+static int
+worker_conn_poll(struct worker *w, struct worker_conn *c, uint32_t events)
+{
+    struct epoll_event ev;
+    struct fcgi_scan s;
+    size_t got;
+    int rc, served = 0;
+
+    for (;;) {
+        rc = worker_peek(w, c->fd, &s, &got);
+        /* An incomplete request from a peer that has gone can never
+         * complete. */
+        if (rc == 0 && (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)))
+            rc = -1;
+        if (rc == -1) {
+            worker_conn_end(w, c, 0);
+            return served;
+        }
+        /* On a kept connection the read deadline starts with the next
+         * request's first byte. */
+        if (!c->started && (rc == 1 || got > 0)) {
+            c->started = 1;
+            c->request_ms = util_now_ms();
+            c->deadline_ms = c->request_ms + w->cfg->fcgi_read_timeout_ms;
+        }
+        if (rc == 0) {
+            if (!c->watched) {
+                memset(&ev, 0, sizeof(ev));
+                /* Edge-triggered: an event for each arrival, since what
+                 * is already there stays (peeked, not read). */
+                ev.events = EPOLLIN | EPOLLRDHUP | EPOLLET;
+                ev.data.u64 = worker_conn_key(w, c);
+                if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, c->fd, &ev) == -1) {
+                    log_warn("epoll_ctl (connection): %s", strerror(errno));
+                    worker_conn_end(w, c, 0);
+                    return served;
+                }
+                c->watched = 1;
+            }
+            return served;
+        }
+        rc = worker_conn_serve(w, c, &s);
+        served = 1;
+        if (rc == 1 && !w->leaving && worker_should_leave(w))
+            worker_leave(w);
+        if (rc != 1 || w->leaving || worker_stop) {
+            worker_conn_end(w, c, rc == -1);
+            return served;
+        }
+        c->kept = 1;
+        c->started = 0;
+        c->deadline_ms = util_now_ms() + w->cfg->fcgi_keepalive_timeout_ms;
+        events = 0;
+    }
+}
+
+/*
+ * A connection just accepted: it gets an entry among those the worker
+ * waits on (the one that has waited longest gives up its entry when all
+ * are taken), and a whole request within fcgi_read_timeout_ms.  Returns 1
+ * when a request was answered.
+ */
+static int
+worker_conn_start(struct worker *w, int fd, int tcp)
+{
+    struct worker_conn *c = NULL, *oldest = NULL;
+    int i;
+
+    for (i = 0; i < WORKER_CONNS_MAX; i++) {
+        if (w->conns[i].fd < 0) {
+            c = &w->conns[i];
+            break;
+        }
+        if (oldest == NULL || w->conns[i].request_ms < oldest->request_ms)
+            oldest = &w->conns[i];
+    }
+    if (c == NULL) {
+        log_warn("FastCGI: %d connections wait for a whole request in "
+            "worker %ld; dropping the one that waited longest",
+            WORKER_CONNS_MAX, (long)getpid());
+        worker_conn_end(w, oldest, 0);
+        c = oldest;
+    }
+    memset(c, 0, sizeof(*c));
+    c->fd = fd;
+    c->tcp = tcp;
+    c->started = 1;
+    c->request_ms = util_now_ms();
+    c->deadline_ms = c->request_ms + w->cfg->fcgi_read_timeout_ms;
+    w->nconns++;
+    return worker_conn_poll(w, c, 0);
+}
+
+/* An epoll event for a waiting connection.  Returns 1 when a request was
+ * answered. */
+static int
+worker_conn_event(struct worker *w, uint64_t key, uint32_t events)
+{
+    struct worker_conn *c;
+    uint32_t i = (uint32_t)(key >> 8) & 0xffffff;
+
+    if (i >= WORKER_CONNS_MAX)
+        return 0;
+    c = &w->conns[i];
+    if (c->fd < 0 || !c->watched || (uint32_t)c->fd != (uint32_t)(key >> 32))
+        return 0;
+    return worker_conn_poll(w, c, events);
+}
+
+/* Ends the connections past their deadline (and, once the worker is
+ * leaving, the kept ones with no request under way).  Returns the
+ * milliseconds until the next deadline, at most WORKER_TICK_MS. */
+static long
+worker_conn_expire(struct worker *w)
+{
+    struct worker_conn *c;
+    int64_t now = util_now_ms(), wait = WORKER_TICK_MS;
+    int i;
+
+    for (i = 0; i < WORKER_CONNS_MAX && w->nconns > 0; i++) {
+        c = &w->conns[i];
+        if (c->fd < 0)
+            continue;
+        if (now >= c->deadline_ms || (w->leaving && !c->started)) {
+            log_debug("FastCGI connection closed or idle past its "
+                "deadline");
+            worker_conn_end(w, c, 0);
+        } else if (c->deadline_ms - now < wait)
+            wait = c->deadline_ms - now;
+    }
+    return (long)wait;
 }
 
 int
@@ -760,10 +866,11 @@ worker_run(const struct rl_config *cfg, int listen_fd,
     static struct worker w;     /* large: the peek window */
     static struct scoreboard_slot solo_slot;
     struct sockaddr_storage ss;
-    struct epoll_event ev;
+    struct epoll_event ev, events[WORKER_EVENTS];
     const char *allowed = getenv("FCGI_WEB_SERVER_ADDRS");
     char err[160];
-    int fd, fatal = 0, flags, rc = 0;
+    int fd, fatal = 0, flags, rc = 0, i, n, incoming, served;
+    long wait;
     pid_t master_pid = shm->board != NULL ?
         ((struct scoreboard *)shm->board)->master : 0;
 
@@ -772,6 +879,8 @@ worker_run(const struct rl_config *cfg, int listen_fd,
     w.listen_fd = listen_fd;
     w.slot = slot != NULL ? slot : &solo_slot;
     w.board = shm->board;
+    for (i = 0; i < WORKER_CONNS_MAX; i++)
+        w.conns[i].fd = -1;
     if (FCGX_Init() != 0) {
         log_error("FCGX_Init failed");
         return 1;
@@ -794,14 +903,14 @@ worker_run(const struct rl_config *cfg, int listen_fd,
     }
     memset(&ev, 0, sizeof(ev));
     ev.events = EPOLLIN | EPOLLEXCLUSIVE;
-    ev.data.u32 = WORKER_EV_LISTEN;
+    ev.data.u64 = WORKER_EV_LISTEN;
     if (epoll_ctl(w.epfd, EPOLL_CTL_ADD, listen_fd, &ev) == -1) {
         log_error("epoll_ctl: %s", strerror(errno));
         close(w.epfd);
         return 1;
     }
     ev.events = EPOLLIN;
-    ev.data.u32 = WORKER_EV_SIGNAL;
+    ev.data.u64 = WORKER_EV_SIGNAL;
     if (epoll_ctl(w.epfd, EPOLL_CTL_ADD, w.sigfd, &ev) == -1) {
         log_error("epoll_ctl: %s", strerror(errno));
         close(w.epfd);
@@ -819,36 +928,72 @@ worker_run(const struct rl_config *cfg, int listen_fd,
     __atomic_add_fetch(&w.board->stats.worker_starts, 1, __ATOMIC_RELAXED);
     (void)log_access_open(cfg->access_log);
     log_debug("worker %ld ready", (long)getpid());
-    while (!worker_stop && !worker_should_leave(&w)) {
-        fd = worker_accept(&w, &ss, &fatal);
-        if (fd < 0) {
-            if (fatal) {
+    /* One loop for the listening socket, the signals, PostgreSQL and the
+     * connections waiting for a whole request.  A stop, max_requests or
+     * max_worker_rss_mb makes the worker leave: it takes no more
+     * connections, answers the requests under way (each within its
+     * deadline) and closes the kept connections that wait for nothing. */
+    for (;;) {
+        if (!w.leaving && (worker_stop || worker_should_leave(&w)))
+            worker_leave(&w);
+        wait = worker_conn_expire(&w);
+        if (w.leaving && w.nconns == 0)
+            break;
+        worker_watch_pg(&w);
+        n = epoll_wait(w.epfd, events, WORKER_EVENTS, (int)wait);
+        if (n == -1) {
+            if (errno != EINTR) {
+                log_error("epoll_wait: %s", strerror(errno));
                 rc = 1;
                 break;
             }
-            service_tick(&w.svc, 1);
-            if (worker_reopen) {
-                worker_reopen = 0;
-                log_reopen();
-            }
-            continue;
+            n = 0;
         }
-        if (!worker_peer_allowed(w.web_servers, w.nweb, &ss))
-            close(fd);
-        else {
-            if (ss.ss_family == AF_INET || ss.ss_family == AF_INET6) {
-                int one = 1;
+        incoming = served = 0;
+        for (i = 0; i < n; i++) {
+            switch ((uint32_t)events[i].data.u64 & 0xff) {
+            case WORKER_EV_SIGNAL:
+                worker_signals_read(&w);
+                break;
+            case WORKER_EV_PG:
+                pg_store_readable(&w.svc.pg);
+                break;
+            case WORKER_EV_LISTEN:
+                incoming = 1;
+                break;
+            default:
+                served |= worker_conn_event(&w, events[i].data.u64,
+                    events[i].events);
+            }
+        }
+        if (incoming && !w.leaving && !worker_stop &&
+            (fd = worker_accept(&w, &ss, &fatal)) >= 0) {
+            if (!worker_peer_allowed(w.web_servers, w.nweb, &ss))
+                close(fd);
+            else {
+                if (ss.ss_family == AF_INET || ss.ss_family == AF_INET6) {
+                    int one = 1;
 
-                setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+                    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one,
+                        sizeof(one));
+                }
+                served |= worker_conn_start(&w, fd, ss.ss_family != AF_UNIX);
             }
-            worker_connection(&w, fd, ss.ss_family != AF_UNIX);
         }
-        service_tick(&w.svc, 0);
+        if (fatal) {
+            rc = 1;
+            break;
+        }
+        /* Idle: nothing answered and nothing waiting, so the housekeeping
+         * may wait a little (PostgreSQL's reconnect). */
+        service_tick(&w.svc, !served && !incoming && w.nconns == 0);
         if (worker_reopen) {
             worker_reopen = 0;
             log_reopen();
         }
     }
+    for (i = 0; i < WORKER_CONNS_MAX; i++)
+        worker_conn_end(&w, &w.conns[i], 0);
     FCGX_Free(&w.fr, 0);
     response_free(&w.resp);
     service_free(&w.svc);

@@ -15,6 +15,10 @@
 #           wait at most fcgi_read_timeout + 0.1 s, the app closes them
 #   idle    $WORKERS FCGI_KEEP_CONN connections left idle: probes wait at
 #           most fcgi_keepalive_timeout + 0.1 s, the app closes them
+#   reconnect  4, then 16, connections that each send half a record and
+#           connect again as soon as the app drops them, for 12 s each:
+#           every probe answers 200 within 1 s, and the app still drops
+#           each of them by fcgi_read_timeout + 0.5 s
 #   kept    checks on one FCGI_KEEP_CONN connection see a rule changed
 #           between two of them (the change notification is read while
 #           the connection waits)
@@ -26,7 +30,7 @@
 # HOSTILE_SCENARIOS="nul ctl" runs only those (the order stays the one
 # above; the crash scenarios come last since a crashing pool may stay down
 # for minutes).  Every client and probe is bounded in time; the whole file
-# takes about 40 s on a sound application, 90 s at worst.
+# takes about 70 s on a sound application, 120 s at worst.
 # shellcheck disable=SC2317 # helpers called through `check`
 
 # shellcheck source-path=SCRIPTDIR
@@ -37,7 +41,7 @@ CLIENT=$ROOT/t/fcgi_client.py
 # The interpreter itself: a version manager's python3 shim can take a
 # second to start on a busy machine, and this file runs the client often.
 PY=$(python3 -c 'import sys; print(sys.executable)')
-SCENARIOS=${HOSTILE_SCENARIOS:-ctl nul length mgmt partial idle kept unread burst flood}
+SCENARIOS=${HOSTILE_SCENARIOS:-ctl nul length mgmt partial idle reconnect kept unread burst flood}
 # The holding client in the background, if any: stopped on any exit.
 BG_PIDS=
 stop_bg() {
@@ -406,6 +410,115 @@ if want idle; then
             printf "]" }')"
     check "idle: ... and not closed before about the keep-alive timeout (earliest $(jf min_close_s) s)" \
         num_ge "$(jf min_close_s)" "$(secs "$KEEP_MS" -0.5)"
+fi
+
+# ---------------------------------------------------------------- reconnect
+
+# reconnect_attack N SECONDS READY: N connections to the app's socket, each
+# sending the first half (8 bytes: the header) of a BEGIN_REQUEST record
+# and, as soon as the app closes it, connecting again; for SECONDS, and at
+# most 2000 connections in all.  READY is created once the first N are in
+# place.  Prints "NAME VALUE" lines: connections, closed_by_peer (closed
+# by the app before the end), max_held_s (the longest the app took to
+# close one), connect_errors.
+reconnect_attack() {
+    "$PY" - "$SOCK" "$1" "$2" "$3" "$ROOT/t" <<'PY'
+import socket, sys, threading, time
+sys.path.insert(0, sys.argv[5])
+from fcgi_client import begin_request
+path, n, secs, ready = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+half = begin_request()[:8]
+end = time.monotonic() + secs
+lock = threading.Lock()
+st = {"connections": 0, "closed_by_peer": 0, "max_held_s": 0.0,
+      "connect_errors": 0, "started": 0}
+
+def one():
+    while time.monotonic() < end:
+        with lock:
+            if st["connections"] >= 2000:
+                return
+            st["connections"] += 1
+        s = socket.socket(socket.AF_UNIX)
+        try:
+            s.settimeout(5)
+            s.connect(path)
+            s.sendall(half)
+            t0 = time.monotonic()
+            with lock:
+                st["started"] += 1
+                if st["started"] == n:
+                    open(ready, "w").close()
+            closed = False
+            while time.monotonic() < end:
+                s.settimeout(max(0.01, min(0.5, end - time.monotonic())))
+                try:
+                    if not s.recv(4096):
+                        closed = True
+                        break
+                except socket.timeout:
+                    continue
+                except ConnectionResetError:
+                    # A Unix socket closed with our bytes unread.
+                    closed = True
+                    break
+            if closed:
+                with lock:
+                    st["closed_by_peer"] += 1
+                    st["max_held_s"] = max(st["max_held_s"],
+                                           time.monotonic() - t0)
+        except OSError:
+            with lock:
+                st["connect_errors"] += 1
+            time.sleep(0.05)
+        finally:
+            s.close()
+
+ts = [threading.Thread(target=one, daemon=True) for _ in range(n)]
+for t in ts:
+    t.start()
+for t in ts:
+    t.join(secs + 10)
+for k in ("connections", "closed_by_peer", "connect_errors"):
+    print(k, st[k])
+print("max_held_s", "%.3f" % st["max_held_s"])
+PY
+}
+
+if want reconnect; then
+    rc_limit=$(secs "$READ_MS" 0.5)
+    for rc_n in 4 16; do
+        live_within 30
+        rm -f "$T_TMP/reconnect.ready"
+        reconnect_attack "$rc_n" 12 "$T_TMP/reconnect.ready" \
+            >"$T_TMP/reconnect.out" &
+        rc_pid=$!
+        BG_PIDS="$BG_PIDS $rc_pid"
+        n=0
+        while [ ! -f "$T_TMP/reconnect.ready" ] && [ "$n" -lt 100 ] &&
+            alive "$rc_pid"; do
+            n=$((n + 1))
+            sleep 0.05
+        done
+        probe_while "$rc_pid" 12 "$T_TMP/reconnect.probes"
+        wait "$rc_pid"
+        BG_PIDS=
+        OUT=$(cat "$T_TMP/reconnect.out")
+        probe_stats "$T_TMP/reconnect.probes" 1
+        rc_conns=$(jn connections)
+        check "reconnect $rc_n: the attack reconnected as the app dropped it ($rc_conns connections, $(jf closed_by_peer) closed by the app, $(jf connect_errors) connect errors)" \
+            ge "$(jn closed_by_peer)" $((rc_n * 4))
+        check "reconnect $rc_n: the app still drops each within fcgi_read_timeout + 0.5 s = $rc_limit s (longest $(jf max_held_s) s)" \
+            num_le "$(jf max_held_s)" "$rc_limit"
+        check "reconnect $rc_n: every probe through lighttpd answers 200 ($P_BAD of $P_N did not)" \
+            eq "$P_BAD" 0
+        check "reconnect $rc_n: every probe answers within 1 s (slowest $P_MAX s, $P_SLOW slower)" \
+            eq "$P_SLOW" 0
+        rc_bad=$(awk '$1 != 200 || $2 + 0 > 1' "$T_TMP/reconnect.probes" |
+            wc -l | tr -d ' ')
+        fault_row "reconnecting slowloris: $rc_n connections of half a record, $rc_conns in 12 s" \
+            "$P_N" "$rc_bad" "max $P_MAX s"
+    done
 fi
 
 # ---------------------------------------------------------------- kept
