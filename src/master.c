@@ -7,7 +7,8 @@
  *   SIGCHLD          reap; respawn the worker in its slot (a slot whose
  *                    workers keep dying right after start waits 10 ms,
  *                    doubling up to 1 s, so a crash loop cannot spin, while
- *                    the other slots keep serving)
+ *                    the other slots keep serving); each death is one line
+ *                    of the master's, unless the master sent the signal
  *   SIGTERM, SIGINT  fast stop: the workers end at once (SIGTERM, whose
  *                    default action they keep), requests in hand are cut
  *   SIGQUIT          graceful stop: every worker finishes the request in
@@ -64,6 +65,8 @@ struct master_slot {
     int64_t started_ms;
     int64_t next_spawn_ms;      /* not before (monotonic) */
     int failures;               /* fast abnormal exits in a row */
+    int sent;                   /* SIGTERM or SIGKILL, when the master sent
+                                   its worker one (a stop, a deadline) */
 };
 
 static char **master_argv;
@@ -88,6 +91,11 @@ struct master {
     struct shm shm;
     struct scoreboard *board;
     struct master_slot slot[RL_MAX_WORKERS];
+    /* Deaths logged one by one in the current second, and those past the
+     * budget (the pool's size), counted for one line after it. */
+    int64_t deaths_since_ms;
+    int deaths_logged;
+    unsigned long deaths_held;
 };
 
 /*
@@ -135,6 +143,11 @@ master_spawn(struct master *m, int i, const sigset_t *oldmask)
     int rc;
 
     memset(slot, 0, sizeof(*slot));
+    m->slot[i].sent = 0;
+    /* Lines the log held back are written now, by the master: a worker
+     * forked with them pending would write them as its own when it
+     * leaves. */
+    log_flush();
     fflush(NULL);
     if ((pid = fork()) == -1) {
         log_error("fork: %s", strerror(errno));
@@ -172,13 +185,71 @@ master_alive(const struct master *m)
 }
 
 static void
-master_signal_all(const struct master *m, int sig)
+master_signal_all(struct master *m, int sig)
 {
     long i;
 
     for (i = 0; i < RL_MAX_WORKERS; i++)
-        if (m->board->slots[i].pid != 0)
+        if (m->board->slots[i].pid != 0) {
+            if (sig == SIGTERM || sig == SIGKILL)
+                m->slot[i].sent = sig;
             kill(m->board->slots[i].pid, sig);
+        }
+}
+
+/* Ends the second of master_log_death's budget, once it is over, with
+ * one line for the deaths past the budget. */
+static void
+master_deaths_report(struct master *m)
+{
+    int64_t now = util_now_ms();
+
+    if (now - m->deaths_since_ms < 1000)
+        return;
+    if (m->deaths_held > 0)
+        log_warn("%lu more workers died in the second before (not logged "
+            "one by one; see ratelimit_worker_crashes_total)",
+            m->deaths_held);
+    m->deaths_since_ms = now;
+    m->deaths_logged = 0;
+    m->deaths_held = 0;
+}
+
+/*
+ * Logs a worker's death: one line per death, naming the worker, at warn,
+ * unless the master sent the signal that ended it (a fast stop's SIGTERM,
+ * a SIGKILL at a deadline, logged when it was sent).  At most the pool's
+ * size such lines a second: a pool that keeps dying is not a line per
+ * death, and the rest are counted in one line after the second.
+ */
+static void
+master_log_death(struct master *m, int i, pid_t pid, int status)
+{
+    if (WIFSIGNALED(status) && WTERMSIG(status) == m->slot[i].sent) {
+        log_debug("worker %ld ended by signal %d (%s), sent by the master",
+            (long)pid, WTERMSIG(status), strsignal(WTERMSIG(status)));
+        return;
+    }
+    if (!WIFSIGNALED(status) && WEXITSTATUS(status) == 0) {
+        log_debug("worker %ld exited", (long)pid);
+        return;
+    }
+    master_deaths_report(m);
+    if (m->deaths_logged >= (m->cfg->workers > 0 ? m->cfg->workers : 1)) {
+        m->deaths_held++;
+        return;
+    }
+    m->deaths_logged++;
+    /* Bounded above, so the log's limit per call site does not apply:
+     * each death gets a line of its own, with its own pid. */
+    if (WIFSIGNALED(status))
+        log_emit(RL_LOG_WARN | RL_LOG_UNLIMITED, __FILE__, __LINE__,
+            "worker %ld killed by signal %d (%s)", (long)pid,
+            WTERMSIG(status), strsignal(WTERMSIG(status)));
+    else
+        log_emit(RL_LOG_WARN | RL_LOG_UNLIMITED, __FILE__, __LINE__,
+            "worker %ld exited with status %d", (long)pid,
+            WEXITSTATUS(status));
 }
 
 /*
@@ -210,14 +281,7 @@ master_reap(struct master *m, int stopping)
         if (abnormal)
             __atomic_add_fetch(&m->board->counters.worker_crashes, 1,
                 __ATOMIC_RELAXED);
-        if (WIFSIGNALED(status))
-            log_warn("worker %ld killed by signal %d (%s)", (long)pid,
-                WTERMSIG(status), strsignal(WTERMSIG(status)));
-        else if (WEXITSTATUS(status) != 0)
-            log_warn("worker %ld exited with status %d", (long)pid,
-                WEXITSTATUS(status));
-        else
-            log_debug("worker %ld exited", (long)pid);
+        master_log_death(m, i, pid, status);
         if (stopping)
             continue;
         if (abnormal && now - ms->started_ms < MASTER_FAST_EXIT_MS) {
@@ -266,6 +330,7 @@ master_enforce_timeout(struct master *m)
         } else
             continue;
         s->leaving = EXIT_TIMEOUT;
+        m->slot[i].sent = SIGKILL;
         kill(s->pid, SIGKILL);
         s->state = SLOT_IDLE;
     }
@@ -430,6 +495,7 @@ master_run(struct rl_config *cfg, int listen_fd)
                     kill(m.board->slots[i].pid, SIGQUIT);
         }
         master_enforce_timeout(&m);
+        master_deaths_report(&m);
         scoreboard_sample(m.board, m.listen_fd, util_now_ms());
         /* Who started us may change (a shell exits, init adopts us). */
         m.board->master_parent = getppid();

@@ -1,7 +1,8 @@
 #!/bin/sh
 # test_process.sh -- the process model: max_requests recycling, SIGHUP
-# reload (good and bad configuration), request_timeout, and a graceful
-# stop that lets the request in hand complete.
+# reload (good and bad configuration), one log line per worker death,
+# request_timeout, and a graceful stop that lets the request in hand
+# complete.
 #
 # An application of its own on a Unix socket (workers = 2), with a
 # lighttpd in front for ordinary requests and a small FastCGI client in
@@ -139,6 +140,38 @@ check "SIGUSR2 re-reads the configuration and replaces the workers" \
 check "SIGUSR2: the master stays the same process" alive "$MASTER"
 fetch "$L/health/live"
 check "after SIGUSR2: requests are served ($STATUS)" eq "$STATUS" 200
+
+# ---------------------------------------------------------------- deaths
+
+# Two workers SIGKILLed at once, then three reloads: each death is one
+# line, written by the master and naming its worker; no worker writes a
+# line about a death it never saw (the log's held-back lines once went to
+# every worker forked after them, which wrote them out when they left).
+d_victims=$(workers_of "$MASTER" | tr '\n' ' ')
+d_mark=$(wc -l <"$D/app.log")
+# shellcheck disable=SC2086 # a list of pids
+kill -KILL $d_victims
+check "two workers SIGKILLed at once ($d_victims): both replaced" \
+    retry 50 renewed "$MASTER" "$d_victims"
+for d_i in 1 2 3; do
+    d_before=$(workers_of "$MASTER" | tr '\n' ' ')
+    kill -HUP "$MASTER"
+    check "... SIGHUP $d_i replaces the workers" \
+        retry 50 renewed "$MASTER" "$d_before"
+done
+# A line held back is written at most a second later.
+sleep 1.2
+d_lines=$(tail -n +"$((d_mark + 1))" "$D/app.log" | grep 'killed by signal')
+check "two deaths, three reloads: two 'killed by signal' lines ($(count_lines "$d_lines"): $(printf '%s' "$d_lines" | tr '\n' '|'))" \
+    eq "$(count_lines "$d_lines")" 2
+check "... both written by the master" \
+    eq "$(printf '%s\n' "$d_lines" | grep -c "ratelimit-fcgi\[$MASTER\]")" 2
+for d_v in $d_victims; do
+    check "... one of them names worker $d_v" \
+        eq "$(printf '%s\n' "$d_lines" | grep -c "worker $d_v killed by signal 9")" 1
+done
+fault_row "two workers SIGKILLed at once, then three SIGHUPs: 'killed by signal' lines" \
+    2 "$(($(count_lines "$d_lines") - 2))" -
 
 # ---------------------------------------------------------------- timeouts
 

@@ -189,5 +189,9 @@ check "SIGTERM: the check in hand is cut off ($(cat "$D/in_hand"))" \
 wait "$ih_cont"
 check "the log names both stops" \
     sh -c "grep -q 'stopping gracefully' '$D/app.log' && grep -q 'stopping fast' '$D/app.log'"
+check "SIGTERM: no worker's end is logged as a death (the master sent the signal)" \
+    not_contains "$(cat "$D/app.log")" "killed by signal 15"
+fault_row "fast stop (SIGTERM) of 4 workers: lines saying a worker was killed" \
+    4 "$(grep -c 'killed by signal 15' "$D/app.log")" -
 
 finish
