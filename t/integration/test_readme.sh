@@ -177,8 +177,8 @@ check "bash completion: a command's options ($(complete_words counter show --s))
 commands=$(sed -n \
     's/^    ratelimitctl \[-c FILE\] \([a-z]*\)\( [a-z][a-z]*\)\{0,1\}.*/\1\2/p' \
     "$T_TMP/ctl-help.out")
-check "ratelimitctl --help lists the 23 commands of its table" \
-    eq "$(printf '%s\n' "$commands" | grep -c .)" 23
+check "ratelimitctl --help lists the 24 commands of its table" \
+    eq "$(printf '%s\n' "$commands" | grep -c .)" 24
 missing=""
 while IFS= read -r cmd; do
     # Once in the SYNOPSIS and once where the command is described.
