@@ -403,23 +403,28 @@ limiter_resend(struct limiter_call *call)
 int
 limiter_unkey(struct limiter_call *call)
 {
-    int i, k, at;
+    int i, j, n, at, drop_from, drop_to, tail;
 
     if (!limiter_shape_ok(call) || !call->keyed)
         return -1;
-    k = limiter_nkeys(call);
-    at = 1 + k + 1;                     /* the peek argument */
+    n = call->nlimits;
+    at = 1 + limiter_nkeys(call) + 1;   /* the peek argument */
     if (call->argvlen[at] != 1 ||
         (call->argv[at][0] != '0' && call->argv[at][0] != '1'))
         return -1;
-    /* Out go the key, argv[k], and the id, the last argument. */
-    for (i = k; i < call->argc - 2; i++) {
-        call->argv[i] = call->argv[i + 1];
-        call->argvlen[i] = call->argvlen[i + 1];
+    /* Out go the keys after the limits' (the budget's two and the reply
+     * slot), and the arguments after the limits' (the budget's three and
+     * the id). */
+    drop_from = 1 + n;
+    drop_to = drop_from + 2 * call->budgeted + 1;
+    tail = 3 * call->budgeted + 1;
+    for (i = drop_from, j = drop_to; j < call->argc - tail; i++, j++) {
+        call->argv[i] = call->argv[j];
+        call->argvlen[i] = call->argvlen[j];
     }
-    call->argc -= 2;
-    call->keyed = 0;
-    call->argv[0] = limiter_nkeys_text[k - 1];
+    call->argc = i;
+    call->keyed = call->budgeted = 0;
+    call->argv[0] = limiter_nkeys_text[n];
     call->argvlen[0] = strlen(call->argv[0]);
     return 0;
 }

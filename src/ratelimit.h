@@ -1093,11 +1093,12 @@ int limiter_request_key(struct limiter_call *call, const char *slot,
  * call has no reply slot. */
 int limiter_resend(struct limiter_call *call);
 
-/* Takes the reply slot and the id out of a call again (for a node that
- * cannot take a key the call may create, as the target of a Redis Cluster
- * ASK with the limits' keys already there): the call then has no replay.
- * Returns 0, or -1 when it has no reply slot or was marked as sent
- * again. */
+/* Takes the reply slot and the id out of a call again, and the counter
+ * budget's keys and arguments with them (for a node that cannot take a
+ * key the call may create, as the target of a Redis Cluster ASK with the
+ * limits' keys already there, or one whose slot is half moved): the call
+ * then has no replay and no budget, as limiter_build() made it.  Returns
+ * 0, or -1 when it has no reply slot or was marked as sent again. */
 int limiter_unkey(struct limiter_call *call);
 
 /* Index of the most restrictive limit (the one the X-RateLimit-* headers
