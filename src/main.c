@@ -164,8 +164,33 @@ main_pid_read(const char *path)
     return (pid_t)atol(buf);
 }
 
-/* Whether pid is a running ratelimit-fcgi (a pid reused by another
- * program since a crash does not count). */
+/* Whether process pid is dead but not yet reaped by its parent (a
+ * zombie), from the state in /proc/PID/stat. */
+static int
+main_pid_zombie(pid_t pid)
+{
+    char path[64], buf[512], *p;
+    ssize_t n;
+    int fd;
+
+    snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) == -1)
+        return 0;
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    /* "PID (COMM) STATE ...": COMM may hold anything, ')' too. */
+    if ((p = strrchr(buf, ')')) == NULL || p[1] != ' ')
+        return 0;
+    return p[2] == 'Z' || p[2] == 'X';
+}
+
+/* Whether pid is a running ratelimit-fcgi.  A pid reused by another
+ * program since a crash does not count, nor a master killed under a
+ * parent that has not reaped it yet (the worker that takes its place
+ * finds it a zombie, see master.c). */
 static int
 main_pid_running(pid_t pid)
 {
@@ -174,7 +199,7 @@ main_pid_running(pid_t pid)
     int fd;
 
     if (pid <= 0 || pid == getpid() || (kill(pid, 0) == -1 &&
-        errno == ESRCH))
+        errno == ESRCH) || main_pid_zombie(pid))
         return 0;
     snprintf(path, sizeof(path), "/proc/%ld/comm", (long)pid);
     if ((fd = open(path, O_RDONLY | O_CLOEXEC)) == -1)
@@ -378,7 +403,7 @@ main(int argc, char **argv)
     const char *path = DEFAULT_CONFIG;
     const char *inherited;
     char err[4096], secrets[2048], *line;
-    int ch, test = 0, fd, rc, exposed;
+    int ch, test = 0, fd, rc, exposed, pid_ok = 1;
 
     while ((ch = getopt_long(argc, argv, "c:tTChv", longopts, NULL)) != -1) {
         switch (ch) {
@@ -462,13 +487,20 @@ main(int argc, char **argv)
     if (exposed)
         log_warn("%s", secrets);
     master_set_argv(argv);
+    /* A worker whose master died starts us with the socket still open
+     * (a takeover, see master.c): the pool must go on, so a pid_file it
+     * cannot have is only a warning then. */
+    inherited = getenv("RATELIMIT_FCGI_LISTEN_FD");
     /* A running master named by pid_file: refused before the socket. */
     if (main_pid_write(&cfg, NULL, err, sizeof(err)) == -1) {
-        log_error("%s", err);
-        return 1;
+        if (inherited == NULL) {
+            log_error("%s", err);
+            return 1;
+        }
+        log_warn("%s; taking over without it", err);
+        pid_ok = 0;
     }
-    /* A worker whose master died starts us with the socket still open. */
-    if ((inherited = getenv("RATELIMIT_FCGI_LISTEN_FD")) != NULL) {
+    if (inherited != NULL) {
         fd = atoi(inherited);
         unsetenv("RATELIMIT_FCGI_LISTEN_FD");
         if (fd < 0 || fcntl(fd, F_GETFD) == -1) {
@@ -482,12 +514,20 @@ main(int argc, char **argv)
         return 1;
     }
     /* What must be opened as root is open: the socket, the pid file, the
-     * log; then we become the user, before any worker exists. */
-    if (main_pid_write(&cfg, &id, err, sizeof(err)) == -1) {
-        log_error("%s", err);
-        if (fd != 0)
-            listen_cleanup(&cfg);
-        return 1;
+     * log; then we become the user, before any worker exists.  A master
+     * that took over rewrites the pid file, which then names it: whatever
+     * signals the pool through pid_file (SIGHUP, logrotate's SIGUSR1)
+     * reaches it, although its parent is no longer the one that started
+     * the pool. */
+    if (pid_ok && main_pid_write(&cfg, &id, err, sizeof(err)) == -1) {
+        if (inherited != NULL)
+            log_warn("%s; taking over without it", err);
+        else {
+            log_error("%s", err);
+            if (fd != 0)
+                listen_cleanup(&cfg);
+            return 1;
+        }
     }
     main_chown_logs(&cfg, &id);
     if (main_drop_privileges(&cfg, &id, err, sizeof(err)) == -1) {

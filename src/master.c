@@ -40,6 +40,9 @@
  * (lighttpd 1.4.69 answers "all handlers down" for good once the socket
  * refuses), so the socket must never close.  A master made this way stops
  * when the process that started the first one (the web server) is gone.
+ * Its parent is init (or a subreaper), so it cannot be found as the web
+ * server's child: it rewrites pid_file (main.c), through which signals
+ * reach it.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -122,12 +125,11 @@ master_takeover(struct master *m)
     snprintf(fd, sizeof(fd), "%d", m->listen_fd);
     setenv("RATELIMIT_FCGI_LISTEN_FD", fd, 1);
     /* Watch the web server that started the first master, if it still
-     * runs and is not init (or a subreaper that adopted the master). */
-    if (parent > 1 && kill(parent, 0) == 0) {
-        snprintf(pid, sizeof(pid), "%ld", (long)parent);
-        setenv("RATELIMIT_FCGI_WATCH_PID", pid, 1);
-    } else
-        unsetenv("RATELIMIT_FCGI_WATCH_PID");
+     * runs and is not init (or a subreaper that adopted the master); 0
+     * when there is none to watch. */
+    snprintf(pid, sizeof(pid), "%ld", parent > 1 && kill(parent, 0) == 0 ?
+        (long)parent : 0L);
+    setenv("RATELIMIT_FCGI_WATCH_PID", pid, 1);
     log_flush();
     fflush(NULL);
     execv("/proc/self/exe", master_argv);
@@ -421,10 +423,17 @@ master_watched(void)
     const char *w = getenv("RATELIMIT_FCGI_WATCH_PID");
     pid_t pid = w != NULL ? (pid_t)atol(w) : 0;
 
+    if (w == NULL)
+        return 0;
     unsetenv("RATELIMIT_FCGI_WATCH_PID");
+    /* Its parent is now init (or a subreaper), not the process that
+     * started the pool: pid_file, rewritten by main(), names it. */
     if (pid > 1)
         log_info("master %ld: took over from a master that died; will stop "
             "when process %ld is gone", (long)getpid(), (long)pid);
+    else
+        log_info("master %ld: took over from a master that died",
+            (long)getpid());
     return pid;
 }
 

@@ -1,8 +1,8 @@
 #!/bin/sh
 # test_process.sh -- the process model: max_requests recycling, SIGHUP
 # reload (good and bad configuration), one log line per worker death,
-# request_timeout, and a graceful stop that lets the request in hand
-# complete.
+# request_timeout, a graceful stop that lets the request in hand complete,
+# and signals through pid_file after a master takeover.
 #
 # An application of its own on a Unix socket (workers = 2), with a
 # lighttpd in front for ordinary requests and a small FastCGI client in
@@ -235,5 +235,79 @@ check "SIGQUIT: the master then exits" test "$n" -lt 50
 wait "$MASTER"
 check "SIGQUIT: exit status 0" eq "$?" 0
 check "SIGQUIT: the socket is removed" test ! -e "$SOCK"
+
+# ---------------------------------------------------------------- takeover
+
+# The master SIGKILLed: a worker starts a new master in its place, whose
+# parent is no longer the one that started the pool.  The documented ways
+# to signal the pool (the pid in pid_file, for SIGHUP and logrotate's
+# SIGUSR1) must reach the new master.  The pool's parent here does not
+# reap its children for 30 s (as a busy or careless supervisor might), so
+# the dead master stays a zombie that pid_file still names.
+TK_PID=$D/tk.pid
+app_conf "$D/tk.conf" "listen=unix:$D/tk.sock" workers=2 max_requests=0 \
+    "pid_file=$TK_PID"
+python3 -c 'import subprocess, sys, time
+subprocess.Popen(sys.argv[1:])
+time.sleep(30)' "$BUILD/ratelimit-fcgi" -c "$D/tk.conf" >"$D/tk.log" 2>&1 &
+TK_PARENT=$!
+PIDS="$PIDS $TK_PARENT"
+retry 50 test -s "$TK_PID"
+TK=$(cat "$TK_PID" 2>/dev/null)
+check "takeover: a pool with pid_file starts with 2 workers" \
+    wait_workers "$TK" 2
+check "takeover: pid_file names its master ($(cat "$TK_PID" 2>/dev/null) = $TK)" \
+    eq "$(cat "$TK_PID" 2>/dev/null)" "$TK"
+
+# took_over OLD: pid_file names a live master other than OLD, with 2
+# workers.
+# shellcheck disable=SC2317 # called through retry
+took_over() {
+    to_pid=$(cat "$TK_PID" 2>/dev/null)
+    [ -n "$to_pid" ] && [ "$to_pid" != "$1" ] && alive "$to_pid" &&
+        has_workers "$to_pid" 2
+}
+tk_t0=$(now_ms)
+kill -KILL "$TK"
+retry 100 took_over "$TK"
+rc=$?
+tk_took=$(($(now_ms) - tk_t0))
+tk_missed=3
+TK2=$(cat "$TK_PID" 2>/dev/null)
+PIDS="$PIDS $TK2"
+check "takeover: after SIGKILL, pid_file names a new master with 2 workers ($TK -> $TK2, the old one $(ps -o stat= -p "$TK" | tr -d ' '))" \
+    eq "$rc" 0
+check "takeover: the new master's parent is not the pool's first parent ($(ps -o ppid= -p "$TK2" | tr -d ' '))" \
+    ne "$(ps -o ppid= -p "$TK2" | tr -d ' ')" "$TK_PARENT"
+tk_before=$(workers_of "$TK2" | tr '\n' ' ')
+kill -HUP "$(cat "$TK_PID")"
+retry 50 renewed "$TK2" "$tk_before"
+rc=$?
+check "takeover: kill -HUP \"\$(cat pid_file)\" replaces the workers ($tk_before)" \
+    eq "$rc" 0
+[ "$rc" = 0 ] && tk_missed=$((tk_missed - 1))
+check "takeover: ... and the new master logs the reload" \
+    contains "$(grep "ratelimit-fcgi\[$TK2\]" "$D/tk.log")" \
+    "configuration reloaded"
+kill -USR1 "$(cat "$TK_PID")"
+retry 30 sh -c "grep 'ratelimit-fcgi\\[$TK2\\]' '$D/tk.log' | grep -q 'logs reopened'"
+rc=$?
+check "takeover: kill -USR1 \"\$(cat pid_file)\" (logrotate) reaches it" \
+    eq "$rc" 0
+[ "$rc" = 0 ] && tk_missed=$((tk_missed - 1))
+tk_status=$(python3 "$ROOT/t/fcgi_client.py" --lines request \
+    "unix:$D/tk.sock" --timeout 3 | awk '$1 == "status" { print $2 }')
+check "takeover: the pool answers on its socket ($tk_status)" \
+    eq "$tk_status" 200
+kill -QUIT "$(cat "$TK_PID")"
+retry 50 sh -c "! kill -0 $TK2 2>/dev/null"
+rc=$?
+check "takeover: kill -QUIT \"\$(cat pid_file)\" stops the new master" \
+    eq "$rc" 0
+[ "$rc" = 0 ] && tk_missed=$((tk_missed - 1))
+check "takeover: ... which removes pid_file" test ! -s "$TK_PID"
+stop_process "$TK_PARENT" TERM
+fault_row "master SIGKILLed, its parent not reaping it: SIGHUP, SIGUSR1, SIGQUIT sent to the pid in pid_file" \
+    3 "$tk_missed" "$(awk -v m="$tk_took" 'BEGIN { printf "%.1f s", m / 1000 }')"
 
 finish
