@@ -542,8 +542,27 @@ lighttpd_pid() {
 
 # The master: the ratelimit-fcgi process whose parent is lighttpd.
 fcgi_master_pid() {
-    ps -e -o pid= -o ppid= -o args= | awk -v lp="$(lighttpd_pid)" '
-        $2 == lp && $3 ~ /ratelimit-fcgi/ { print $1; exit }'
+    # The stack's process whose parent is not one of them and that has
+    # workers: lighttpd's child, or after a takeover (master.c) the worker
+    # that took its place, whose parent is init.
+    ps -e -o pid= -o ppid= -o args= | awk -v conf="$VAR/ratelimit.conf" '
+        $3 ~ /ratelimit-fcgi/ && index($0, conf) { parent[$1] = $2 }
+        END {
+            for (p in parent)
+                if (parent[p] in parent)
+                    kids[parent[p]]++
+            for (p in parent)
+                if (!(parent[p] in parent) && (p in kids) &&
+                    (best == "" || p + 0 < best + 0))
+                    best = p
+            if (best == "")
+                for (p in parent)
+                    if (!(parent[p] in parent) &&
+                        (best == "" || p + 0 < best + 0))
+                        best = p
+            if (best != "")
+                print best
+        }'
 }
 
 # The workers: children of the master.
