@@ -304,7 +304,7 @@ views_metrics(struct service *svc, const struct key_info *viewer,
         "more limits than one check decides, more rules than a tenant may "
         "have, or a limit that could not be loaded.", "counter", "",
         c->misconfigured);
-    views_metric(b, "ratelimit_counter_budget_refused_total", "Checks "
+    views_metric(b, "ratelimit_budget_refusals_total", "Checks "
         "refused (429 counter_budget_exceeded) because they would have "
         "created counters past their tenant's counter budget.", "counter",
         "", c->over_budget);

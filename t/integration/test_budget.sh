@@ -82,7 +82,7 @@ used_memory() {
 refused_total() {
     fetch "$BASE_URL/metrics"
     printf '%s\n' "$BODY" |
-        awk '$1 == "ratelimit_counter_budget_refused_total" { print $2 }'
+        awk '$1 == "ratelimit_budget_refusals_total" { print $2 }'
 }
 
 # ------------------------------------------------- a budget of 3 counters
