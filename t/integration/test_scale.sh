@@ -253,8 +253,11 @@ python3 "$LOADGEN" run --port "$P_COLD" --keys-file "$D/keys" \
 cs=$(python3 "$LOADGEN" stats "$D/cold.tsv")
 check "cold pool: 20,000 valid keys used for the first time, none told 401 ($cs)" \
     eq "$(json_field s401 "$cs")" 0
-check "cold pool: at least 99 % of them answered 200 at once ($cs)" \
-    ge "$(json_field s200 "$cs")" 19800
+# While one worker reads the active keys into the pool's filter (a second
+# or so on a loaded machine), keys it cannot vouch for yet past
+# key_lookup_rate are asked to come back (503); most are served at once.
+check "cold pool: at least 90 % of them answered 200 at once ($cs)" \
+    ge "$(json_field s200 "$cs")" 18000
 # When 99 % of the keys had been answered 200, counted from the start of
 # the pool (the time a front end restarted with it would see).
 t99=$(awk -F '\t' -v t0="$started" '$3 == 200 { print $1 + $2 - t0 }' \
