@@ -46,9 +46,9 @@
  * a worker sends nothing else between a call and its resend.  A timeout
  * is not retried: the budget of a check is one command timeout, and a
  * Redis too slow to answer is not helped by more load.  The target of an
- * ASK gets the call without its reply slot (limiter_unkey): an importing
- * node answers TRYAGAIN to a call whose keys it does not all have, and the
- * slot may well not be among them.
+ * ASK gets the call without its reply slot and its counter budget's keys
+ * (limiter_unkey): an importing node answers TRYAGAIN to a call whose keys
+ * it does not all have, and those may well not be among them.
  *
  * The script is run with EVALSHA.  Redis forgets scripts on restart,
  * failover and SCRIPT FLUSH; a NOSCRIPT reply is answered by one EVAL of
