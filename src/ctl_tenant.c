@@ -120,7 +120,7 @@ ctl_tenant_budget(struct ctl *ctl, const struct ctl_command *cmd,
     if (validate_tenant_name("tenant name", name, err, sizeof(err)) == -1)
         return ctl_usage_error(cmd, "%s", err);
     if (strcmp(count, "default") != 0) {
-        for (i = 0; count[i] != '\0' && i < 12; i++) {
+        for (i = 0; i < 12 && count[i] != '\0'; i++) {
             if (count[i] < '0' || count[i] > '9')
                 break;
             v = v * 10 + (count[i] - '0');

@@ -97,6 +97,7 @@ small_key=$(new_key "$small")
 other_key=$(new_key "$other")
 ctl tenant budget "$small" 3 >/dev/null
 avoid_edge 3600 30
+# shellcheck disable=SC2034 # read inside an eval below
 refused_before=$(refused_total)
 
 for s in s1 s2 s3; do
@@ -108,6 +109,7 @@ check "the 4th new subject is refused: 429" eq "$STATUS" 429
 check "with the error counter_budget_exceeded" \
     eq "$(json_field error)" counter_budget_exceeded
 retry_after=$(header Retry-After)
+# shellcheck disable=SC2016 # expanded by the eval, when the check runs
 check "and Retry-After until the hour ends ($retry_after s)" \
     eval 'ge "$retry_after" 1 && le "$retry_after" 3600'
 check_req "$small_key" "$(check_body /api/x s1)"
@@ -120,6 +122,7 @@ for s in s1 s2 s3 s4; do
     check_req "$other_key" "$(check_body /api/x "$s")"
     check "another tenant's new subjects are allowed ($s)" eq "$STATUS" 200
 done
+# shellcheck disable=SC2016 # expanded by the eval, when the check runs
 check "/metrics counts the refusal" \
     eval 'ge "$(refused_total)" "$((${refused_before:-0} + 1))"'
 ctl tenant budget "$small" 4 >/dev/null
@@ -205,6 +208,7 @@ echo "    steady tenant p99: ${p99_before} ms before, ${p99_during} ms during th
 echo "    Redis: $(used_memory) bytes used of $limit"
 
 check "the spray was sent ($sprayed of $SPRAY)" eq "$sprayed" "$SPRAY"
+# shellcheck disable=SC2016 # expanded by the eval, when the check runs
 check "the steady tenant's checks during the spray are all 200 ($during_200 of $during)" \
     eval '[ "$during" -gt 0 ] && [ "$during_200" = "$during" ]'
 check "the spraying tenant got no 503 ($spray_503)" eq "$spray_503" 0
@@ -213,6 +217,7 @@ check "it created about its budget, not more ($spray_200 allowed; budget $SPRAY_
 check "and was refused the rest ($spray_429)" \
     eq "$((spray_200 + spray_429))" "$sprayed"
 spray_keys=$(counters "$spray_id")
+# shellcheck disable=SC2016 # expanded by the eval, when the check runs
 check "its keys in Redis are bounded by its budget ($spray_keys)" \
     eval 'ge "$spray_keys" "$spray_200" &&
         le "$spray_keys" $((SPRAY_BUDGET + SPRAY_BUDGET / 50 + 8 + WORKERS + 2))'
