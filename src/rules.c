@@ -181,10 +181,12 @@ rules_index_build(const struct rl_rule *rules, int n)
             ix->exact[ix->nexact++] = i;
         }
     }
-    qsort_r(ix->exact, (size_t)ix->nexact, sizeof(int), rules_cmp_index,
-        (void *)rules);
-    qsort_r(ix->prefix, (size_t)ix->nprefix, sizeof(int), rules_cmp_index,
-        (void *)rules);
+    if (ix->nexact > 1)
+        qsort_r(ix->exact, (size_t)ix->nexact, sizeof(int), rules_cmp_index,
+            (void *)rules);
+    if (ix->nprefix > 1)
+        qsort_r(ix->prefix, (size_t)ix->nprefix, sizeof(int),
+            rules_cmp_index, (void *)rules);
     for (i = RL_ROUTE_MAX; i > 0; i--)
         ix->nlens += seen[i];
     if (ix->nlens > 0 &&

@@ -5,8 +5,10 @@
  *
  * Input: one byte for the number of limits the caller expects (0 to 9,
  * so that wrong counts are tried too), then the reply, 8 bytes per
- * integer.  Promises checked: an accepted reply has exactly the expected
- * shape (2 + 5 per limit), allowed is 0 or 1, a denial has a denying
+ * integer.  Promises checked: an accepted reply is the counter budget's
+ * refusal (-1, now, a wait of at least 0: no limit decided, nothing
+ * allowed) or has exactly the expected shape (2 + 5 per limit), allowed
+ * is 0 or 1, a denial has a denying
  * limit, no count or wait is negative except the retry_after -1 of a cost
  * that can never pass; the primary limit is one of them, and a denying one
  * when the verdict is a denial.
@@ -37,6 +39,14 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     fuzz_assert(nlimits >= 1 && nlimits <= RL_MAX_LIMITS);
+    if (d.over_budget) {
+        fuzz_assert(n == 3 && v[0] == -1);
+        fuzz_assert(d.now_ms == v[1] && d.budget_retry_ms == v[2] &&
+            d.budget_retry_ms >= 0);
+        fuzz_assert(d.nlimits == 0 && !d.allowed);
+        free(v);
+        return 0;
+    }
     fuzz_assert(n == 2 + 5 * (size_t)nlimits);
     fuzz_assert(d.nlimits == nlimits);
     fuzz_assert(d.allowed == 0 || d.allowed == 1);

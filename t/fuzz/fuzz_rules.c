@@ -1,6 +1,7 @@
 /*
- * fuzz_rules.c -- rules_match(), rules_plan() and rules_overflow() on rule
- * sets and routes made of the input.
+ * fuzz_rules.c -- rules_match(), rules_plan(), the indexed plan
+ * (rules_index_plan, which must agree with rules_plan) and
+ * rules_overflow() on rule sets and routes made of the input.
  *
  * Input: one byte for the number of rules (up to 12), then per rule a
  * flags byte (bit 0 always, bit 1 also in the set "before", bit 2 with
@@ -80,16 +81,28 @@ fuzz_needed(const struct rl_rule *rules, int n, const char *route, int *best)
     return needed;
 }
 
-/* rules_plan() against the plain matcher; returns what it needs. */
+/* rules_plan() against the plain matcher, and the indexed plan against
+ * rules_plan(); returns what it needs. */
 static int
 fuzz_plan(const struct rl_rule *rules, int n, const char *route)
 {
-    struct rl_plan plan;
+    struct rl_plan plan, indexed;
+    struct rules_index *ix;
     int rc, best, needed, i, j;
 
     needed = fuzz_needed(rules, n, route, &best);
     fuzz_assert(rules_match(rules, n, route) == best);
     rc = rules_plan(rules, n, route, &plan);
+    if ((ix = rules_index_build(rules, n)) != NULL) {
+        fuzz_assert(rules_index_plan(ix, route, &indexed) == rc);
+        fuzz_assert(indexed.n == plan.n && indexed.needed == plan.needed);
+        fuzz_assert(rc != -1 || indexed.rule[0] == plan.rule[0]);
+        for (i = 0; i < plan.n; i++)
+            fuzz_assert(indexed.rule[i] == plan.rule[i] &&
+                indexed.limit[i] == plan.limit[i] &&
+                strcmp(indexed.name[i], plan.name[i]) == 0);
+        rules_index_free(ix);
+    }
     if (best == -1) {
         fuzz_assert(rc == 0 && plan.n == 0);
         return 0;
