@@ -311,6 +311,9 @@ size_t util_lltoa(long long v, char out[21]);
 /* Lowercase hex of n bytes into out[2 * n + 1], NUL terminated. */
 void util_hex(const void *in, size_t n, char *out);
 
+/* The value of hex digit c (either case), or -1. */
+int util_hex_digit(int c);
+
 /* The n bytes whose 2n hex digits (either case) are hex[0..hexlen): 0, or
  * -1 when hexlen is not 2n or a character is not a hex digit. */
 int util_unhex(const char *hex, size_t hexlen, void *out, size_t n);

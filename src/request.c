@@ -394,18 +394,6 @@ request_api_key(const char *x_api_key, const char *authorization,
     return (int)n;
 }
 
-static int
-hexval(int c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 int
 request_normalize_path(const char *path, size_t len, char *out,
     size_t outlen)
@@ -421,8 +409,8 @@ request_normalize_path(const char *path, size_t len, char *out,
         if (c == '%') {
             if (i + 2 >= len)
                 return -1;
-            hi = hexval((unsigned char)path[i + 1]);
-            lo = hexval((unsigned char)path[i + 2]);
+            hi = util_hex_digit((unsigned char)path[i + 1]);
+            lo = util_hex_digit((unsigned char)path[i + 2]);
             if (hi < 0 || lo < 0)
                 return -1;
             c = hi * 16 + lo;

@@ -109,9 +109,8 @@ util_hex(const void *in, size_t n, char *out)
     out[2 * n] = '\0';
 }
 
-/* The value of hex digit c, or -1. */
-static int
-util_hex_digit(char c)
+int
+util_hex_digit(int c)
 {
     if (c >= '0' && c <= '9')
         return c - '0';
@@ -132,8 +131,8 @@ util_unhex(const char *hex, size_t hexlen, void *out, size_t n)
     if (hexlen != 2 * n)
         return -1;
     for (i = 0; i < n; i++) {
-        if ((hi = util_hex_digit(hex[2 * i])) < 0 ||
-            (lo = util_hex_digit(hex[2 * i + 1])) < 0)
+        if ((hi = util_hex_digit((unsigned char)hex[2 * i])) < 0 ||
+            (lo = util_hex_digit((unsigned char)hex[2 * i + 1])) < 0)
             return -1;
         p[i] = (unsigned char)(hi << 4 | lo);
     }
