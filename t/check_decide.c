@@ -261,6 +261,26 @@ check(const char *key, const char *body)
     return resp.status;
 }
 
+/* One authorizer request for path from 192.0.2.1 with key (NULL: none);
+ * fills resp. */
+static int
+authorize(const char *path, const char *key)
+{
+    struct http_request req;
+
+    memset(&req, 0, sizeof(req));
+    req.method = "GET";
+    req.path = path;
+    req.path_len = strlen(path);
+    req.query = "";
+    req.authorizer = 1;
+    req.remote_addr = "192.0.2.1";
+    req.x_api_key = key;
+    response_reset(&resp);
+    authorizer_decide(&dc, &req, &resp);
+    return resp.status;
+}
+
 static const char *
 body_has(const char *text)
 {
@@ -483,7 +503,6 @@ END_TEST
 START_TEST(test_counter_budget)
 {
     const char *body = "{\"route\":\"/api/x\",\"subject\":\"s\"}";
-    struct http_request req;
 
     ck_assert_int_eq(check("good-key", body), 200);
     ck_assert_str_eq(fk.call_budget, "100000");
@@ -509,16 +528,7 @@ START_TEST(test_counter_budget)
     ck_assert_int_eq((int)counters.denied, 0);
     ck_assert_int_eq((int)counters.overlimit_inserts, 0);
 
-    memset(&req, 0, sizeof(req));
-    req.method = "GET";
-    req.path = "/api/x";
-    req.path_len = strlen(req.path);
-    req.query = "";
-    req.authorizer = 1;
-    req.remote_addr = "192.0.2.1";
-    response_reset(&resp);
-    authorizer_decide(&dc, &req, &resp);
-    ck_assert_int_eq(resp.status, 429);
+    ck_assert_int_eq(authorize("/api/x", NULL), 429);
     ck_assert_ptr_nonnull(header_has("Retry-After: 1201"));
     ck_assert_int_eq((int)counters.over_budget, 3);
 }
@@ -734,28 +744,14 @@ END_TEST
  * missing key, and nginx gets its 401/403 only. */
 START_TEST(test_authorizer)
 {
-    struct http_request req;
-
-    memset(&req, 0, sizeof(req));
-    req.method = "GET";
-    req.path = "/api//%78";
-    req.path_len = strlen(req.path);
-    req.query = "";
-    req.authorizer = 1;
-    req.remote_addr = "192.0.2.1";
-    response_reset(&resp);
-    authorizer_decide(&dc, &req, &resp);
-    ck_assert_int_eq(resp.status, 200);
+    ck_assert_int_eq(authorize("/api//%78", NULL), 200);
     ck_assert_int_eq(fk.tenant_calls, 1);
     ck_assert_int_eq(fk.script_calls, 1);
     ck_assert_ptr_nonnull(header_has("Variable-RateLimit-Remaining: 9"));
     /* No key, no key served. */
     ck_assert_int_eq(fk.used_calls, 0);
     fk.script_mode = SCRIPT_DENY;
-    req.x_api_key = "good-key";
-    response_reset(&resp);
-    authorizer_decide(&dc, &req, &resp);
-    ck_assert_int_eq(resp.status, 429);
+    ck_assert_int_eq(authorize("/api//%78", "good-key"), 429);
     authorizer_nginx(&resp);
     ck_assert_int_eq(resp.status, 403);
     ck_assert_ptr_nonnull(header_has("X-RateLimit-Status: limited"));
