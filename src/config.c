@@ -3,9 +3,11 @@
  *
  * The file is a list of "key = value" lines; '#' starts a comment, blank
  * lines are ignored and a value may be wrapped in double quotes.  Every key
- * is declared once in the table below with its type, default and bounds, so
- * the loader, the defaults, "--help" and the config dump all read the same
- * source.  Errors name the file and line, and an unknown key gets the
+ * is declared once in the table below with its type, default, bounds and
+ * unit, so the loader, the defaults, the config dump and the key listing
+ * of "ratelimit-fcgi -K" all read the same source; the documentation test
+ * (t/integration/test_configdoc.sh) holds the manual page, the example
+ * file and the docs to that listing.  Errors name the file and line, and an unknown key gets the
  * closest known key as a hint.
  *
  * Passwords are never shown: the dump writes "(set)" for redis_password
@@ -36,8 +38,9 @@ struct config_key {
     enum config_type type;
     size_t offset;
     size_t size;                /* strings: buffer size */
-    long min, max;              /* longs: bounds; strings: min length */
+    long min, max;              /* longs, modes: bounds; strings: min length */
     const char *def;            /* default, as text */
+    const char *unit;           /* longs: what the number counts, or NULL */
     const char *choices;        /* CT_ENUM: "a|b" */
     const char *help;
 };
@@ -46,197 +49,197 @@ struct config_key {
 #define SZ(f) sizeof(((struct rl_config *)0)->f)
 
 static const struct config_key config_keys[] = {
-    { "listen", CT_STRING, OFF(listen), SZ(listen), 0, 0, "", NULL,
-      "where to accept FastCGI connections: empty = the listening socket "
-      "on fd 0 (lighttpd bin-path, spawn-fcgi, systemd, mod_fcgid), "
+    { "listen", CT_STRING, OFF(listen), SZ(listen), 0, 0, "", NULL, NULL,
+      "where to accept FastCGI connections: empty = the listening socket on "
+      "fd 0 (lighttpd bin-path, spawn-fcgi, systemd, mod_fcgid), "
       "\"unix:/path\", \"127.0.0.1:9000\" or \"[::1]:9000\"" },
-    { "listen_mode", CT_MODE, OFF(listen_mode), 0, 0, 0777, "0660", NULL,
+    { "listen_mode", CT_MODE, OFF(listen_mode), 0, 0, 0777, "0660", NULL, NULL,
       "permissions of a Unix listen socket (octal)" },
-    { "listen_owner", CT_STRING, OFF(listen_owner), SZ(listen_owner), 0, 0,
-      "", NULL, "owner of a Unix listen socket (user name; empty = ours)" },
-    { "listen_group", CT_STRING, OFF(listen_group), SZ(listen_group), 0, 0,
-      "", NULL, "group of a Unix listen socket (empty = ours)" },
+    { "listen_owner", CT_STRING, OFF(listen_owner), SZ(listen_owner), 0, 0, "",
+      NULL, NULL, "owner of a Unix listen socket (user name; empty = ours)" },
+    { "listen_group", CT_STRING, OFF(listen_group), SZ(listen_group), 0, 0, "",
+      NULL, NULL, "group of a Unix listen socket (empty = ours)" },
     { "listen_backlog", CT_LONG, OFF(listen_backlog), 0, 1, 65535, "1024",
-      NULL, "listen(2) backlog of a socket we bind" },
-    { "user", CT_STRING, OFF(user), SZ(user), 0, 0, "", NULL,
-      "started as root: the user the master and the workers run as, once "
-      "the socket is bound and the pid and log files are opened; empty = "
-      "stay who started us" },
-    { "group", CT_STRING, OFF(group), SZ(group), 0, 0, "", NULL,
+      "connections", NULL, "listen(2) backlog of a socket we bind" },
+    { "user", CT_STRING, OFF(user), SZ(user), 0, 0, "", NULL, NULL,
+      "started as root: the user the master and the workers run as, once the "
+      "socket is bound and the pid and log files are opened; empty = stay who "
+      "started us" },
+    { "group", CT_STRING, OFF(group), SZ(group), 0, 0, "", NULL, NULL,
       "the group to run as (empty = the primary group of user)" },
     { "allow_root", CT_ENUM, OFF(allow_root), SZ(allow_root), 0, 0, "off",
-      "off|on", "off: started as root without user, refuse to start; on: "
-      "let the workers run as root" },
-    { "pid_file", CT_STRING, OFF(pid_file), SZ(pid_file), 0, 0, "", NULL,
+      NULL, "off|on", "off: started as root without user, refuse to start; "
+      "on: let the workers run as root" },
+    { "pid_file", CT_STRING, OFF(pid_file), SZ(pid_file), 0, 0, "", NULL, NULL,
       "absolute path where the master writes its pid (removed at exit; a "
       "start is refused while it names a running master); empty = none" },
-    { "workers", CT_LONG, OFF(workers), 0, 0, 256, "4", NULL,
-      "worker processes; 0 = serve in one process without forking "
-      "(Apache mod_fcgid)" },
+    { "workers", CT_LONG, OFF(workers), 0, 0, 256, "4", "processes", NULL,
+      "worker processes; 0 = serve in one process without forking (Apache "
+      "mod_fcgid)" },
     { "max_requests", CT_LONG, OFF(max_requests), 0, 0, 100000000, "10000",
-      NULL, "requests a worker serves before it is replaced; 0 = never" },
-    { "request_timeout", CT_LONG, OFF(request_timeout), 0, 0, 3600, "30",
+      "requests", NULL, "requests a worker serves before it is replaced; 0 = "
+      "never" },
+    { "request_timeout", CT_LONG, OFF(request_timeout), 0, 0, 3600, "30", "s",
       NULL, "seconds after which the master kills a worker stuck on one "
       "request; 0 = never" },
     { "fcgi_read_timeout_ms", CT_LONG, OFF(fcgi_read_timeout_ms), 0, 100,
-      600000, "3000", NULL, "deadline from accepting a FastCGI connection "
-      "(or from the first byte of a kept-alive one) to the end of the "
-      "request's input, and for each write of an answer; a slower peer is "
+      600000, "3000", "ms", NULL, "deadline from accepting a FastCGI "
+      "connection (or from the first byte of a kept-alive one) to the end of "
+      "the request's input, and for each write of an answer; a slower peer is "
       "disconnected (milliseconds)" },
-    { "fcgi_keepalive_timeout_ms", CT_LONG, OFF(fcgi_keepalive_timeout_ms),
-      0, 100, 3600000, "5000", NULL, "an idle kept-alive FastCGI "
-      "connection (FCGI_KEEP_CONN) is closed after this long "
-      "(milliseconds)" },
-    { "max_worker_rss_mb", CT_LONG, OFF(max_worker_rss_mb), 0, 0, 65536,
-      "256", NULL, "a worker whose resident memory passes this is replaced "
+    { "fcgi_keepalive_timeout_ms", CT_LONG, OFF(fcgi_keepalive_timeout_ms), 0,
+      100, 3600000, "5000", "ms", NULL, "an idle kept-alive FastCGI "
+      "connection (FCGI_KEEP_CONN) is closed after this long (milliseconds)" },
+    { "max_worker_rss_mb", CT_LONG, OFF(max_worker_rss_mb), 0, 0, 65536, "256",
+      "MiB", NULL, "a worker whose resident memory passes this is replaced "
       "after its request (megabytes); 0 = never" },
     { "pg_conninfo", CT_STRING, OFF(pg_conninfo), SZ(pg_conninfo), 1, 0,
-      "dbname=ratelimit", NULL,
-      "libpq connection string of the key and rule database" },
+      "dbname=ratelimit", NULL, NULL, "libpq connection string of the key and "
+      "rule database" },
     { "pg_connect_timeout_ms", CT_LONG, OFF(pg_connect_timeout_ms), 0, 10,
-      60000, "2000", NULL, "PostgreSQL connect timeout (milliseconds)" },
-    { "pg_query_timeout_ms", CT_LONG, OFF(pg_query_timeout_ms), 0, 10,
-      60000, "1000", NULL, "longest a request waits for PostgreSQL, connect "
+      60000, "2000", "ms", NULL, "PostgreSQL connect timeout (milliseconds)" },
+    { "pg_query_timeout_ms", CT_LONG, OFF(pg_query_timeout_ms), 0, 10, 60000,
+      "1000", "ms", NULL, "longest a request waits for PostgreSQL, connect "
       "included (milliseconds); then it is treated as unreachable" },
-    { "redis_type", CT_ENUM, OFF(redis_type), SZ(redis_type), 0, 0,
-      "single", "single|cluster|sentinel", "single: one Redis server; "
-      "cluster: a Redis Cluster (redis lists seed nodes); sentinel: the "
-      "master that Redis Sentinel names (redis lists the sentinels)" },
-    { "redis", CT_STRING, OFF(redis), SZ(redis), 1, 0, "127.0.0.1:6379",
-      NULL, "Redis address: \"host:port\" or \"unix:/path\"; with "
-      "redis_type cluster or sentinel a comma-separated list (at most 16) "
-      "of seed nodes or sentinels" },
+    { "redis_type", CT_ENUM, OFF(redis_type), SZ(redis_type), 0, 0, "single",
+      NULL, "single|cluster|sentinel", "single: one Redis server; cluster: a "
+      "Redis Cluster (redis lists seed nodes); sentinel: the master that "
+      "Redis Sentinel names (redis lists the sentinels)" },
+    { "redis", CT_STRING, OFF(redis), SZ(redis), 1, 0, "127.0.0.1:6379", NULL,
+      NULL, "Redis address: \"host:port\" or \"unix:/path\"; with redis_type "
+      "cluster or sentinel a comma-separated list (at most 16) of seed nodes "
+      "or sentinels" },
     { "redis_sentinel_master", CT_STRING, OFF(redis_sentinel_master),
-      SZ(redis_sentinel_master), 0, 0, "", NULL, "the master name the "
+      SZ(redis_sentinel_master), 0, 0, "", NULL, NULL, "the master name the "
       "sentinels monitor (redis_type = sentinel only)" },
-    { "redis_username", CT_STRING, OFF(redis_username),
-      SZ(redis_username), 0, 0, "", NULL, "Redis ACL user (Redis 6 and "
-      "later; needs redis_password); empty = the default user" },
-    { "redis_password", CT_STRING, OFF(redis_password),
-      SZ(redis_password), 0, 0, "", NULL, "password sent with AUTH on every "
-      "Redis connection; empty = none" },
+    { "redis_username", CT_STRING, OFF(redis_username), SZ(redis_username), 0,
+      0, "", NULL, NULL, "Redis ACL user (Redis 6 and later; needs "
+      "redis_password); empty = the default user" },
+    { "redis_password", CT_STRING, OFF(redis_password), SZ(redis_password), 0,
+      0, "", NULL, NULL, "password sent with AUTH on every Redis connection; "
+      "empty = none" },
     { "redis_sentinel_username", CT_STRING, OFF(redis_sentinel_username),
-      SZ(redis_sentinel_username), 0, 0, "", NULL, "ACL user for the "
-      "sentinels (needs redis_sentinel_password)" },
+      SZ(redis_sentinel_username), 0, 0, "", NULL, NULL,
+      "ACL user for the sentinels (needs redis_sentinel_password)" },
     { "redis_sentinel_password", CT_STRING, OFF(redis_sentinel_password),
-      SZ(redis_sentinel_password), 0, 0, "", NULL, "password sent with AUTH "
-      "to the sentinels; empty = none" },
-    { "redis_db", CT_LONG, OFF(redis_db), 0, 0, 65535, "0", NULL,
+      SZ(redis_sentinel_password), 0, 0, "", NULL, NULL,
+      "password sent with AUTH to the sentinels; empty = none" },
+    { "redis_db", CT_LONG, OFF(redis_db), 0, 0, 65535, "0", NULL, NULL,
       "Redis database number (SELECT); a Redis Cluster has only 0" },
-    { "redis_connect_timeout_ms", CT_LONG, OFF(redis_connect_timeout_ms), 0,
-      1, 10000, "50", NULL, "Redis connect timeout (milliseconds)" },
-    { "redis_command_timeout_ms", CT_LONG, OFF(redis_command_timeout_ms), 0,
-      1, 10000, "50", NULL, "Redis command timeout (milliseconds)" },
-    { "redis_backoff_ms", CT_LONG, OFF(redis_backoff_ms), 0, 0, 60000,
-      "250", NULL, "after a failed Redis connect, how long a worker waits "
-      "before its next blocking connect, answering 503 at once meanwhile; "
-      "if Redis refused the connection, it connects as soon as Redis "
-      "accepts connections again (milliseconds)" },
-    { "key_cache_ttl", CT_LONG, OFF(key_cache_ttl), 0, 0, 86400, "60", NULL,
-      "seconds a known API key is trusted without asking PostgreSQL" },
+    { "redis_connect_timeout_ms", CT_LONG, OFF(redis_connect_timeout_ms), 0, 1,
+      10000, "50", "ms", NULL, "Redis connect timeout (milliseconds)" },
+    { "redis_command_timeout_ms", CT_LONG, OFF(redis_command_timeout_ms), 0, 1,
+      10000, "50", "ms", NULL, "Redis command timeout (milliseconds)" },
+    { "redis_backoff_ms", CT_LONG, OFF(redis_backoff_ms), 0, 0, 60000, "250",
+      "ms", NULL, "after a failed Redis connect, how long a worker waits "
+      "before its next blocking connect, answering 503 at once meanwhile; if "
+      "Redis refused the connection, it connects as soon as Redis accepts "
+      "connections again (milliseconds)" },
+    { "key_cache_ttl", CT_LONG, OFF(key_cache_ttl), 0, 0, 86400, "60", "s",
+      NULL, "seconds a known API key is trusted without asking PostgreSQL" },
     { "key_cache_negative_ttl", CT_LONG, OFF(key_cache_negative_ttl), 0, 0,
-      3600, "5", NULL, "seconds an unknown API key is remembered as unknown" },
-    { "key_cache_size", CT_LONG, OFF(key_cache_size), 0, 1, 10000000,
-      "10000", NULL, "known API keys remembered by the pool (shared by all "
+      3600, "5", "s", NULL, "seconds an unknown API key is remembered as "
+      "unknown" },
+    { "key_cache_size", CT_LONG, OFF(key_cache_size), 0, 1, 10000000, "10000",
+      "keys", NULL, "known API keys remembered by the pool (shared by all "
       "workers; the least recently fetched go)" },
-    { "key_cache_negative_size", CT_LONG, OFF(key_cache_negative_size), 0,
-      1, 10000000, "10000", NULL, "unknown API keys remembered by the pool "
-      "(kept apart from known keys, so they can never evict them)" },
+    { "key_cache_negative_size", CT_LONG, OFF(key_cache_negative_size), 0, 1,
+      10000000, "10000", "keys", NULL, "unknown API keys remembered by the "
+      "pool (kept apart from known keys, so they can never evict them)" },
     { "key_lookup_rate", CT_LONG, OFF(key_lookup_rate), 0, 0, 1000000, "50",
-      NULL, "PostgreSQL lookups per second and worker for API keys the pool "
-      "does not know and key_filter_mb does not vouch for; past it such a "
-      "key gets 401 when the key filter is complete, else 503 "
+      "lookups/s", NULL, "PostgreSQL lookups per second and worker for API "
+      "keys the pool does not know and key_filter_mb does not vouch for; past "
+      "it such a key gets 401 when the key filter is complete, else 503 "
       "key_lookup_deferred with Retry-After: 1; 0 = unlimited" },
-    { "key_filter_mb", CT_LONG, OFF(key_filter_mb), 0, 0, 1024, "4",
-      NULL, "MiB of shared memory for the filter of active API keys (a "
-      "Bloom filter, 4 bits a key: 4 MiB hold 1,000,000 keys with about "
-      "1 false positive in 500); keys in it are looked up whatever "
-      "key_lookup_rate; 0 = no filter" },
-    { "rule_cache_ttl", CT_LONG, OFF(rule_cache_ttl), 0, 0, 86400, "30",
+    { "key_filter_mb", CT_LONG, OFF(key_filter_mb), 0, 0, 1024, "4", "MiB",
+      NULL, "MiB of shared memory for the filter of active API keys (a Bloom "
+      "filter, 4 bits a key: 4 MiB hold 1,000,000 keys with about 1 false "
+      "positive in 500); keys in it are looked up whatever key_lookup_rate; 0 "
+      "= no filter" },
+    { "rule_cache_ttl", CT_LONG, OFF(rule_cache_ttl), 0, 0, 86400, "30", "s",
       NULL, "seconds a tenant's rules are used without asking PostgreSQL" },
-    { "rule_cache_size", CT_LONG, OFF(rule_cache_size), 0, 1, 1000000,
-      "1000", NULL, "tenants whose rules the pool keeps in shared memory" },
-    { "rule_cache_shared_mb", CT_LONG, OFF(rule_cache_shared_mb), 0, 0,
-      65536, "64", NULL, "MiB of shared memory for the rules of tenants "
-      "too large for an entry of the shared tenants table (more than "
-      "about 135 rules): a ring the newest sets push the oldest out of; "
-      "0 = such tenants' rules are not shared" },
-    { "rule_cache_worker_mb", CT_LONG, OFF(rule_cache_worker_mb), 0, 1,
-      4096, "32", NULL, "MiB of tenants' rules each worker keeps ready to "
-      "match (the least recently used go first; a tenant larger than this "
-      "is kept alone): with the rest of a worker, its memory bound" },
+    { "rule_cache_size", CT_LONG, OFF(rule_cache_size), 0, 1, 1000000, "1000",
+      "tenants", NULL, "tenants whose rules the pool keeps in shared memory" },
+    { "rule_cache_shared_mb", CT_LONG, OFF(rule_cache_shared_mb), 0, 0, 65536,
+      "64", "MiB", NULL, "MiB of shared memory for the rules of tenants too "
+      "large for an entry of the shared tenants table (more than about 135 "
+      "rules): a ring the newest sets push the oldest out of; 0 = such "
+      "tenants' rules are not shared" },
+    { "rule_cache_worker_mb", CT_LONG, OFF(rule_cache_worker_mb), 0, 1, 4096,
+      "32", "MiB", NULL, "MiB of tenants' rules each worker keeps ready to "
+      "match (the least recently used go first; a tenant larger than this is "
+      "kept alone): with the rest of a worker, its memory bound" },
     { "overlimit_cache_size", CT_LONG, OFF(overlimit_cache_size), 0, 0,
-      10000000, "10000", NULL, "denials the pool remembers (shared by all "
-      "workers): a check of a counter known to be over its limit gets 429 "
-      "without a Redis call until the time Redis gave; 0 = off" },
+      10000000, "10000", "denials", NULL, "denials the pool remembers (shared "
+      "by all workers): a check of a counter known to be over its limit gets "
+      "429 without a Redis call until the time Redis gave; 0 = off" },
     { "overlimit_cache_min_ms", CT_LONG, OFF(overlimit_cache_min_ms), 0, 1,
-      3600000, "50", NULL, "a denial is remembered only when its "
+      3600000, "50", "ms", NULL, "a denial is remembered only when its "
       "Retry-After is at least this long (milliseconds)" },
     { "tenant_counter_budget", CT_LONG, OFF(tenant_counter_budget), 0, 0,
-      1000000000, "100000", NULL, "counters (Redis keys) named after what "
-      "callers send -- subjects, keys, addresses, routes -- that one tenant "
-      "may create an hour; past it a check that would create one gets 429 "
-      "counter_budget_exceeded until the hour ends, and the tenant's "
-      "existing counters go on; a tenant's own budget (ratelimitctl "
-      "tenant budget) overrides this; 0 = unlimited" },
+      1000000000, "100000", "counters/h", NULL, "counters (Redis keys) named "
+      "after what callers send -- subjects, keys, addresses, routes -- that "
+      "one tenant may create an hour; past it a check that would create one "
+      "gets 429 counter_budget_exceeded until the hour ends, and the tenant's "
+      "existing counters go on; a tenant's own budget (ratelimitctl tenant "
+      "budget) overrides this; 0 = unlimited" },
     { "max_body_size", CT_LONG, OFF(max_body_size), 0, 64, 1048576, "8192",
-      NULL, "largest accepted request body (bytes); larger gets 413" },
-    { "retry_after_unavailable", CT_LONG, OFF(retry_after_unavailable), 0,
-      1, 3600, "1", NULL, "Retry-After seconds sent with a 503" },
-    { "log_level", CT_LEVEL, OFF(log_level), 0, 0, 0, "info", NULL,
+      "bytes", NULL, "largest accepted request body (bytes); larger gets "
+      "413" },
+    { "retry_after_unavailable", CT_LONG, OFF(retry_after_unavailable), 0, 1,
+      3600, "1", "s", NULL, "Retry-After seconds sent with a 503" },
+    { "log_level", CT_LEVEL, OFF(log_level), 0, 0, 0, "info", NULL, NULL,
       "error, warn, info or debug" },
     { "ready_requires_postgresql", CT_ENUM, OFF(ready_requires_postgresql),
-      SZ(ready_requires_postgresql), 0, 0, "off", "off|on",
+      SZ(ready_requires_postgresql), 0, 0, "off", NULL, "off|on",
       "on: /health/ready answers 503 while PostgreSQL is unreachable; off: "
       "200 with status \"degraded\", since known keys are still served" },
-    { "log", CT_STRING, OFF(log_target), SZ(log_target), 1, 0, "stderr",
-      NULL, "where log lines go: stderr (the web server's error log), "
-      "syslog (facility daemon) or an absolute file path (appended to, "
-      "reopened on SIGUSR1)" },
+    { "log", CT_STRING, OFF(log_target), SZ(log_target), 1, 0, "stderr", NULL,
+      NULL, "where log lines go: stderr (the web server's error log), syslog "
+      "(facility daemon) or an absolute file path (appended to, reopened on "
+      "SIGUSR1)" },
     { "access_log", CT_STRING, OFF(access_log), SZ(access_log), 1, 0, "off",
-      NULL, "one line per check and authorizer request: off, stderr, "
+      NULL, NULL, "one line per check and authorizer request: off, stderr, "
       "syslog or an absolute file path (reopened on SIGUSR1)" },
     { "access_log_format", CT_ENUM, OFF(access_log_format),
-      SZ(access_log_format), 0, 0, "logfmt", "logfmt|json",
+      SZ(access_log_format), 0, 0, "logfmt", NULL, "logfmt|json",
       "the access log's lines: logfmt (key=value) or json (one object a "
       "line)" },
-    { "slowlog_ms", CT_LONG, OFF(slowlog_ms), 0, 0, 600000, "0", NULL,
-      "log (at warn) every check slower than this, with where its time "
-      "went, and count it in /status \"slow requests\"; 0 = off" },
+    { "slowlog_ms", CT_LONG, OFF(slowlog_ms), 0, 0, 600000, "0", "ms", NULL,
+      "log (at warn) every check slower than this, with where its time went, "
+      "and count it in /status \"slow requests\"; 0 = off" },
     { "denial_log_rate", CT_LONG, OFF(denial_log_rate), 0, 0, 100000, "10",
-      NULL, "denials logged at info a second, across the pool; beyond it "
-      "they are counted and a \"suppressed N\" line follows; 0 = none" },
-    { "metrics_tenants", CT_STRING, OFF(metrics_tenants),
-      SZ(metrics_tenants), 1, 0, "top:10", NULL, "per-tenant and per-rule "
-      "series in /metrics: off, top:N (the N tenants with the most "
-      "checks, N 1-1000) or all (every pair the pool counts, at most "
-      "1024)" },
-    { "authorizer_path", CT_STRING, OFF(authorizer_path),
-      SZ(authorizer_path), 0, 0, "/_ratelimit/auth", NULL,
-      "a Responder request for this path is answered as an authorizer "
-      "decision on the original request (REQUEST_URI): for nginx "
-      "auth_request; empty = off" },
-    { "authorizer_route", CT_ENUM, OFF(authorizer_route),
-      SZ(authorizer_route), 0, 0, "path", "path|method_path",
-      "the route an authorizer decision matches rules against: the path "
-      "without the query string, or \"METHOD path\"" },
+      "denials/s", NULL, "denials logged at info a second, across the pool; "
+      "beyond it they are counted and a \"suppressed N\" line follows; 0 = "
+      "none" },
+    { "metrics_tenants", CT_STRING, OFF(metrics_tenants), SZ(metrics_tenants),
+      1, 0, "top:10", NULL, NULL, "per-tenant and per-rule series in "
+      "/metrics: off, top:N (the N tenants with the most checks, N 1-1000) or "
+      "all (every pair the pool counts, at most 1024)" },
+    { "authorizer_path", CT_STRING, OFF(authorizer_path), SZ(authorizer_path),
+      0, 0, "/_ratelimit/auth", NULL, NULL, "a Responder request for this "
+      "path is answered as an authorizer decision on the original request "
+      "(REQUEST_URI): for nginx auth_request; empty = off" },
+    { "authorizer_route", CT_ENUM, OFF(authorizer_route), SZ(authorizer_route),
+      0, 0, "path", NULL, "path|method_path", "the route an authorizer "
+      "decision matches rules against: the path without the query string, or "
+      "\"METHOD path\"" },
     { "anonymous_tenant", CT_STRING, OFF(anonymous_tenant),
-      SZ(anonymous_tenant), 0, 0, "", NULL,
-      "tenant whose rules apply to authorizer requests without an API key, "
-      "counted per client address; empty = such requests get 401" },
+      SZ(anonymous_tenant), 0, 0, "", NULL, NULL, "tenant whose rules apply "
+      "to authorizer requests without an API key, counted per client address; "
+      "empty = such requests get 401" },
     { "status_allow", CT_STRING, OFF(status_allow), SZ(status_allow), 0, 0,
-      "127.0.0.0/8, ::1", NULL, "client addresses or networks that may "
+      "127.0.0.0/8, ::1", NULL, NULL, "client addresses or networks that may "
       "read /status and /dashboard without a key, for the whole pool (an "
-      "admin key may from anywhere, for its own tenant only; a check key "
-      "gets 403); empty = admin keys only" },
-    { "metrics_allow", CT_STRING, OFF(metrics_allow), SZ(metrics_allow), 0,
-      0, "127.0.0.0/8, ::1", NULL, "client addresses or networks that may "
-      "read /metrics without a key, for the whole pool (an admin key may "
-      "from anywhere, for its own tenant only); empty = admin keys only" },
-    { "trusted_proxies", CT_STRING, OFF(trusted_proxies),
-      SZ(trusted_proxies), 0, 0, "", NULL,
-      "addresses or networks (\"127.0.0.1, 10.0.0.0/8, ::1\") whose "
-      "X-Forwarded-For names the client; others' is ignored" },
+      "admin key may from anywhere, for its own tenant only; a check key gets "
+      "403); empty = admin keys only" },
+    { "metrics_allow", CT_STRING, OFF(metrics_allow), SZ(metrics_allow), 0, 0,
+      "127.0.0.0/8, ::1", NULL, NULL, "client addresses or networks that may "
+      "read /metrics without a key, for the whole pool (an admin key may from "
+      "anywhere, for its own tenant only); empty = admin keys only" },
+    { "trusted_proxies", CT_STRING, OFF(trusted_proxies), SZ(trusted_proxies),
+      0, 0, "", NULL, NULL, "addresses or networks (\"127.0.0.1, 10.0.0.0/8, "
+      "::1\") whose X-Forwarded-For names the client; others' is ignored" },
 };
 
 #define NKEYS (sizeof(config_keys) / sizeof(config_keys[0]))
@@ -1299,5 +1302,56 @@ config_help(FILE *fp)
             fprintf(fp, ", %ld to %ld", k->min, k->max);
         fputc('\n', fp);
         config_wrap(fp, k->help, 6, 72);
+    }
+}
+
+/* The name of a key's type in the listing of config_keys_print. */
+static const char *
+config_type_name(enum config_type type)
+{
+    switch (type) {
+    case CT_LONG:
+        return "integer";
+    case CT_MODE:
+        return "mode";
+    case CT_STRING:
+        return "string";
+    case CT_LEVEL:
+    case CT_ENUM:
+        return "enum";
+    }
+    return "-";
+}
+
+void
+config_keys_print(FILE *fp)
+{
+    const struct config_key *k;
+    char min[32], max[32];
+    size_t i, j;
+
+    for (i = 0; i < NKEYS; i++) {
+        k = &config_keys[i];
+        if (k->type == CT_LONG) {
+            snprintf(min, sizeof(min), "%ld", k->min);
+            snprintf(max, sizeof(max), "%ld", k->max);
+        } else if (k->type == CT_MODE) {
+            snprintf(min, sizeof(min), "%04lo", (unsigned long)k->min);
+            snprintf(max, sizeof(max), "%04lo", (unsigned long)k->max);
+        } else {
+            snprintf(min, sizeof(min), "-");
+            snprintf(max, sizeof(max), "-");
+        }
+        /* An empty default is written "" so that no field is empty. */
+        fprintf(fp, "%s\t%s\t%s\t%s\t%s\t%s\t", k->name,
+            config_type_name(k->type), k->def[0] != '\0' ? k->def : "\"\"",
+            min, max, k->unit != NULL ? k->unit : "-");
+        if (k->type == CT_LEVEL)
+            for (j = 0; j < sizeof(level_names) / sizeof(level_names[0]);
+                j++)
+                fprintf(fp, "%s%s", j > 0 ? "|" : "", level_names[j]);
+        else
+            fputs(k->choices != NULL ? k->choices : "-", fp);
+        fputc('\n', fp);
     }
 }

@@ -28,7 +28,7 @@ usage(FILE *fp)
 {
     fprintf(fp,
 "Usage: ratelimit-fcgi [-c FILE] [-t | -T | -C]\n"
-"       ratelimit-fcgi -h | -v\n"
+"       ratelimit-fcgi -h | -v | -K\n"
 "  -c, --config FILE  configuration file (default " DEFAULT_CONFIG ")\n"
 "  -t, --test         test the configuration file and exit (0 valid, 1 not)\n"
 "  -T, --test-dump    like -t, then print every key with its value\n"
@@ -37,6 +37,8 @@ usage(FILE *fp)
 "                     directory (one line per failure with its fix)\n"
 "  -h, --help         show this help and exit\n"
 "  -v, --version      show the version and exit\n"
+"  -K, --keys         print each key's name, type, default, min, max, unit\n"
+"                     and choices, tab-separated, and exit\n"
 "The configuration keys, signals and files: man ratelimit-fcgi\n");
 }
 
@@ -396,6 +398,7 @@ main(int argc, char **argv)
         { "check-setup", no_argument, NULL, 'C' },
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'v' },
+        { "keys", no_argument, NULL, 'K' },
         { NULL, 0, NULL, 0 },
     };
     static struct rl_config cfg;
@@ -405,7 +408,7 @@ main(int argc, char **argv)
     char err[4096], secrets[2048], *line;
     int ch, test = 0, fd, rc, exposed, pid_ok = 1;
 
-    while ((ch = getopt_long(argc, argv, "c:tTChv", longopts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "c:tTChvK", longopts, NULL)) != -1) {
         switch (ch) {
         case 'c':
             path = optarg;
@@ -424,6 +427,9 @@ main(int argc, char **argv)
             return 0;
         case 'v':
             printf("ratelimit-fcgi %s\n", RL_VERSION);
+            return 0;
+        case 'K':
+            config_keys_print(stdout);
             return 0;
         default:
             fprintf(stderr, "Try 'ratelimit-fcgi --help'.\n");

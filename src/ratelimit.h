@@ -163,6 +163,12 @@ int config_check_secrets(const struct rl_config *cfg, char *msg,
 /* Writes the key table (name, default, bounds, meaning). */
 void config_help(FILE *fp);
 
+/* Writes the key table as data, one line a key and seven tab-separated
+ * fields: name, type (integer, mode, string, enum), default ("" when
+ * empty), min and max (integers and modes; else "-"), unit (or "-") and
+ * the choices of an enum ("a|b"; else "-"). */
+void config_keys_print(FILE *fp);
+
 /* ------------------------------------------------------------------ */
 /* log.c */
 
