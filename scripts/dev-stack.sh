@@ -196,7 +196,7 @@ redis_start() {
         set -- --unixsocket "$VAR/redis.sock" --unixsocketperm 700
     # hz 100: with thousands of keys expiring a second (the counters of
     # new subjects), Redis's expiry, run hz times a second, otherwise
-    # stops everything for milliseconds at a time (README, "Persistence,
+    # stops everything for milliseconds at a time (doc/redis.md, "Persistence,
     # eviction and expiry").
     redis-server --bind 127.0.0.1 --port "$REDIS_PORT" "$@" --hz 100 \
         --save "" --appendonly no --dir "$VAR/redis" \

@@ -17,7 +17,7 @@
  *
  * The stores are a seam of function pointers (struct decide_store): the
  * service plugs in PostgreSQL and Redis (service.c), the unit tests plug
- * in fakes, so that every row of the README's status table is tested
+ * in fakes, so that every row of doc/api.md's status table is tested
  * without a network.  Nothing in this file does I/O of its own.
  *
  * What the pool knows: known keys and keys PostgreSQL did not know live in

@@ -486,6 +486,41 @@ pg_statements() {
     done | grep -cE 'statement: |execute ' || true
 }
 
+# doc_block FILE HEADING [N]: prints the Nth ```sh block under HEADING
+# (default 1) of FILE (README.md, doc/api.md...; relative to the tree) and
+# notes it in $DOC_BLOCKS_RUN, beside $RESULTS, so that test_readme can show
+# that every shell block of the documentation was run by a test.
+DOC_BLOCKS_RUN=${RESULTS:+${RESULTS%/*}/doc-blocks-run}
+doc_block() {
+    [ -z "$DOC_BLOCKS_RUN" ] ||
+        printf '%s|%s|%s\n' "$1" "$2" "${3:-1}" >>"$DOC_BLOCKS_RUN"
+    python3 - "$ROOT/$1" "$2" "${3:-1}" <<'PY'
+import sys
+lines = open(sys.argv[1]).read().split("\n")
+heading, want = sys.argv[2], int(sys.argv[3])
+under, n, out, inside = False, 0, [], False
+for line in lines:
+    if line.startswith("#"):
+        if inside:
+            continue
+        under = line.lstrip("#").strip() == heading
+        continue
+    if not under:
+        continue
+    if line.startswith("```sh") and not inside:
+        n += 1
+        inside = n == want
+        continue
+    if line.startswith("```") and inside:
+        break
+    if inside:
+        out.append(line)
+if not out:
+    sys.exit("%s: no ```sh block %d under the heading %r" % (sys.argv[1], want, heading))
+print("\n".join(out))
+PY
+}
+
 # A name no earlier run used.
 uniq_name() {
     echo "$1-$$-$(od -An -N4 -tx4 /dev/urandom | tr -d ' \n')"

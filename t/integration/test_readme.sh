@@ -11,32 +11,7 @@ set -u
 . "$(dirname "$0")/lib.sh"
 require_stack
 
-# readme_block HEADING [N]: the Nth ```sh block under HEADING (default 1).
-readme_block() {
-    python3 - "$ROOT/README.md" "$1" "${2:-1}" <<'PY'
-import sys
-lines = open(sys.argv[1]).read().split("\n")
-heading, want = sys.argv[2], int(sys.argv[3])
-under, n, out, inside = False, 0, [], False
-for line in lines:
-    if line.startswith("#"):
-        if inside:
-            continue
-        under = line.lstrip("#").strip() == heading
-        continue
-    if not under:
-        continue
-    if line.startswith("```sh") and not inside:
-        n += 1
-        inside = n == want
-        continue
-    if line.startswith("```") and inside:
-        break
-    if inside:
-        out.append(line)
-print("\n".join(out))
-PY
-}
+readme_block() { doc_block README.md "$@"; }
 
 # The commands as a user types them, pointed at this test's stack.
 localize() {
@@ -62,12 +37,12 @@ run_block() {
 tenant=$(uniq_name acme)
 
 # Administration, then the rule examples (they use the tenant it adds).
-readme_block "Administration: ratelimitctl" | localize "$PORT" "$tenant" \
+doc_block doc/operations.md "Administration: ratelimitctl" | localize "$PORT" "$tenant" \
     >"$T_TMP/admin.sh"
 run_block "Administration" 1 "$VAR/ratelimit.conf" <"$T_TMP/admin.sh"
 check "the README's key create printed a key" \
     matches "$(cat "$T_TMP/block.out")" 'rl_[A-Za-z0-9_-]+'
-readme_block "Rules and limits" | localize "$PORT" "$tenant" \
+doc_block doc/rules.md "Rules and limits" | localize "$PORT" "$tenant" \
     >"$T_TMP/rules.sh"
 run_block "Rules and limits" 1 "$VAR/ratelimit.conf" <"$T_TMP/rules.sh"
 limits=$(psql_q "SELECT count(*) FROM limits l JOIN rules r ON r.id = l.rule_id
@@ -79,7 +54,9 @@ shadow=$(psql_q "SELECT shadow FROM rules r JOIN tenants t ON t.id = r.tenant_id
 check "the README's quota rule ends up enforced (shadow $shadow)" \
     eq "$shadow" f
 
-# make run / make stop, as the README's first lines say, on other ports.
+# make run / make stop, as the README's first lines say, on other ports
+# (the block's other line, make test, is what runs this file).
+doc_block README.md "The two commands" >/dev/null
 run_var=$(mktemp -d "${TMPDIR:-/tmp}/ratelimit-readme.XXXXXX")
 run_port=$((PORT + 40))
 run_redis=$((REDIS_PORT + 40))
@@ -93,12 +70,12 @@ check "make run exits 0 ($rc)" eq "$rc" 0
 check "make run printed the demo curl example" \
     contains "$(cat "$T_TMP/make-run.out")" "rl_demo_abc123xyz"
 
-readme_block "The two commands" 2 | localize "$run_port" acme \
+readme_block "A first check" | localize "$run_port" acme \
     >"$T_TMP/first.sh"
 # As in the source tree after make run: var/ratelimit.conf, found without -c.
 mkdir -p "$T_TMP/tree"
 ln -sfn "$run_var" "$T_TMP/tree/var"
-RB_DIR=$T_TMP/tree run_block "The two commands" 2 "$run_var/ratelimit.conf" \
+RB_DIR=$T_TMP/tree run_block "A first check" 1 "$run_var/ratelimit.conf" \
     <"$T_TMP/first.sh"
 out=$(cat "$T_TMP/block.out")
 check "the README's curl example is allowed by the demo rules" \
@@ -205,12 +182,13 @@ missing=""
 for key in $keys; do
     grep -Eq "^#?$key *=" "$ROOT/conf/ratelimit.conf" ||
         missing="$missing $key"
-    grep -q "\`$key\`" "$ROOT/README.md" || missing="$missing README:$key"
+    grep -Eq "^\| (\`[a-z_]+\`, )*\`$key\`[ ,]" "$ROOT/doc/operations.md" ||
+        missing="$missing operations.md:$key"
 done
-check "conf/ratelimit.conf sets or shows every key, and the README names each (missing:$missing)" \
+check "conf/ratelimit.conf sets or shows every key, and doc/operations.md's table has a row for each (missing:$missing)" \
     eq "$missing" ""
 # The monitoring examples, against the stack.
-readme_block "Monitoring: status, metrics, logs, dashboard" |
+doc_block doc/operations.md "Monitoring: status, metrics, logs, dashboard" |
     localize "$PORT" "$tenant" >"$T_TMP/monitor.sh"
 run_block "Monitoring" 1 "$VAR/ratelimit.conf" <"$T_TMP/monitor.sh"
 mon=$(cat "$T_TMP/block.out")
@@ -290,8 +268,37 @@ psql_q "DROP ROLE $p_svc" >/dev/null 2>&1
 
 # One socket path wherever ratelimit-fcgi listens itself.
 paths=$(grep -ohE '/run/[a-z_-]+/[a-z_.-]*fcgi[a-z_.-]*\.sock' \
-    "$ROOT/README.md" "$ROOT"/conf/* | sort -u | tr '\n' ' ')
+    "$ROOT/README.md" "$ROOT"/doc/*.md "$ROOT"/conf/* | sort -u | tr '\n' ' ')
 check "the README and the shipped configs use one socket path (and lighttpd's own for bin-path): $paths" \
     eq "$paths" "/run/lighttpd/ratelimit-fcgi.sock /run/ratelimit/fcgi.sock "
+
+# Every ```sh block of README.md and doc/ was run by a test of this run:
+# this file or test_deb.sh (which runs before it).  Only when the whole
+# suite runs: a subset (TESTS=readme) may leave test_deb's blocks out.
+# systemd's block needs systemd as PID 1, which no test has;
+# test_socket.sh and test_deb.sh do what its units say by hand.
+NOT_RUNNABLE="doc/deployment.md|systemd|1"
+if [ -z "${TESTS:-}" ] && [ -n "$DOC_BLOCKS_RUN" ]; then
+    unrun=$(cd "$ROOT" && python3 - "$DOC_BLOCKS_RUN" "$NOT_RUNNABLE" \
+        README.md doc/*.md <<'PY'
+import sys
+ran = set(open(sys.argv[1]).read().split("\n")) | {sys.argv[2]}
+for path in sys.argv[3:]:
+    heading, counts, inside = None, {}, False
+    for line in open(path):
+        if line.startswith("```"):
+            if not inside and line.startswith("```sh"):
+                counts[heading] = counts.get(heading, 0) + 1
+                block = "%s|%s|%d" % (path, heading, counts[heading])
+                if block not in ran:
+                    print(block)
+            inside = not inside
+        elif line.startswith("#") and not inside:
+            heading = line.lstrip("#").strip()
+PY
+)
+    check "every shell block of README.md and doc/ is run by a test (not run: $(printf "%s\n" "$unrun" | tr "\n" " "))" \
+        eq "$unrun" ""
+fi
 
 finish
