@@ -37,7 +37,7 @@ HEADERS = $(wildcard src/*.h)
 
 UNIT_SRC = $(wildcard t/check_*.c)
 
-.PHONY: all deps test unit lua-test integration run stop bench bench-rate bench-scale profile install uninstall deb \
+.PHONY: all deps deps-build deps-runtime test unit lua-test integration run stop bench bench-rate bench-scale profile install uninstall deb \
 	asan clean test-faults fuzz asan-test lint
 
 all: $(BUILD)/ratelimit-fcgi $(BUILD)/ratelimitctl
@@ -77,6 +77,15 @@ $(BUILD)/check_all: $(UNIT_SRC) t/fixtures.c t/check.h t/fixtures.h \
 
 deps:
 	@sh scripts/install-deps.sh
+
+# Only what building the binaries and the Debian package needs (no server
+# is installed, none is stopped); only what running an installed copy needs
+# (the libraries, PostgreSQL and Redis, left running).
+deps-build:
+	@sh scripts/install-deps.sh --build
+
+deps-runtime:
+	@sh scripts/install-deps.sh --runtime
 
 # The README's test command: unit tests, Lua tests against a real Redis,
 # and the integration tests against a private stack, in that order; the

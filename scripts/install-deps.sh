@@ -1,19 +1,49 @@
 #!/bin/sh
-# Installs the Debian packages that building, running and testing
-# ratelimit-fcgi need (`make deps`; `make run`, `make test` and `make bench`
-# depend on it).  When everything is present it prints nothing and exits 0
-# at once.  As root it installs what is missing; otherwise it prints the
-# command to run and exits 1.  Services that the packages start on the
-# system are stopped again: the dev stack and the tests run their own
-# private servers.
+# Installs the Debian packages that ratelimit-fcgi needs, in one of three
+# sets:
+#   install-deps.sh            building, running and testing it (`make deps`;
+#                              `make run`, `make test` and `make bench` depend
+#                              on it).  Services that the packages start on
+#                              the system are stopped again: the dev stack and
+#                              the tests run their own private servers.
+#   install-deps.sh --build    only building it and its Debian package
+#                              (`make deps-build`); no server.
+#   install-deps.sh --runtime  only running it, for `make install`
+#                              (`make deps-runtime`): the shared libraries,
+#                              PostgreSQL and Redis, whose services are left
+#                              running: they are what it will use.
+# When everything is present it prints nothing and exits 0 at once.  As
+# root it installs what is missing; otherwise it prints the command to run
+# and exits 1.
 set -eu
 
-# The one list of packages: add new ones here.
+MODE=all
+case ${1:-} in
+'') ;;
+--build) MODE=build ;;
+--runtime) MODE=runtime ;;
+*)
+    echo "usage: install-deps.sh [--build | --runtime]" >&2
+    exit 2
+    ;;
+esac
+
+BUILD_PACKAGES="build-essential pkg-config libfcgi-dev libhiredis-dev libpq-dev
+libjson-c-dev libssl-dev debhelper dpkg-dev git"
+RUNTIME_PACKAGES="libfcgi0ldbl libhiredis0.14 libpq5 libjson-c5 libssl3
+postgresql redis-server"
+
+# Everything for development and the tests: add new ones here.
 PACKAGES="build-essential pkg-config libfcgi-dev libhiredis-dev libpq-dev
 libjson-c-dev libssl-dev check libsubunit-dev redis-server postgresql
 lighttpd curl wrk procps nginx-light apache2 libapache2-mod-fcgid spawn-fcgi
 python3 clang shellcheck cppcheck mandoc nodejs npm prometheus chromium logrotate
 valgrind strace gnuplot-nox debhelper dpkg-dev lintian"
+
+case $MODE in
+build) PACKAGES=$BUILD_PACKAGES ;;
+runtime) PACKAGES=$RUNTIME_PACKAGES ;;
+esac
 
 # Packages that start a system-wide service when installed: the package,
 # its service and the pid files the Debian package uses, as "pkg:svc:glob".
@@ -63,8 +93,10 @@ DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
     $missing
 
 # Stop the services that were just installed (and started by their
-# maintainer scripts), so that nothing system-wide lingers.  Services that
-# were installed before are left alone.
+# maintainer scripts), so that nothing system-wide lingers; not for
+# --runtime, whose servers are the ones to use.  Services that were
+# installed before are left alone.
+[ "$MODE" = runtime ] && exit 0
 for entry in $SERVICES; do
     pkg=${entry%%:*}
     rest=${entry#*:}

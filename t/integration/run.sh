@@ -115,6 +115,7 @@ for t in t/integration/test_*.sh; do
     *bash*) shell="bash" ;;
     esac
     mark=$(wc -l <"$RESULTS" | tr -d ' ')
+    started=$(date +%s)
     # Every test file has bounded waits of its own; the timeout is a last
     # resort against a hang.
     {
@@ -124,6 +125,7 @@ for t in t/integration/test_*.sh; do
     tally "$(cat "$RUN_TMP/rc")" "$mark" "$RUN_TMP/out" "$name"
     total_pass=$((total_pass + T_PASS))
     total_fail=$((total_fail + T_FAIL))
+    echo "$(($(date +%s) - started)) $name" >>"$RUN_TMP/times"
 done
 
 if [ "$total_fail" -gt 0 ] && [ -f "$VAR/ratelimit-fcgi.log" ]; then
@@ -139,6 +141,11 @@ if [ -s "$FAULT_TABLE" ]; then
         }
         { printf "%-58s %9s %11s %10s\n", $1, $2, $3, $4 }' "$FAULT_TABLE"
     echo
+fi
+if [ -s "$RUN_TMP/times" ]; then
+    echo "run.sh: seconds per file, slowest first:" \
+        "$(sort -rn "$RUN_TMP/times" | awk '{ printf "%s %s, ", $2, $1 }' |
+            sed 's/, $//')"
 fi
 cleanup
 echo "$total_pass passed, $total_fail failed"

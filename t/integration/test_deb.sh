@@ -57,6 +57,37 @@ for tool in dpkg-buildpackage dh /usr/sbin/nginx /usr/sbin/apache2; do
         finish
     fi
 done
+# The three sets of scripts/install-deps.sh, with every package missing
+# (a dpkg-query that knows none), as root (an id that says 0) and with
+# apt-get and service that only write down what they are asked; run as
+# nobody, so that nothing real can be touched.
+fake=$(mktemp -d "${TMPDIR:-/tmp}/ratelimit-deps.XXXXXX")
+printf '#!/bin/sh\n' >"$fake/dpkg-query"
+printf '#!/bin/sh\necho 0\n' >"$fake/id"
+printf '#!/bin/sh\necho "apt-get $*" >>"%s/deps.log"\n' "$fake" >"$fake/apt-get"
+printf '#!/bin/sh\necho "service $*" >>"%s/deps.log"\n' "$fake" >"$fake/service"
+chmod 0755 "$fake"/*
+chmod 0777 "$fake"
+deps_run() {
+    rm -f "$fake/deps.log"
+    runuser -u nobody -- env PATH="$fake:$PATH" sh -s -- "$@" \
+        <"$ROOT/scripts/install-deps.sh" >/dev/null 2>&1
+    sed -n 's/.*--no-install-recommends //p; s/^service \([^ ]*\) stop$/stopped \1/p' \
+        "$fake/deps.log" 2>/dev/null | tr '\n' ' '
+}
+got=$(deps_run --runtime)
+check "install-deps --runtime: the libraries, PostgreSQL and Redis, and no service stopped ($got)" \
+    eq "$got" "libfcgi0ldbl libhiredis0.14 libpq5 libjson-c5 libssl3 postgresql redis-server "
+got=$(deps_run --build)
+check "install-deps --build: no server, nothing stopped ($got)" \
+    eq "$(printf '%s' "$got" | grep -cE '(^| )(postgresql|redis-server|nginx[a-z-]*|apache2|lighttpd)( |$)|stopped')" 0
+check "install-deps --build: the -dev libraries and debhelper ($got)" \
+    matches "$got" 'libfcgi-dev .*libssl-dev .*debhelper '
+got=$(deps_run)
+check "install-deps (everything): the servers it installed are stopped again ($got)" \
+    matches "$got" 'stopped redis-server .*stopped postgresql '
+rm -rf "$fake"
+
 if dpkg-query -W -f='${db:Status-Abbrev}' ratelimit-fcgi 2>/dev/null |
     grep -q '^.[^n]'; then
     fail "ratelimit-fcgi is not installed before the test (dpkg --purge it first)"
@@ -129,31 +160,31 @@ listing "$D/before"
 
 # ---------------------------------------------------------------- build
 
+# README "Production in ten minutes", step 1 as written (make deps-build,
+# make deb, apt-get install of the file), with the package built in $D;
+# DEB=FILE skips the build and installs FILE.
+step1=$(doc_block README.md "Production in ten minutes" 1 |
+    sed -e "s#make deb\$#make deb BUILD=$D/pkg#" \
+        -e "s#\./build/deb/#$D/pkg/deb/#")
 if [ -n "${DEB:-}" ]; then
-    deb=$DEB
-else
-    (cd "$ROOT" && DEB_BUILD_OPTIONS="nocheck noddebs parallel=$(nproc)" \
-        make deb BUILD="$D/pkg") >"$D/build.log" 2>&1
-    rc=$?
-    check "make deb exits 0 ($rc)" eq "$rc" 0
-    [ "$rc" = 0 ] || tail -n 20 "$D/build.log" | sed 's/^/    /'
-    deb=$(sed -n 's/^deb: //p' "$D/build.log" | tail -n 1)
-    case $deb in
-    /*) ;;
-    ?*) deb=$ROOT/$deb ;;
-    esac
+    step1=$(printf '%s\n' "$step1" | sed -e '/make deb/d' \
+        -e "s#$D/pkg/deb/ratelimit-fcgi_\*_amd64\.deb#$DEB#")
 fi
+check "step 1 builds and installs what it makes ($(printf '%s' "$step1" | tr '\n' ';'))" \
+    contains "$step1" "apt-get install -y $D/pkg/deb/"
+(cd "$ROOT" && DEB_BUILD_OPTIONS="nocheck noddebs parallel=$(nproc)" \
+    APT_LISTCHANGES_FRONTEND=none DEBIAN_FRONTEND=noninteractive \
+    sh -ec "$step1") >"$D/install.log" 2>&1
+rc=$?
+INSTALLED=1
+check "README step 1 exits 0 ($rc)" eq "$rc" 0
+[ "$rc" = 0 ] || { sed 's/^/    /' "$D/install.log" | tail -n 20; finish; }
+deb=${DEB:-$(ls "$D"/pkg/deb/ratelimit-fcgi_*_amd64.deb 2>/dev/null | head -n 1)}
 check "the package is there ($deb)" test -s "$deb"
-[ -s "$deb" ] || finish
 t_built=$(date +%s)
 
 # ---------------------------------------------------------------- install
 
-dpkg -i "$deb" >"$D/install.log" 2>&1
-rc=$?
-INSTALLED=1
-check "dpkg -i installs it ($rc)" eq "$rc" 0
-[ "$rc" = 0 ] || { sed 's/^/    /' "$D/install.log" | tail -n 20; finish; }
 check "the daemon is /usr/sbin/ratelimit-fcgi" test -x /usr/sbin/ratelimit-fcgi
 check "ratelimitctl is /usr/bin/ratelimitctl" test -x /usr/bin/ratelimitctl
 for page in ratelimit-fcgi ratelimitctl; do
