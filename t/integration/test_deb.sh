@@ -181,6 +181,12 @@ check "README step 1 exits 0 ($rc)" eq "$rc" 0
 [ "$rc" = 0 ] || { sed 's/^/    /' "$D/install.log" | tail -n 20; finish; }
 deb=${DEB:-$(ls "$D"/pkg/deb/ratelimit-fcgi_*_amd64.deb 2>/dev/null | head -n 1)}
 check "the package is there ($deb)" test -s "$deb"
+# lintian: no error (its warnings and notes are printed, and justified in
+# debian/README.source).
+lintian --fail-on error --tag-display-limit 0 "$deb" >"$D/lintian.log" 2>&1
+rc=$?
+check "lintian finds no error in the package (exit $rc)" eq "$rc" 0
+sed 's/^/    lintian: /' "$D/lintian.log"
 t_built=$(date +%s)
 
 # ---------------------------------------------------------------- install
