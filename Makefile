@@ -56,8 +56,12 @@ $(BUILD)/embedded.c: $(BUILD)/check.lua $(MIGRATIONS) www/dashboard.html \
 	sh scripts/embed.sh $(BUILD)/check.lua "$(MIGRATIONS)" \
 		www/dashboard.html > $@.tmp && mv $@.tmp $@
 
-$(BUILD)/%.o: src/%.c $(HEADERS) | $(BUILD)
-	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+# Each object depends on the headers it includes, as the compiler lists
+# them (-MMD -MP: $(BUILD)/NAME.d, read back below).
+$(BUILD)/%.o: src/%.c | $(BUILD)
+	$(CC) $(ALL_CFLAGS) -MMD -MP -c -o $@ $<
+
+-include $(wildcard $(BUILD)/*.d)
 
 $(BUILD)/embedded.o: $(BUILD)/embedded.c src/ratelimit.h
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
