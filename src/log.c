@@ -8,10 +8,14 @@
  * writes to stderr lands there too, and opened again on SIGUSR1 after
  * logrotate moved it.  The access log (one line per check, formatted by
  * the caller) has a destination of its own, reopened alike.  Every line carries a
- * level and the source file and line that emitted it; under stderr it also
- * carries a UTC timestamp and the pid.  Control bytes in a message are
- * escaped (\n, \r, \xNN): a line is one event.  Callers never pass raw
- * API keys here: only their SHA-256 prefix.
+ * level; under stderr it also carries a UTC timestamp and the pid.  At
+ * log_level = debug every line also names the source file and line that
+ * emitted it.  When stderr is systemd's journal (JOURNAL_STREAM names the
+ * device and inode of fd 2), a line starts with the sd-daemon priority
+ * prefix ("<3>" error, "<4>" warn, "<6>" info, "<7>" debug) instead, and
+ * carries neither time nor pid: the journal records both itself.  Control
+ * bytes in a message are escaped (\n, \r, \xNN): a line is one event.
+ * Callers never pass raw API keys here: only their SHA-256 prefix.
  *
  * A failure that hits every request (Redis out of memory, a dead server)
  * must not write a line per request: each call site (file and line) writes
@@ -24,7 +28,9 @@
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <syslog.h>
 #include <time.h>
 #include <unistd.h>
@@ -34,6 +40,7 @@
 
 static int log_level = RL_LOG_INFO;
 static int log_syslog;
+static int log_journal;             /* stderr is the journal's stream */
 static const char *log_ident = "ratelimit-fcgi";
 static const char *const log_names[] = { "error", "warn", "info", "debug" };
 static struct log_limit log_sites;
@@ -58,6 +65,34 @@ log_open_onto(const char *path, int fd)
     return fd;
 }
 
+/* Whether fd 2 is the stream systemd's journal reads: JOURNAL_STREAM
+ * ("DEVICE:INODE", set by systemd for StandardError=journal) names it.
+ * A child that inherited the variable but writes its stderr elsewhere (a
+ * file, a pipe) is not, which the device and inode tell. */
+static int
+log_stderr_is_journal(void)
+{
+    const char *v = getenv("JOURNAL_STREAM");
+    unsigned long long dev, ino;
+    struct stat st;
+    char *end;
+
+    if (v == NULL)
+        return 0;
+    errno = 0;
+    dev = strtoull(v, &end, 10);
+    if (errno != 0 || end == v || *end != ':')
+        return 0;
+    v = end + 1;
+    ino = strtoull(v, &end, 10);
+    if (errno != 0 || end == v || *end != '\0')
+        return 0;
+    if (fstat(STDERR_FILENO, &st) == -1)
+        return 0;
+    return (unsigned long long)st.st_dev == dev &&
+        (unsigned long long)st.st_ino == ino;
+}
+
 int
 log_init(const char *ident, const char *target, int level)
 {
@@ -75,6 +110,8 @@ log_init(const char *ident, const char *target, int level)
         }
         snprintf(log_file, sizeof(log_file), "%s", target);
     }
+    /* A log file is opened onto fd 2, so it is never the journal's. */
+    log_journal = !log_syslog && log_stderr_is_journal();
     return 0;
 }
 
@@ -216,13 +253,15 @@ log_limit_overdue(struct log_limit *ll, int64_t now_ms,
 
 /* Writes one finished line (msg has no newline) at level for file:line,
  * with the count of lines held back: those before this one, or, for a
- * summary, those after the site's last line, whose text msg is. */
+ * summary, those after the site's last line, whose text msg is.  The
+ * source location is written only at log_level = debug. */
 static void
 log_write(int level, const char *file, int line, const char *msg,
     unsigned long repeated, int summary)
 {
+    /* syslog(3)'s priorities, which are also sd-daemon(3)'s prefixes. */
     static const int prio[] = { LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG };
-    char stamp[32], more[64];
+    char stamp[32], more[64], where[160];
     struct tm tm;
     time_t now;
 
@@ -232,16 +271,23 @@ log_write(int level, const char *file, int line, const char *msg,
     else if (repeated > 0)
         snprintf(more, sizeof(more), " (repeated %lu times before this line)",
             repeated);
+    where[0] = '\0';
+    if (log_level >= RL_LOG_DEBUG)
+        snprintf(where, sizeof(where), " (%s:%d)", file, line);
     if (log_syslog) {
-        syslog(prio[level], "%s: %s%s (%s:%d)", log_names[level], msg, more,
-            file, line);
+        syslog(prio[level], "%s: %s%s%s", log_names[level], msg, more, where);
+        return;
+    }
+    if (log_journal) {
+        fprintf(stderr, "<%d>%s: %s%s%s\n", prio[level], log_names[level],
+            msg, more, where);
         return;
     }
     now = time(NULL);
     gmtime_r(&now, &tm);
     strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%SZ", &tm);
-    fprintf(stderr, "%s %s[%ld]: %s: %s%s (%s:%d)\n", stamp, log_ident,
-        (long)getpid(), log_names[level], msg, more, file, line);
+    fprintf(stderr, "%s %s[%ld]: %s: %s%s%s\n", stamp, log_ident,
+        (long)getpid(), log_names[level], msg, more, where);
 }
 
 /* Writes the summaries of the sites that have gone quiet since now_ms -
