@@ -43,10 +43,25 @@
  * Its parent is init (or a subreaper), so it cannot be found as the web
  * server's child: it rewrites pid_file (main.c), through which signals
  * reach it.
+ *
+ * Process titles, as php-fpm and nginx have them: ps shows the master as
+ * "ratelimit-fcgi: master process (CONFIG)" and a worker as
+ * "ratelimit-fcgi: worker (CONFIG)", CONFIG being the file given with -c,
+ * so that `pgrep -f CONFIG` still finds the whole pool.  Linux has no
+ * setproctitle(3): /proc/PID/cmdline is read from the memory that held
+ * the command line and the environment at exec, which the kernel lays
+ * out as one run of strings.  The environment is copied elsewhere, and
+ * the title is written over the run (a longer title is cut to fit).  The
+ * command line is copied first, for a takeover's exec.  The comm (top,
+ * pkill -x, pid_file's check in main.c) is set to "ratelimit-fcgi" in
+ * every process, also after a takeover's exec of /proc/self/exe, which
+ * would otherwise name the new master "exe".
  */
+#define _GNU_SOURCE             /* program_invocation_name */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -72,7 +87,9 @@ struct master_slot {
                                    its worker one (a stop, a deadline) */
 };
 
-static char **master_argv;
+static char **master_argv;      /* a copy of the command line */
+static char *master_title_at;   /* the memory ps shows, or NULL */
+static size_t master_title_len;
 
 /* Catchable signals whose default action would end (or stop) the master
  * without a word: taken, logged and ignored.  Ends with 0. */
@@ -81,10 +98,99 @@ static const int master_ignored[] = {
     SIGTTIN, SIGTTOU, SIGTSTP, 0
 };
 
+/* A copy of the NULL-terminated vector v, strings included, or NULL. */
+static char **
+master_strv_copy(char **v)
+{
+    char **copy;
+    size_t n, i;
+
+    for (n = 0; v[n] != NULL; n++)
+        ;
+    if ((copy = calloc(n + 1, sizeof(*copy))) == NULL)
+        return NULL;
+    for (i = 0; i < n; i++)
+        if ((copy[i] = strdup(v[i])) == NULL)
+            return NULL;        /* at start: the process ends soon */
+    return copy;
+}
+
+/*
+ * Keeps a copy of the command line (for master_takeover) and claims the
+ * memory of argv's strings, and of the environment's strings that follow
+ * them without a gap, for the process title: the environment is moved to
+ * copies first, as are glibc's program_invocation_name and
+ * program_invocation_short_name, which point into argv[0].  Call it once,
+ * before anything else keeps a pointer into argv.  Without memory for the
+ * copies there is no title, and argv is kept as it is.
+ */
 void
 master_set_argv(char **argv)
 {
+    extern char **environ;
+    char **env, *end, *name;
+    size_t i;
+
+    prctl(PR_SET_NAME, "ratelimit-fcgi", 0, 0, 0);
     master_argv = argv;
+    if (argv == NULL || argv[0] == NULL ||
+        (master_argv = master_strv_copy(argv)) == NULL) {
+        master_argv = argv;
+        return;
+    }
+    end = argv[0] + strlen(argv[0]) + 1;
+    for (i = 1; argv[i] != NULL && argv[i] == end; i++)
+        end += strlen(argv[i]) + 1;
+    if (argv[i] == NULL && environ != NULL)
+        for (i = 0; environ[i] != NULL && environ[i] == end; i++)
+            end += strlen(environ[i]) + 1;
+    if (environ != NULL) {
+        if ((env = master_strv_copy(environ)) == NULL)
+            return;
+        environ = env;
+    }
+    if ((name = strdup(program_invocation_name)) != NULL) {
+        program_invocation_name = name;
+        program_invocation_short_name = strrchr(name, '/') != NULL ?
+            strrchr(name, '/') + 1 : name;
+    }
+    master_title_at = argv[0];
+    master_title_len = (size_t)(end - argv[0]);
+}
+
+/*
+ * Sets the process title to "ratelimit-fcgi: " and the rest, cut to the
+ * memory there is.  What follows the title is zeroed: /proc/PID/cmdline
+ * then ends with the title, whether it fits in argv's part of the memory
+ * (the kernel shows that part whole) or runs into the environment's (the
+ * kernel shows it up to the first zero byte).
+ */
+static void
+master_title(const char *fmt, ...)
+{
+    char title[512];
+    size_t n;
+    va_list ap;
+    int len;
+
+    if (master_title_at == NULL || master_title_len < 2)
+        return;
+    len = snprintf(title, sizeof(title), "ratelimit-fcgi: ");
+    va_start(ap, fmt);
+    vsnprintf(title + len, sizeof(title) - (size_t)len, fmt, ap);
+    va_end(ap);
+    n = strlen(title);
+    if (n > master_title_len - 1)
+        n = master_title_len - 1;
+    memcpy(master_title_at, title, n);
+    memset(master_title_at + n, 0, master_title_len - n);
+}
+
+/* How a title names the pool: its configuration file as given. */
+static const char *
+master_config_name(const struct rl_config *cfg)
+{
+    return cfg->path[0] != '\0' ? cfg->path : "no configuration file";
 }
 
 struct master {
@@ -160,6 +266,7 @@ master_spawn(struct master *m, int i, const sigset_t *oldmask)
         prctl(PR_SET_PDEATHSIG, RL_SIG_MASTER_GONE);
         if (getppid() != m->board->master)
             _exit(0);
+        master_title("worker (%s)", master_config_name(m->cfg));
         sigprocmask(SIG_SETMASK, oldmask, NULL);
         slot->pid = getpid();
         rc = worker_run(m->cfg, m->listen_fd, slot, &m->shm);
@@ -461,6 +568,7 @@ master_run(struct rl_config *cfg, int listen_fd)
     m.watch = master_watched();
 
     if (cfg->workers == 0) {
+        master_title("single process (%s)", master_config_name(cfg));
         rc = worker_run(cfg, listen_fd, NULL, &m.shm);
         scoreboard_unmap(&m.shm);
         log_flush();
@@ -480,6 +588,7 @@ master_run(struct rl_config *cfg, int listen_fd)
     sigprocmask(SIG_BLOCK, &set, &oldmask);
     signal(SIGPIPE, SIG_IGN);
 
+    master_title("master process (%s)", master_config_name(cfg));
     log_info("master %ld: starting %ld workers", (long)getpid(), cfg->workers);
     for (;;) {
         master_reap(&m, stopping);
