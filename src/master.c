@@ -8,7 +8,9 @@
  *                    workers keep dying right after start waits 10 ms,
  *                    doubling up to 1 s, so a crash loop cannot spin, while
  *                    the other slots keep serving); each death is one line
- *                    of the master's, unless the master sent the signal
+ *                    of the master's at warn, each stop that was asked for
+ *                    (by the master, or by a stop signal to the whole
+ *                    group while the pool stops) one at info
  *   SIGTERM, SIGINT  fast stop: the workers end at once (SIGTERM, whose
  *                    default action they keep), requests in hand are cut
  *   SIGQUIT          graceful stop: every worker finishes the request in
@@ -83,8 +85,9 @@ struct master_slot {
     int64_t started_ms;
     int64_t next_spawn_ms;      /* not before (monotonic) */
     int failures;               /* fast abnormal exits in a row */
-    int sent;                   /* SIGTERM or SIGKILL, when the master sent
-                                   its worker one (a stop, a deadline) */
+    int sent;                   /* SIGQUIT, SIGTERM or SIGKILL, when the
+                                   master sent its worker one (a stop, a
+                                   reload, a deadline) */
 };
 
 static char **master_argv;      /* a copy of the command line */
@@ -300,10 +303,26 @@ master_signal_all(struct master *m, int sig)
 
     for (i = 0; i < RL_MAX_WORKERS; i++)
         if (m->board->slots[i].pid != 0) {
-            if (sig == SIGTERM || sig == SIGKILL)
+            if (sig == SIGQUIT || sig == SIGTERM || sig == SIGKILL)
                 m->slot[i].sent = sig;
             kill(m->board->slots[i].pid, sig);
         }
+}
+
+/* Whether a stop signal (SIGTERM, SIGINT, SIGQUIT) waits for the master:
+ * one sent to the whole process group (^C in a terminal) or control group
+ * (systemd) reaches the workers too, which may end before the master has
+ * taken its own. */
+static int
+master_stop_pending(void)
+{
+    sigset_t pending;
+
+    if (sigpending(&pending) == -1)
+        return 0;
+    return sigismember(&pending, SIGTERM) == 1 ||
+        sigismember(&pending, SIGINT) == 1 ||
+        sigismember(&pending, SIGQUIT) == 1;
 }
 
 /* Ends the second of master_log_death's budget, once it is over, with
@@ -325,22 +344,40 @@ master_deaths_report(struct master *m)
 }
 
 /*
- * Logs a worker's death: one line per death, naming the worker, at warn,
- * unless the master sent the signal that ended it (a fast stop's SIGTERM,
- * a SIGKILL at a deadline, logged when it was sent).  At most the pool's
- * size such lines a second: a pool that keeps dying is not a line per
- * death, and the rest are counted in one line after the second.
+ * Logs a worker's end.  A stop that was asked for is one line at info:
+ * the master sent the signal that ended it (a fast stop's SIGTERM, a
+ * SIGKILL at a deadline, logged at warn when it was sent), or it left
+ * after the master's SIGQUIT (a graceful stop, a reload), or, while the
+ * pool is stopping (stopping), a stop signal ended it that was sent to
+ * the whole group.  A worker that leaves by itself (max_requests) is a
+ * debug line.  Anything else is a death: one line at warn, naming the
+ * worker, at most the pool's size such lines a second (a pool that keeps
+ * dying is not a line per death), the rest counted in one line after the
+ * second.
  */
 static void
-master_log_death(struct master *m, int i, pid_t pid, int status)
+master_log_death(struct master *m, int i, pid_t pid, int status,
+    int stopping)
 {
-    if (WIFSIGNALED(status) && WTERMSIG(status) == m->slot[i].sent) {
-        log_debug("worker %ld ended by signal %d (%s), sent by the master",
-            (long)pid, WTERMSIG(status), strsignal(WTERMSIG(status)));
+    int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+
+    /* The lines of stops asked for are not held back by the log's limit
+     * per call site, so that each names its worker: there is one per
+     * worker the master stopped, on an operator's signal or a deadline. */
+    if (sig != 0 && (sig == m->slot[i].sent || (stopping &&
+        (sig == SIGTERM || sig == SIGINT || sig == SIGQUIT)))) {
+        log_emit(RL_LOG_INFO | RL_LOG_UNLIMITED, __FILE__, __LINE__,
+            "worker %ld stopped by signal %d (%s)%s", (long)pid, sig,
+            strsignal(sig), sig == m->slot[i].sent ? ", sent by the master" :
+            " during the pool's stop");
         return;
     }
-    if (!WIFSIGNALED(status) && WEXITSTATUS(status) == 0) {
-        log_debug("worker %ld exited", (long)pid);
+    if (sig == 0 && WEXITSTATUS(status) == 0) {
+        if (m->slot[i].sent != 0 || stopping)
+            log_emit(RL_LOG_INFO | RL_LOG_UNLIMITED, __FILE__, __LINE__,
+                "worker %ld stopped, as the master asked", (long)pid);
+        else
+            log_debug("worker %ld exited", (long)pid);
         return;
     }
     master_deaths_report(m);
@@ -373,8 +410,11 @@ master_reap(struct master *m, int stopping)
 {
     struct master_slot *ms;
     pid_t pid;
-    int status, i, abnormal;
+    int status, i, abnormal, asked;
     int64_t now = util_now_ms(), delay;
+
+    /* A stop the master has not taken yet is a stop all the same. */
+    asked = stopping || master_stop_pending();
 
     while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
         for (i = 0; i < RL_MAX_WORKERS; i++)
@@ -390,8 +430,8 @@ master_reap(struct master *m, int stopping)
         if (abnormal)
             __atomic_add_fetch(&m->board->counters.worker_crashes, 1,
                 __ATOMIC_RELAXED);
-        master_log_death(m, i, pid, status);
-        if (stopping)
+        master_log_death(m, i, pid, status, asked);
+        if (asked)
             continue;
         if (abnormal && now - ms->started_ms < MASTER_FAST_EXIT_MS) {
             delay = (int64_t)MASTER_BACKOFF_MIN_MS << (ms->failures < 7 ?
@@ -601,7 +641,9 @@ master_run(struct rl_config *cfg, int listen_fd)
                 master_signal_all(&m, SIGKILL);
                 deadline = util_now_ms() + MASTER_GRACE_MS;
             }
-        } else {
+        } else if (!master_stop_pending()) {
+            /* (A stop signal waiting is taken below first: no worker is
+             * started only to be stopped.) */
             now = util_now_ms();
             for (i = 0; i < cfg->workers; i++)
                 if (m.board->slots[i].pid == 0 &&
@@ -609,8 +651,10 @@ master_run(struct rl_config *cfg, int listen_fd)
                     master_spawn(&m, i, &oldmask);
             /* Slots above a lowered worker count (after SIGHUP) drain. */
             for (i = (int)cfg->workers; i < RL_MAX_WORKERS; i++)
-                if (m.board->slots[i].pid != 0)
+                if (m.board->slots[i].pid != 0) {
+                    m.slot[i].sent = SIGQUIT;
                     kill(m.board->slots[i].pid, SIGQUIT);
+                }
         }
         master_enforce_timeout(&m);
         master_deaths_report(&m);
