@@ -879,6 +879,30 @@ START_TEST(test_help_lists_keys)
 }
 END_TEST
 
+/* -K's listing: seven tab-separated fields a key, from the same table. */
+START_TEST(test_keys_print)
+{
+    char *s = NULL;
+    size_t n = 0;
+    FILE *fp = open_memstream(&s, &n);
+
+    ck_assert_ptr_nonnull(fp);
+    config_keys_print(fp);
+    ck_assert_int_eq(fclose(fp), 0);
+    ck_assert_ptr_nonnull(strstr(s,
+        "workers\tinteger\t4\t0\t256\tprocesses\t-\n"));
+    ck_assert_ptr_nonnull(strstr(s,
+        "listen_mode\tmode\t0660\t0000\t0777\t-\t-\n"));
+    ck_assert_ptr_nonnull(strstr(s,
+        "\nlisten_owner\tstring\t\"\"\t-\t-\t-\t-\n"));
+    ck_assert_ptr_nonnull(strstr(s,
+        "\nlog_level\tenum\tinfo\t-\t-\t-\terror|warn|info|debug\n"));
+    ck_assert_ptr_nonnull(strstr(s,
+        "\nfcgi_read_timeout_ms\tinteger\t3000\t100\t600000\tms\t-\n"));
+    free(s);
+}
+END_TEST
+
 Suite *
 config_suite(void)
 {
@@ -888,6 +912,7 @@ config_suite(void)
     tc = tcase_create("defaults");
     tcase_add_test(tc, test_defaults);
     tcase_add_test(tc, test_help_lists_keys);
+    tcase_add_test(tc, test_keys_print);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("load");
