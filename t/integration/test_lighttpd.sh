@@ -189,8 +189,10 @@ if lt_start bp "$P_MAIN"; then
         grep -q "listening on fd 0" "$D/bp-error.log"
     kill -TERM "$BP_PID"
     n=0
-    # shellcheck disable=SC2009 # any process with bp-app.conf in its arguments
-    while [ "$n" -lt 50 ] && ps -e -o args= | grep -q "[c] $D/bp-app.conf"; do
+    # Any process with bp-app.conf in its arguments or title ("-c FILE",
+    # "master process (FILE)"); the bracket keeps grep from finding itself.
+    # shellcheck disable=SC2009
+    while [ "$n" -lt 50 ] && ps -e -o args= | grep -q "$D/[b]p-app.conf"; do
         n=$((n + 1))
         sleep 0.1
     done
