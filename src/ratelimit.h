@@ -990,6 +990,53 @@ int stats_pair_count(struct rl_stats *st, const char *tenant_id,
 /* Denials of a pair over the STATS_WINDOW seconds up to now_s. */
 uint64_t stats_pair_recent(const struct stats_pair *p, int64_t now_s);
 
+/* Retires slot (of pairs[]) if it still holds the pair of hash: the pair
+ * is no longer shown, and the slot may be taken by another. */
+void stats_pair_retire(struct rl_stats *st, int slot, uint64_t hash);
+
+/* A pair as /metrics shows it, copied out of the table. */
+struct stats_pair_row {
+    int slot;                           /* in rl_stats.pairs */
+    uint64_t hash;                      /* the slot's, when copied */
+    long long rule;
+    char tenant_id[RL_UUID_LEN + 1];
+    char tenant[129];
+    uint64_t allowed;
+    uint64_t denied;
+};
+
+/* Copies the ready pairs (of tenant_id only, unless NULL) to out, which
+ * has room for STATS_PAIRS, by tenant name, id and rule.  Returns how
+ * many. */
+int stats_pairs_copy(const struct rl_stats *st, const char *tenant_id,
+    struct stats_pair_row *out);
+
+/* Who has the tenant name now: writes its id and returns 1; 0 when no
+ * tenant has it; 2 when the name cannot be asked about (its rows are
+ * kept); -1 when nothing can be known now (nothing more is asked). */
+typedef int (*stats_owner_fn)(void *arg, const char *tenant,
+    char id[RL_UUID_LEN + 1]);
+
+/* A tenant as /metrics shows it: its rows, one a rule, and their sums. */
+struct stats_tenant {
+    const struct stats_pair_row *rows;
+    int n;
+    uint64_t allowed;
+    uint64_t denied;
+};
+
+/*
+ * The tenants of rows (n of them, from stats_pairs_copy), most checks
+ * first, at most top of them (-1: all; 0: none), into out (room for n).
+ * Each name is shown once with its rules once each: owner is asked who
+ * has a name now (at most once a name, in the order shown, until it
+ * answers -1), the rows of any other tenant are dropped and their slots
+ * retired, and rows left with the same name and rule are added up.
+ * Reorders and merges rows in place; returns how many tenants.
+ */
+int stats_tenants(struct rl_stats *st, struct stats_pair_row *rows, int n,
+    long top, stats_owner_fn owner, void *arg, struct stats_tenant *out);
+
 /* Whether a denial may be logged in second now_s, at most per_second lines
  * a second across the pool.  *suppressed gets the lines held back in the
  * second before, reported once (then reset). */

@@ -12,10 +12,21 @@
  * readies the row of s + 1.
  *
  * (tenant, rule) pairs live in an open-addressed table of STATS_PAIRS
- * slots: a pair claims a free slot by compare-and-swap of its hash, then
- * writes its names and sets ready.  Readers skip slots not ready.  A pair
- * that finds no slot in STATS_PROBE places is counted in pairs_full only.
+ * slots, keyed by the tenant's id, its name and the rule: a tenant renamed
+ * starts pairs of its new name.  A pair claims a free slot by
+ * compare-and-swap of its hash, then writes its names and sets ready.
+ * Readers skip slots not ready.  A pair that finds no slot in STATS_PROBE
+ * places is counted in pairs_full only.
+ *
+ * /metrics names a pair by its tenant's name and rule, so two pairs that
+ * share them (a tenant removed and created again under its name) must not
+ * be two series.  stats_tenants() asks who has each name now, drops the
+ * pairs of any other tenant and retires their slots, and merges what is
+ * left by name and rule.  A retired slot keeps a mark (STATS_PAIR_GONE) so
+ * that the probes of the pairs after it still reach them, and is taken
+ * again by the next pair that needs a slot there.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "ratelimit.h"
@@ -145,8 +156,11 @@ stats_quantile(const uint32_t bucket[STATS_BUCKETS], double q)
     return lo + (hi - lo) * (double)(want - seen) / (double)bucket[i];
 }
 
+/* A retired slot's hash: even, so never a pair's (stats_pair_hash). */
+#define STATS_PAIR_GONE 2
+
 static uint64_t
-stats_pair_hash(const char *tenant_id, long long rule)
+stats_pair_hash(const char *tenant_id, const char *tenant, long long rule)
 {
     uint64_t h = 1469598103934665603ull;
     const unsigned char *p;
@@ -155,37 +169,77 @@ stats_pair_hash(const char *tenant_id, long long rule)
 
     for (p = (const unsigned char *)tenant_id; *p != '\0'; p++)
         h = (h ^ *p) * 1099511628211ull;
+    h = (h ^ 0xff) * 1099511628211ull;      /* no byte of a UTF-8 text */
+    for (p = (const unsigned char *)tenant; *p != '\0'; p++)
+        h = (h ^ *p) * 1099511628211ull;
     for (i = 0; i < 8; i++, r >>= 8)
         h = (h ^ (r & 0xff)) * 1099511628211ull;
-    return h | 1;               /* never 0, the free mark */
+    return h | 1;               /* never 0, the free mark, nor GONE */
 }
 
+/* Takes slot p, free or retired (was), for the pair of hash h; returns 0
+ * when another took it first (*was is then what it holds). */
+static int
+stats_pair_claim(struct stats_pair *p, uint64_t *was, uint64_t h,
+    const char *tenant_id, const char *tenant, long long rule)
+{
+    int retired = *was == STATS_PAIR_GONE;
+
+    if (!__atomic_compare_exchange_n(&p->hash, was, h, 0, __ATOMIC_ACQ_REL,
+        __ATOMIC_ACQUIRE))
+        return 0;
+    if (retired) {
+        /* Its counts were another pair's.  An add racing with this, by a
+         * worker that found the retired pair a moment ago, costs a count. */
+        __atomic_store_n(&p->allowed, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&p->denied, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&p->remaining, 0, __ATOMIC_RELAXED);
+        memset(p->win_second, 0, sizeof(p->win_second));
+        memset(p->win_denied, 0, sizeof(p->win_denied));
+    }
+    p->rule = rule;
+    snprintf(p->tenant_id, sizeof(p->tenant_id), "%s", tenant_id);
+    snprintf(p->tenant, sizeof(p->tenant), "%s", tenant);
+    __atomic_store_n(&p->ready, 1, __ATOMIC_RELEASE);
+    return 1;
+}
+
+/* The slot of the pair, claimed if it has none: the first free or retired
+ * one of its probes, once no probe holds it.  Two workers placing the same
+ * new pair at once may each take a slot; stats_tenants() merges them. */
 static struct stats_pair *
 stats_pair_find(struct rl_stats *st, const char *tenant_id,
     const char *tenant, long long rule)
 {
-    struct stats_pair *p;
-    uint64_t h = stats_pair_hash(tenant_id, rule), was;
-    int i;
+    struct stats_pair *p, *reuse;
+    uint64_t h = stats_pair_hash(tenant_id, tenant, rule), was;
+    int i, again;
 
-    for (i = 0; i < STATS_PROBE; i++) {
-        p = &st->pairs[(h + (uint64_t)i) % STATS_PAIRS];
-        was = __atomic_load_n(&p->hash, __ATOMIC_ACQUIRE);
-        if (was == 0) {
-            if (!__atomic_compare_exchange_n(&p->hash, &was, h, 0,
-                __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-                if (was != h)
-                    continue;
-                return p;       /* someone else claimed it for us */
-            }
-            p->rule = rule;
-            snprintf(p->tenant_id, sizeof(p->tenant_id), "%s", tenant_id);
-            snprintf(p->tenant, sizeof(p->tenant), "%s", tenant);
-            __atomic_store_n(&p->ready, 1, __ATOMIC_RELEASE);
-            return p;
+    for (again = 0; again < 2; again++) {
+        reuse = NULL;
+        for (i = 0; i < STATS_PROBE; i++) {
+            p = &st->pairs[(h + (uint64_t)i) % STATS_PAIRS];
+            was = __atomic_load_n(&p->hash, __ATOMIC_ACQUIRE);
+            if (was == h)
+                return p;
+            if (was == STATS_PAIR_GONE && reuse == NULL)
+                reuse = p;
+            if (was == 0)
+                break;          /* the pair is not further on */
         }
-        if (was == h)
-            return p;
+        if (reuse != NULL) {
+            was = STATS_PAIR_GONE;
+            if (stats_pair_claim(reuse, &was, h, tenant_id, tenant, rule) ||
+                was == h)
+                return reuse;
+        } else if (i < STATS_PROBE) {
+            was = 0;
+            if (stats_pair_claim(p, &was, h, tenant_id, tenant, rule) ||
+                was == h)
+                return p;       /* ours, or someone else claimed it for us */
+        } else
+            return NULL;
+        /* Another pair took the slot first: look once more. */
     }
     return NULL;
 }
@@ -230,6 +284,180 @@ stats_pair_recent(const struct stats_pair *p, int64_t now_s)
             n += __atomic_load_n(&p->win_denied[i], __ATOMIC_RELAXED);
     }
     return n;
+}
+
+void
+stats_pair_retire(struct rl_stats *st, int slot, uint64_t hash)
+{
+    struct stats_pair *p;
+    uint32_t one = 1;
+    uint64_t h = hash;
+
+    if (slot < 0 || slot >= STATS_PAIRS || hash == 0 ||
+        hash == STATS_PAIR_GONE)
+        return;
+    p = &st->pairs[slot];
+    if (__atomic_load_n(&p->hash, __ATOMIC_ACQUIRE) != hash)
+        return;
+    /* ready 1 -> 0 first: one retirer at a time, and a slot marked GONE is
+     * never ready.  Should the slot have been retired and taken by another
+     * pair since it was read (its ready would then be that pair's), the
+     * hash no longer matches and ready is given back. */
+    if (!__atomic_compare_exchange_n(&p->ready, &one, 0, 0, __ATOMIC_ACQ_REL,
+        __ATOMIC_ACQUIRE))
+        return;
+    if (!__atomic_compare_exchange_n(&p->hash, &h, STATS_PAIR_GONE, 0,
+        __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        __atomic_store_n(&p->ready, 1, __ATOMIC_RELEASE);
+}
+
+/* Rows by tenant name, then tenant id, then rule. */
+static int
+stats_row_cmp(const void *a, const void *b)
+{
+    const struct stats_pair_row *x = a, *y = b;
+    int c = strcmp(x->tenant, y->tenant);
+
+    if (c == 0)
+        c = strcmp(x->tenant_id, y->tenant_id);
+    return c != 0 ? c : (x->rule > y->rule) - (x->rule < y->rule);
+}
+
+int
+stats_pairs_copy(const struct rl_stats *st, const char *tenant_id,
+    struct stats_pair_row *out)
+{
+    const struct stats_pair *p;
+    struct stats_pair_row *r;
+    int i, n = 0;
+
+    for (i = 0; i < STATS_PAIRS; i++) {
+        p = &st->pairs[i];
+        if (!__atomic_load_n(&p->ready, __ATOMIC_ACQUIRE))
+            continue;
+        r = &out[n];
+        r->slot = i;
+        r->hash = __atomic_load_n(&p->hash, __ATOMIC_ACQUIRE);
+        r->rule = p->rule;
+        memcpy(r->tenant_id, p->tenant_id, sizeof(r->tenant_id));
+        r->tenant_id[sizeof(r->tenant_id) - 1] = '\0';
+        memcpy(r->tenant, p->tenant, sizeof(r->tenant));
+        r->tenant[sizeof(r->tenant) - 1] = '\0';
+        r->allowed = __atomic_load_n(&p->allowed, __ATOMIC_RELAXED);
+        r->denied = __atomic_load_n(&p->denied, __ATOMIC_RELAXED);
+        /* Read again: a slot retired and taken by another pair meanwhile
+         * may have given a mix of the two. */
+        if (!__atomic_load_n(&p->ready, __ATOMIC_ACQUIRE) ||
+            __atomic_load_n(&p->hash, __ATOMIC_ACQUIRE) != r->hash)
+            continue;
+        if (tenant_id == NULL || strcmp(r->tenant_id, tenant_id) == 0)
+            n++;
+    }
+    qsort(out, (size_t)n, sizeof(*out), stats_row_cmp);
+    return n;
+}
+
+/* A group of rows of one name while stats_tenants() ranks them. */
+struct stats_rank {
+    int first, n;
+    uint64_t total;
+    int asked, done;
+};
+
+/* Whether group a goes before group b: more checks, then by name. */
+static int
+stats_rank_before(const struct stats_pair_row *rows,
+    const struct stats_rank *a, const struct stats_rank *b)
+{
+    if (a->total != b->total)
+        return a->total > b->total;
+    return strcmp(rows[a->first].tenant, rows[b->first].tenant) < 0;
+}
+
+/* Rows of a group by rule, for merging. */
+static int
+stats_rule_cmp(const void *a, const void *b)
+{
+    const struct stats_pair_row *x = a, *y = b;
+
+    return (x->rule > y->rule) - (x->rule < y->rule);
+}
+
+int
+stats_tenants(struct rl_stats *st, struct stats_pair_row *rows, int n,
+    long top, stats_owner_fn owner, void *arg,
+    struct stats_tenant *out)
+{
+    static struct stats_rank rank[STATS_PAIRS];
+    char id[RL_UUID_LEN + 1];
+    struct stats_rank *g, *best;
+    int ng = 0, nout = 0, i, j, k, live;
+
+    if (top == 0)
+        return 0;
+    for (i = 0; i < n; i++) {
+        if (ng == 0 || strcmp(rows[i].tenant, rows[rank[ng - 1].first].tenant)
+            != 0) {
+            memset(&rank[ng], 0, sizeof(rank[ng]));
+            rank[ng++].first = i;
+        }
+        rank[ng - 1].n++;
+        rank[ng - 1].total += rows[i].allowed + rows[i].denied;
+    }
+    /* The group with the most checks next, each asked about once before it
+     * is taken; asking only ever lowers a total, so the order is exact. */
+    for (;;) {
+        best = NULL;
+        for (i = 0; i < ng; i++)
+            if (!rank[i].done && (best == NULL ||
+                stats_rank_before(rows, &rank[i], best)))
+                best = &rank[i];
+        if (best == NULL)
+            break;
+        g = best;
+        if (!g->asked && owner != NULL) {
+            g->asked = 1;
+            k = owner(arg, rows[g->first].tenant, id);
+            if (k < 0)
+                owner = NULL;   /* not known now: everything is shown */
+            if (k != 0 && k != 1)
+                continue;
+            g->total = 0;
+            for (i = g->first, live = 0; i < g->first + g->n; i++) {
+                if (k == 1 && strcmp(rows[i].tenant_id, id) == 0) {
+                    rows[g->first + live++] = rows[i];
+                    g->total += rows[i].allowed + rows[i].denied;
+                } else
+                    stats_pair_retire(st, rows[i].slot, rows[i].hash);
+            }
+            g->n = live;
+            if (live == 0)
+                g->done = 1;
+            continue;
+        }
+        g->done = 1;
+        /* One row a rule: pairs of one name and rule in several slots (a
+         * tenant's id unknown, two workers placing a pair at once) are
+         * added up. */
+        qsort(&rows[g->first], (size_t)g->n, sizeof(*rows), stats_rule_cmp);
+        for (i = g->first, j = g->first; i < g->first + g->n; i++) {
+            if (j > g->first && rows[j - 1].rule == rows[i].rule) {
+                rows[j - 1].allowed += rows[i].allowed;
+                rows[j - 1].denied += rows[i].denied;
+            } else
+                rows[j++] = rows[i];
+        }
+        out[nout].rows = &rows[g->first];
+        out[nout].n = j - g->first;
+        out[nout].allowed = out[nout].denied = 0;
+        for (i = g->first; i < j; i++) {
+            out[nout].allowed += rows[i].allowed;
+            out[nout].denied += rows[i].denied;
+        }
+        if (++nout == top)
+            break;
+    }
+    return nout;
 }
 
 int

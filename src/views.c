@@ -109,93 +109,60 @@ views_histogram(struct rl_buf *b, const char *name, const char *help,
         (unsigned long long)cum);
 }
 
-/* A pair's tenant, for grouping: the pairs ready, by tenant id. */
+/* stats_owner_fn over PostgreSQL: who has the tenant name now. */
 static int
-views_pair_cmp(const void *a, const void *b)
+views_tenant_owner(void *arg, const char *tenant, char id[RL_UUID_LEN + 1])
 {
-    const struct stats_pair *x = *(const struct stats_pair *const *)a;
-    const struct stats_pair *y = *(const struct stats_pair *const *)b;
-    int c = strcmp(x->tenant_id, y->tenant_id);
+    struct service *svc = arg;
+    struct key_info ki;
 
-    return c != 0 ? c : (x->rule > y->rule) - (x->rule < y->rule);
-}
-
-struct views_tenant {
-    int first, n;               /* its pairs in the sorted list */
-    uint64_t allowed, denied;
-};
-
-static int
-views_tenant_cmp(const void *a, const void *b)
-{
-    const struct views_tenant *x = a, *y = b;
-    uint64_t tx = x->allowed + x->denied, ty = y->allowed + y->denied;
-
-    return (ty > tx) - (ty < tx);
-}
-
-/* The ready pairs of the table (of the viewer's tenant when viewer is not
- * NULL), by tenant; returns how many. */
-static int
-views_pairs(const struct rl_stats *st, const struct stats_pair **out,
-    const struct key_info *viewer)
-{
-    const struct stats_pair *p;
-    int i, n = 0;
-
-    for (i = 0; i < STATS_PAIRS; i++) {
-        p = &st->pairs[i];
-        if (__atomic_load_n(&p->ready, __ATOMIC_ACQUIRE) &&
-            (viewer == NULL || strcmp(p->tenant_id, viewer->tenant_id) == 0))
-            out[n++] = p;
-    }
-    qsort(out, (size_t)n, sizeof(*out), views_pair_cmp);
-    return n;
+    /* A name of 128 bytes may have been cut to fit (128 characters of
+     * UTF-8 may take more): another tenant's, or none, by that text. */
+    if (strlen(tenant) >= sizeof(ki.tenant_name) - 1)
+        return 2;
+    if (pg_store_tenant(&svc->pg, tenant, &ki) != STORE_OK)
+        return -1;
+    if (!ki.found)
+        return 0;
+    util_copy(id, RL_UUID_LEN + 1, ki.tenant_id);
+    return 1;
 }
 
 /*
  * ratelimit_tenant_checks_total and ratelimit_rule_checks_total, for the
  * tenants metrics_tenants lets through: none, the top N by checks, or all
- * the pool counts (at most STATS_PAIRS pairs).  Tenants are named by name;
- * a series may vanish when its tenant drops out of the top N.  A viewer
- * (an admin key) gets its own tenant's series only, unless metrics_tenants
- * is off.
+ * the pool counts (at most STATS_PAIRS pairs).  Tenants are named by name,
+ * and no two series have the same labels: PostgreSQL is asked who has
+ * each name shown (stats_tenants), and the counts of a tenant removed,
+ * renamed, or whose name another tenant now has are dropped for good.
+ * While PostgreSQL cannot say, the counts of one name are added up.  A
+ * series may vanish when its tenant drops out of the top N.  A viewer (an
+ * admin key) gets its own tenant's series only, unless metrics_tenants is
+ * off.
  */
 static void
 views_tenant_metrics(struct service *svc, const struct key_info *viewer,
     struct rl_buf *b)
 {
-    static const struct stats_pair *pairs[STATS_PAIRS];
-    static struct views_tenant ten[STATS_PAIRS];
-    const struct stats_pair *p;
+    static struct stats_pair_row rows[STATS_PAIRS];
+    static struct stats_tenant ten[STATS_PAIRS];
+    const struct stats_pair_row *r;
     long top = svc->cfg->metrics_top;
-    int n, nt = 0, i, j, k;
+    int n, nt, i, j, k;
 
     if (top == 0)
         return;
-    n = views_pairs(&svc->board->stats, pairs, viewer);
-    for (i = 0; i < n; i++) {
-        if (nt == 0 || strcmp(pairs[i]->tenant_id,
-            pairs[ten[nt - 1].first]->tenant_id) != 0) {
-            memset(&ten[nt], 0, sizeof(ten[nt]));
-            ten[nt++].first = i;
-        }
-        ten[nt - 1].n++;
-        ten[nt - 1].allowed += __atomic_load_n(&pairs[i]->allowed,
-            __ATOMIC_RELAXED);
-        ten[nt - 1].denied += __atomic_load_n(&pairs[i]->denied,
-            __ATOMIC_RELAXED);
-    }
-    qsort(ten, (size_t)nt, sizeof(ten[0]), views_tenant_cmp);
-    if (top > 0 && nt > top)
-        nt = (int)top;
+    n = stats_pairs_copy(&svc->board->stats, viewer != NULL ?
+        viewer->tenant_id : NULL, rows);
+    nt = stats_tenants(&svc->board->stats, rows, n, top, views_tenant_owner,
+        svc, ten);
     buf_puts(b, "# HELP ratelimit_tenant_checks_total Decisions per tenant "
         "(metrics_tenants bounds which tenants).\n"
         "# TYPE ratelimit_tenant_checks_total counter\n");
     for (i = 0; i < nt; i++)
         for (k = 0; k < 2; k++) {
             buf_puts(b, "ratelimit_tenant_checks_total{tenant=\"");
-            views_label(b, pairs[ten[i].first]->tenant);
+            views_label(b, ten[i].rows[0].tenant);
             buf_printf(b, "\",result=\"%s\"} %llu\n", k ? "denied" :
                 "allowed", (unsigned long long)(k ? ten[i].denied :
                 ten[i].allowed));
@@ -203,15 +170,14 @@ views_tenant_metrics(struct service *svc, const struct key_info *viewer,
     buf_puts(b, "# HELP ratelimit_rule_checks_total Decisions per rule "
         "of those tenants.\n# TYPE ratelimit_rule_checks_total counter\n");
     for (i = 0; i < nt; i++)
-        for (j = ten[i].first; j < ten[i].first + ten[i].n; j++) {
-            p = pairs[j];
+        for (j = 0; j < ten[i].n; j++) {
+            r = &ten[i].rows[j];
             for (k = 0; k < 2; k++) {
                 buf_puts(b, "ratelimit_rule_checks_total{tenant=\"");
-                views_label(b, p->tenant);
+                views_label(b, r->tenant);
                 buf_printf(b, "\",rule=\"%lld\",result=\"%s\"} %llu\n",
-                    p->rule, k ? "denied" : "allowed",
-                    (unsigned long long)__atomic_load_n(k ? &p->denied :
-                    &p->allowed, __ATOMIC_RELAXED));
+                    r->rule, k ? "denied" : "allowed",
+                    (unsigned long long)(k ? r->denied : r->allowed));
             }
         }
 }

@@ -1,7 +1,8 @@
 /*
  * check_stats.c -- tests of src/stats.c: latency buckets and quantiles,
  * the per-second history ring, the (tenant, rule) table and its minute
- * window, and the pool-wide bound on denial log lines.
+ * window, the tenants /metrics shows (one series a name, whoever had it
+ * before), and the pool-wide bound on denial log lines.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -155,6 +156,183 @@ START_TEST(test_pairs_full)
 }
 END_TEST
 
+/* The owner of a name for stats_tenants(), from a table; counts the
+ * questions.  An answer of -1 for a name says nothing can be known. */
+struct owners {
+    const char *name[4], *id[4];
+    int answer[4];
+    int asked;
+};
+
+static int
+owners_of(void *arg, const char *tenant, char id[RL_UUID_LEN + 1])
+{
+    struct owners *o = arg;
+    int i;
+
+    o->asked++;
+    for (i = 0; i < 4 && o->name[i] != NULL; i++)
+        if (strcmp(o->name[i], tenant) == 0) {
+            if (o->answer[i] == 1)
+                snprintf(id, RL_UUID_LEN + 1, "%s", o->id[i]);
+            return o->answer[i];
+        }
+    return 0;
+}
+
+#define ID1 "00000000-0000-0000-0000-000000000001"
+#define ID2 "00000000-0000-0000-0000-000000000002"
+#define ID3 "00000000-0000-0000-0000-000000000003"
+
+/* acme (ID1) removed and made again (ID2); ID3 renamed from old to new. */
+static void
+pairs_history(struct rl_stats *st)
+{
+    int64_t t = 1800000000;
+
+    stats_pair_count(st, ID1, "acme", 7, 0, 0, t);
+    stats_pair_count(st, ID1, "acme", 7, 0, 0, t);
+    stats_pair_count(st, ID1, "acme", 7, 1, 0, t);
+    stats_pair_count(st, ID2, "acme", 9, 0, 0, t);
+    stats_pair_count(st, ID3, "old", 11, 0, 0, t);
+    stats_pair_count(st, ID3, "new", 11, 1, 0, t);
+}
+
+START_TEST(test_tenants_current_owner)
+{
+    static struct stats_pair_row rows[STATS_PAIRS];
+    static struct stats_tenant ten[STATS_PAIRS];
+    struct rl_stats *st = stats_new();
+    struct owners o = { { "acme", "old", "new" }, { ID2, NULL, ID3 },
+        { 1, 0, 1 }, 0 };
+    int n, nt;
+
+    pairs_history(st);
+    n = stats_pairs_copy(st, NULL, rows);
+    ck_assert_int_eq(n, 4);
+    /* By name: the same name is never two tenants, a rename is the new
+     * name only, the removed tenant's counts are gone. */
+    nt = stats_tenants(st, rows, n, -1, owners_of, &o, ten);
+    ck_assert_int_eq(nt, 2);
+    ck_assert_int_eq(o.asked, 3);
+    ck_assert_str_eq(ten[0].rows[0].tenant, "acme");
+    ck_assert_int_eq(ten[0].n, 1);
+    ck_assert_int_eq(ten[0].rows[0].rule, 9);
+    ck_assert_uint_eq(ten[0].allowed, 1);
+    ck_assert_uint_eq(ten[0].denied, 0);
+    ck_assert_str_eq(ten[1].rows[0].tenant, "new");
+    ck_assert_uint_eq(ten[1].denied, 1);
+    /* The slots of ID1's acme and of old are retired: gone from the next
+     * copy, and not asked about again. */
+    ck_assert_int_eq(stats_pairs_copy(st, NULL, rows), 2);
+    /* A retired pair counted again starts afresh. */
+    ck_assert_int_eq(stats_pair_count(st, ID1, "acme", 7, 0, 0, 1), 0);
+    n = stats_pairs_copy(st, ID1, rows);
+    ck_assert_int_eq(n, 1);
+    ck_assert_uint_eq(rows[0].allowed, 1);
+    ck_assert_uint_eq(rows[0].denied, 0);
+    free(st);
+}
+END_TEST
+
+START_TEST(test_tenants_unknown_owner)
+{
+    static struct stats_pair_row rows[STATS_PAIRS];
+    static struct stats_tenant ten[STATS_PAIRS];
+    struct rl_stats *st = stats_new();
+    struct owners o = { { "acme" }, { NULL }, { -1 }, 0 };
+    int n, nt, i;
+
+    pairs_history(st);
+    /* ID1 and ID2 both count rule 9 under acme (as two workers placing a
+     * pair at once would, or a rule moved): one row. */
+    stats_pair_count(st, ID1, "acme", 9, 1, 0, 1800000000);
+    n = stats_pairs_copy(st, NULL, rows);
+    ck_assert_int_eq(n, 5);
+    /* PostgreSQL cannot say: asked once, then every row is shown, each
+     * name and rule once. */
+    nt = stats_tenants(st, rows, n, -1, owners_of, &o, ten);
+    ck_assert_int_eq(o.asked, 1);
+    ck_assert_int_eq(nt, 3);
+    ck_assert_str_eq(ten[0].rows[0].tenant, "acme");
+    ck_assert_int_eq(ten[0].n, 2);
+    ck_assert_int_eq(ten[0].rows[0].rule, 7);
+    ck_assert_int_eq(ten[0].rows[1].rule, 9);
+    ck_assert_uint_eq(ten[0].rows[1].allowed, 1);
+    ck_assert_uint_eq(ten[0].rows[1].denied, 1);
+    ck_assert_uint_eq(ten[0].allowed, 3);
+    ck_assert_uint_eq(ten[0].denied, 2);
+    for (i = 1; i < nt; i++)
+        ck_assert_int_eq(ten[i].n, 1);
+    /* Nothing was retired. */
+    ck_assert_int_eq(stats_pairs_copy(st, NULL, rows), 5);
+    free(st);
+}
+END_TEST
+
+START_TEST(test_tenants_top)
+{
+    static struct stats_pair_row rows[STATS_PAIRS];
+    static struct stats_tenant ten[STATS_PAIRS];
+    struct rl_stats *st = stats_new();
+    struct owners o = { { "acme", "old", "new" }, { ID1, NULL, ID3 },
+        { 1, 0, 1 }, 0 };
+    int n, nt;
+
+    pairs_history(st);
+    n = stats_pairs_copy(st, NULL, rows);
+    /* acme has the most checks, ID1's (3) before ID2's (1) ... */
+    nt = stats_tenants(st, rows, n, 1, owners_of, &o, ten);
+    ck_assert_int_eq(nt, 1);
+    ck_assert_int_eq(o.asked, 1);
+    ck_assert_uint_eq(ten[0].allowed, 2);
+    ck_assert_uint_eq(ten[0].denied, 1);
+    /* ... and of one viewer's tenant only when asked so. */
+    ck_assert_int_eq(stats_pairs_copy(st, ID3, rows), 2);
+    ck_assert_int_eq(stats_tenants(st, rows, 0, 1, owners_of, &o, ten), 0);
+    ck_assert_int_eq(stats_tenants(st, rows, 2, 0, owners_of, &o, ten), 0);
+    free(st);
+}
+END_TEST
+
+START_TEST(test_pairs_retire_reuse)
+{
+    static struct stats_pair_row rows[STATS_PAIRS];
+    struct rl_stats *st = stats_new();
+    char id[RL_UUID_LEN + 1];
+    uint64_t full;
+    int i, n;
+
+    for (i = 0; i < STATS_PAIRS + 100; i++) {
+        snprintf(id, sizeof(id), "%036d", i);
+        (void)stats_pair_count(st, id, "t", 1, 0, 0, 1);
+    }
+    full = st->pairs_full;
+    ck_assert_uint_gt(full, 0);
+    /* A retire with a hash the slot no longer holds does nothing. */
+    n = stats_pairs_copy(st, NULL, rows);
+    stats_pair_retire(st, rows[0].slot, rows[0].hash + 2);
+    ck_assert_int_eq(stats_pairs_copy(st, NULL, rows), n);
+    for (i = 0; i < n; i++)
+        stats_pair_retire(st, rows[i].slot, rows[i].hash);
+    ck_assert_int_eq(stats_pairs_copy(st, NULL, rows), 0);
+    /* The retired slots are taken again. */
+    for (i = 0; i < STATS_PAIRS / 2; i++) {
+        snprintf(id, sizeof(id), "x%035d", i);
+        ck_assert_int_eq(stats_pair_count(st, id, "u", 2, 1, 0, 1), 0);
+    }
+    ck_assert_uint_eq(st->pairs_full, full);
+    n = stats_pairs_copy(st, NULL, rows);
+    ck_assert_int_eq(n, STATS_PAIRS / 2);
+    for (i = 0; i < n; i++) {
+        ck_assert_str_eq(rows[i].tenant, "u");
+        ck_assert_uint_eq(rows[i].allowed, 0);
+        ck_assert_uint_eq(rows[i].denied, 1);
+    }
+    free(st);
+}
+END_TEST
+
 START_TEST(test_deny_log_bound)
 {
     struct rl_stats *st = stats_new();
@@ -190,6 +368,10 @@ stats_suite(void)
     tcase_add_test(tc, test_history_ring);
     tcase_add_test(tc, test_pairs);
     tcase_add_test(tc, test_pairs_full);
+    tcase_add_test(tc, test_tenants_current_owner);
+    tcase_add_test(tc, test_tenants_unknown_owner);
+    tcase_add_test(tc, test_tenants_top);
+    tcase_add_test(tc, test_pairs_retire_reuse);
     tcase_add_test(tc, test_deny_log_bound);
     suite_add_tcase(s, tc);
     return s;
