@@ -655,6 +655,7 @@ decide_limits(struct decider *dc, const char *tenant_id,
     int i, rc, fail_open, cache = dc->cfg->overlimit_cache_size > 0 &&
         !creq->peek;
 
+    util_copy(dc->trace.route, sizeof(dc->trace.route), creq->route);
     if ((tr = decide_rules(dc, tenant_id)) == NULL)
         return DECIDE_NO_RULES;
     dc->trace.check = 1;

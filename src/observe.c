@@ -12,8 +12,9 @@
  * across the pool; the lines held back are counted and said in one line
  * the next second a denial is logged.  A check slower than slowlog_ms is
  * logged at warn with where its time went.  What a request sent (its path,
- * method, request id) reaches a log only escaped, and each access log
- * field is cut to OBSERVE_FIELD_MAX bytes.
+ * method, request id, route, client address) reaches a log only escaped,
+ * so that it can never start a line of its own (observe_escape), and each
+ * access log field is cut to OBSERVE_FIELD_MAX bytes.
  */
 #include <stdio.h>
 #include <string.h>
@@ -75,14 +76,87 @@ observe_cut(const char *s, size_t len)
     return n;
 }
 
-/* Appends s (len bytes) as a logfmt value: bare when it is a plain word,
- * else quoted, with '"' escaped and the rest as util_escape_char has it
- * (control bytes as \r, \n, \xNN, a backslash doubled). */
+/* The length of the UTF-8 sequence at p (at most len bytes) and its code
+ * point in *cp; 0 when p does not start a well-formed one (a stray or cut
+ * byte, an overlong form, a surrogate, past U+10FFFF). */
+static size_t
+observe_utf8(const unsigned char *p, size_t len, uint32_t *cp)
+{
+    size_t n, i;
+    uint32_t c, min;
+
+    if (p[0] >= 0xc2 && p[0] <= 0xdf) {
+        n = 2, c = p[0] & 0x1f, min = 0x80;
+    } else if (p[0] >= 0xe0 && p[0] <= 0xef) {
+        n = 3, c = p[0] & 0x0f, min = 0x800;
+    } else if (p[0] >= 0xf0 && p[0] <= 0xf4) {
+        n = 4, c = p[0] & 0x07, min = 0x10000;
+    } else
+        return 0;
+    if (n > len)
+        return 0;
+    for (i = 1; i < n; i++) {
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+        c = (c << 6) | (p[i] & 0x3f);
+    }
+    if (c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff))
+        return 0;
+    *cp = c;
+    return n;
+}
+
+/*
+ * Appends s (len bytes) escaped for a quoted logfmt value (json 0) or a
+ * JSON string (json 1), so that what a request sent can never end the
+ * line, nor the value: '"' and '\\' escaped; control bytes as \t, \n,
+ * \r, else \xNN (logfmt) or \u00NN (JSON); the C1 controls and the
+ * Unicode line and paragraph separators (U+0085 is a line break to some
+ * readers, U+2028 and U+2029 to others) as \uNNNN in both; a byte that is
+ * not part of well-formed UTF-8 as \xNN (logfmt) or \u00NN (JSON: the
+ * code point of that number, as Latin-1 reads it), so a line is always
+ * UTF-8 text.
+ */
+static void
+observe_escape(struct rl_buf *b, const char *s, size_t len, int json)
+{
+    const unsigned char *p = (const unsigned char *)s,
+        *end = (const unsigned char *)s + len;
+    char esc[5];
+    uint32_t cp;
+    size_t n;
+
+    while (p < end) {
+        if (*p == '"' || *p == '\\') {
+            buf_printf(b, "\\%c", *p);
+            p++;
+        } else if (*p < 0x80) {
+            if (*p >= 0x20 && *p != 0x7f)
+                buf_append(b, (const char *)p, 1);
+            else if (json && *p != '\t' && *p != '\n' && *p != '\r')
+                buf_printf(b, "\\u%04x", *p);
+            else if (util_escape_char(*p, esc) > 0)
+                buf_puts(b, esc);
+            p++;
+        } else if ((n = observe_utf8(p, (size_t)(end - p), &cp)) == 0) {
+            buf_printf(b, json ? "\\u%04x" : "\\x%02x", *p);
+            p++;
+        } else {
+            if (cp <= 0x9f || cp == 0x2028 || cp == 0x2029)
+                buf_printf(b, "\\u%04x", (unsigned)cp);
+            else
+                buf_append(b, (const char *)p, n);
+            p += n;
+        }
+    }
+}
+
+/* Appends s (len bytes) as a logfmt value: bare when it is a plain word
+ * (printable ASCII, no '"', '=' or '\\'), else quoted and escaped. */
 static void
 observe_logfmt_value(struct rl_buf *b, const char *s, size_t len)
 {
     const unsigned char *p, *end = (const unsigned char *)s + len;
-    char esc[5];
     int plain = len > 0;
 
     for (p = (const unsigned char *)s; p < end && plain; p++)
@@ -93,14 +167,7 @@ observe_logfmt_value(struct rl_buf *b, const char *s, size_t len)
         return;
     }
     buf_puts(b, "\"");
-    for (p = (const unsigned char *)s; p < end; p++) {
-        if (*p == '"')
-            buf_puts(b, "\\\"");
-        else if (util_escape_char(*p, esc) > 0)
-            buf_puts(b, esc);
-        else
-            buf_append(b, (const char *)p, 1);
-    }
+    observe_escape(b, s, len, 0);
     buf_puts(b, "\"");
 }
 
@@ -108,17 +175,8 @@ observe_logfmt_value(struct rl_buf *b, const char *s, size_t len)
 static void
 observe_json_string(struct rl_buf *b, const char *s, size_t len)
 {
-    const unsigned char *p, *end = (const unsigned char *)s + len;
-
     buf_puts(b, "\"");
-    for (p = (const unsigned char *)s; p < end; p++) {
-        if (*p == '"' || *p == '\\')
-            buf_printf(b, "\\%c", *p);
-        else if (*p < ' ' || *p == 0x7f)
-            buf_printf(b, "\\u%04x", *p);
-        else
-            buf_append(b, (const char *)p, 1);
-    }
+    observe_escape(b, s, len, 1);
     buf_puts(b, "\"");
 }
 
@@ -156,9 +214,13 @@ observe_number(struct rl_buf *b, int json, int *first, const char *name,
 }
 
 /*
- * The access log line: time, request id, tenant name, key prefix (never
- * the key), rule id, limit, decision, status, Redis and total
- * microseconds, plus the method and path.
+ * The access log line: time, request id, method and path, tenant name,
+ * key prefix (never the key), the client's address (as the limiter counts
+ * it: the peer, or the client a trusted proxy names), the route checked
+ * (once the caller is known), the rule and limit that decided (that
+ * denied, for a denial), decision, status, remaining, the time to wait
+ * (retry_after_ms; 0 when allowed), Redis, PostgreSQL and total
+ * microseconds.  New fields are added after the ones before them.
  */
 static void
 observe_access(struct service *svc, const struct http_request *req,
@@ -167,7 +229,7 @@ observe_access(struct service *svc, const struct http_request *req,
     static struct rl_buf line;
     const struct rl_trace *t = &svc->decider.trace;
     int json = strcmp(svc->cfg->access_log_format, "json") == 0, first = 1;
-    char stamp[40], path[RL_ROUTE_MAX + 1];
+    char stamp[40], path[RL_ROUTE_MAX + 1], client[64];
     struct timeval tv;
     struct tm tm;
     size_t n;
@@ -180,6 +242,8 @@ observe_access(struct service *svc, const struct http_request *req,
     n = req->path_len < RL_ROUTE_MAX ? req->path_len : RL_ROUTE_MAX;
     memcpy(path, req->path, n);
     path[n] = '\0';
+    (void)addr_client(req->remote_addr, req->x_forwarded_for,
+        svc->cfg->trusted, svc->cfg->ntrusted, client, sizeof(client));
     buf_reset(&line);
     if (json)
         buf_puts(&line, "{");
@@ -190,12 +254,16 @@ observe_access(struct service *svc, const struct http_request *req,
     observe_field(&line, json, &first, "path", path);
     observe_field(&line, json, &first, "tenant", t->tenant);
     observe_field(&line, json, &first, "key", t->key_prefix);
+    observe_field(&line, json, &first, "client", client);
+    observe_field(&line, json, &first, "route", t->route);
     observe_number(&line, json, &first, "rule", t->rule);
     observe_field(&line, json, &first, "limit", t->limit);
     observe_field(&line, json, &first, "decision",
         observe_decision(t, resp->status));
     observe_number(&line, json, &first, "status", resp->status);
     observe_number(&line, json, &first, "remaining", t->remaining);
+    observe_number(&line, json, &first, "retry_after_ms",
+        resp->status >= 400 ? t->retry_after_ms : 0);
     observe_number(&line, json, &first, "redis_us", t->redis_us);
     observe_number(&line, json, &first, "pg_us", t->pg_us);
     observe_number(&line, json, &first, "total_us", total_us);

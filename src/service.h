@@ -334,6 +334,7 @@ struct rl_trace {
     char tenant_id[RL_UUID_LEN + 1];
     char tenant[129];
     char key_prefix[16];
+    char route[RL_ROUTE_MAX + 1];   /* the route checked, once identified */
     long long rule;             /* the rule that decided; 0: none */
     char limit[RL_NAME_MAX + 24];   /* the limit that denied */
     long long remaining;
