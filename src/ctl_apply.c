@@ -18,10 +18,14 @@
  * limits are matched by name, changed in place when they differ (their
  * counters stay), added or removed; other rules of the tenant are
  * removed; rules of the file that match none are added.  Applying the same
- * file twice changes nothing the second time.  Everything happens in one
+ * file twice changes nothing the second time.  The file is checked whole
+ * first (see "Reading the file"): a mistake in it exits 2, and nothing
+ * is written.  Everything happens in one
  * transaction under the plan guard (ctl_rule.c); --dry-run prints the
  * same changes and rolls back.
  */
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -166,169 +170,623 @@ ctl_tenant_export(struct ctl *ctl, const struct ctl_command *cmd,
 /* ------------------------------------------------------------------ */
 /* Reading the file */
 
-/* Member name of o as a string, or def when absent; NULL when it is there
- * but not a string. */
+/*
+ * The whole file is checked before the database is touched, so that a
+ * mistake in it exits 2 and changes nothing.  Its syntax first (json-c's
+ * tokener, strict: no comments, no trailing commas); an error names the
+ * line and column of the file and what the tokener expected.  Then every
+ * object: a key it does not know (most often a typing mistake, which
+ * json-c would otherwise ignore in silence) is refused with the nearest
+ * key it knows; a value of the wrong type says what was expected and what
+ * was found; a value out of bounds says the bounds.  Every message starts
+ * with the JSON path of what it is about ("$.rules[2].failure_mode").
+ */
+
+#define APPLY_FILE_MAX (64L * 1024 * 1024)
+#define APPLY_PATH_MAX 128
+
+/* The known keys of a rule and of the file; a limit's are made from the
+ * algorithms (apply_limit_keys). */
+static const char *const apply_file_keys[] = { "tenant", "rules", NULL };
+static const char *const apply_rule_keys[] = { "route", "priority",
+    "enabled", "always", "shadow", "failure_mode", "per", "limits", NULL };
+static const char *const apply_limit_base_keys[] = { "name", "algorithm",
+    "count", NULL };
+
+/* What a value of type t is called in messages. */
 static const char *
-apply_str(struct json_object *o, const char *name, const char *def)
+apply_type_name(enum json_type t, int expected)
 {
-    struct json_object *v;
-
-    if (!json_object_object_get_ex(o, name, &v))
-        return def;
-    return json_object_is_type(v, json_type_string) ?
-        json_object_get_string(v) : NULL;
+    switch (t) {
+    case json_type_null:
+        return "null";
+    case json_type_boolean:
+        return "true or false";
+    case json_type_double:
+        return expected ? "a number" : "a decimal number";
+    case json_type_int:
+        return "a whole number";
+    case json_type_object:
+        return "an object";
+    case json_type_array:
+        return "an array";
+    case json_type_string:
+        return "a string";
+    }
+    return "an unknown type";
 }
 
-/* Member name of o as a boolean (def when absent); -1 when not one. */
-static int
-apply_bool(struct json_object *o, const char *name, int def)
+/* Levenshtein distance between a and b, for the hint of an unknown key;
+ * keys longer than 63 bytes are simply far from everything. */
+static size_t
+apply_distance(const char *a, const char *b)
 {
-    struct json_object *v;
+    size_t la = strlen(a), lb = strlen(b), i, j, diag, up;
+    size_t d[64];
 
-    if (!json_object_object_get_ex(o, name, &v))
-        return def;
-    return json_object_is_type(v, json_type_boolean) ?
-        json_object_get_boolean(v) : -1;
+    if (la > 63 || lb > 63)
+        return (size_t)-1;
+    for (j = 0; j <= lb; j++)
+        d[j] = j;
+    for (i = 1; i <= la; i++) {
+        diag = d[0];
+        d[0] = i;
+        for (j = 1; j <= lb; j++) {
+            up = d[j];
+            d[j] = diag + (a[i - 1] == b[j - 1] ? 0 : 1);
+            if (up + 1 < d[j])
+                d[j] = up + 1;
+            if (d[j - 1] + 1 < d[j])
+                d[j] = d[j - 1] + 1;
+            diag = up;
+        }
+    }
+    return d[lb];
 }
 
-/* One limit of the file into al; 0, or -1 with err. */
-static int
-apply_read_limit(struct json_object *lo, struct apply_limit *al, char *err,
-    size_t errlen)
+/* A key of the file, fit to print: at most 40 bytes, anything but
+ * printable ASCII shown as '?'. */
+static void
+apply_key_text(const char *key, char *buf, size_t len)
 {
-    const char *name = apply_str(lo, "name", NULL);
-    const char *alg = apply_str(lo, "algorithm", NULL);
-    const char *count = apply_str(lo, "count", "subject");
-    const char *typed[ALGO_MAX_PARAMS];
-    char text[ALGO_MAX_PARAMS][ALGO_TEXT_MAX];
-    const struct algo_param *p;
-    struct json_object *v;
+    size_t i;
+
+    for (i = 0; key[i] != '\0' && i + 1 < len && i < 40; i++)
+        buf[i] = key[i] > ' ' && key[i] < 127 ? key[i] : '?';
+    buf[i] = '\0';
+    if (key[i] != '\0' && len > 4 && i + 4 <= len)
+        memcpy(buf + (i > len - 4 ? len - 4 : i), "...", 4);
+}
+
+/* Whether key is one of known (NULL ended). */
+static int
+apply_key_in(const char *key, const char *const *known)
+{
     int i;
 
+    for (i = 0; known[i] != NULL; i++)
+        if (strcmp(key, known[i]) == 0)
+            return 1;
+    return 0;
+}
+
+/*
+ * Refuses a member of object o (at path at) that is not one of known:
+ * "at.key: unknown key; did you mean K?" when a known key is close enough
+ * to be the one meant, else the list of the known keys.  0, or -1 with err.
+ */
+static int
+apply_known_keys(struct json_object *o, const char *at,
+    const char *const *known, char *err, size_t errlen)
+{
+    struct json_object_iterator it = json_object_iter_begin(o);
+    struct json_object_iterator end = json_object_iter_end(o);
+    const char *key, *best;
+    char shown[48], list[256];
+    size_t d, bestd, used;
+    int i;
+
+    for (; !json_object_iter_equal(&it, &end); json_object_iter_next(&it)) {
+        key = json_object_iter_peek_name(&it);
+        if (apply_key_in(key, known))
+            continue;
+        best = NULL;
+        bestd = (size_t)-1;
+        for (i = 0; known[i] != NULL; i++)
+            if ((d = apply_distance(key, known[i])) < bestd) {
+                bestd = d;
+                best = known[i];
+            }
+        apply_key_text(key, shown, sizeof(shown));
+        /* Close enough: a third of the key's letters wrong, at most. */
+        if (best != NULL && bestd * 3 <= strlen(best) + 2) {
+            snprintf(err, errlen, "%s.%s: unknown key; did you mean %s?", at,
+                shown, best);
+            return -1;
+        }
+        list[0] = '\0';
+        for (i = 0, used = 0; known[i] != NULL && used < sizeof(list); i++) {
+            snprintf(list + used, sizeof(list) - used, "%s%s",
+                i > 0 ? ", " : "", known[i]);
+            used += strlen(list + used);
+        }
+        snprintf(err, errlen, "%s.%s: unknown key (the keys here are %s)",
+            at, shown, list);
+        return -1;
+    }
+    return 0;
+}
+
+/*
+ * Member key of object o (at path at), which must be of type want (a
+ * whole number does for json_type_double).  Returns 1 with *v, 0 when it
+ * is absent and not required, or -1 with err: missing, or of another
+ * type.
+ */
+static int
+apply_member(struct json_object *o, const char *at, const char *key,
+    enum json_type want, int required, struct json_object **v, char *err,
+    size_t errlen)
+{
+    if (!json_object_object_get_ex(o, key, v)) {
+        if (!required)
+            return 0;
+        snprintf(err, errlen, "%s: missing key %s (%s)", at, key,
+            apply_type_name(want, 1));
+        return -1;
+    }
+    if (json_object_is_type(*v, want) || (want == json_type_double &&
+        json_object_is_type(*v, json_type_int)))
+        return 1;
+    snprintf(err, errlen, "%s.%s: expected %s, found %s", at, key,
+        apply_type_name(want, 1),
+        apply_type_name(json_object_get_type(*v), 0));
+    return -1;
+}
+
+/* A string member, def when absent; NULL with err when it is not a
+ * string (or is missing and def is NULL). */
+static const char *
+apply_string(struct json_object *o, const char *at, const char *key,
+    const char *def, char *err, size_t errlen)
+{
+    struct json_object *v;
+    int rc = apply_member(o, at, key, json_type_string, def == NULL, &v,
+        err, errlen);
+
+    return rc == 1 ? json_object_get_string(v) : rc == 0 ? def : NULL;
+}
+
+/* A boolean member into *out (def when absent); 0, or -1 with err. */
+static int
+apply_boolean(struct json_object *o, const char *at, const char *key,
+    int def, int *out, char *err, size_t errlen)
+{
+    struct json_object *v;
+    int rc = apply_member(o, at, key, json_type_boolean, 0, &v, err, errlen);
+
+    if (rc == -1)
+        return -1;
+    *out = rc == 1 ? json_object_get_boolean(v) : def;
+    return 0;
+}
+
+/* "a, b and c": the JSON names of alg's parameters. */
+static void
+apply_param_names(const struct algo *alg, char *buf, size_t len)
+{
+    size_t used = 0;
+    int i;
+
+    buf[0] = '\0';
+    for (i = 0; i < alg->nparams && used < len; i++) {
+        snprintf(buf + used, len - used, "%s%s%s", i == 0 ? "" :
+            i + 1 == alg->nparams ? " and " : ", ",
+            alg->param[i].optional ? "optionally " : "", alg->param[i].json);
+        used += strlen(buf + used);
+    }
+}
+
+/* The keys a limit may have: its own and the parameters of every
+ * algorithm, each once; keys must hold ALGO_MAX_PARAMS * algo_count() + 4
+ * entries. */
+static void
+apply_limit_keys(const char **keys)
+{
+    const struct algo *alg;
+    int i, j, n = 0;
+
+    for (i = 0; apply_limit_base_keys[i] != NULL; i++)
+        keys[n++] = apply_limit_base_keys[i];
+    for (i = 0; (alg = algo_at(i)) != NULL; i++)
+        for (j = 0; j < alg->nparams; j++) {
+            keys[n] = NULL;
+            if (!apply_key_in(alg->param[j].json, keys))
+                keys[n++] = alg->param[j].json;
+        }
+    keys[n] = NULL;
+}
+
+/* Drops the "--option: " that algo.c's and validate.c's messages begin
+ * with, when a JSON path names the value instead. */
+static const char *
+apply_without_option(const char *msg)
+{
+    const char *colon = strstr(msg, ": ");
+
+    return strncmp(msg, "--", 2) == 0 && colon != NULL ? colon + 2 : msg;
+}
+
+/* One parameter p of the limit lo (at path at) into al, its text as
+ * algo_param_parse takes it in text.  0, or -1 with err. */
+static int
+apply_read_param(struct json_object *lo, const char *at,
+    const struct algo_param *p, struct apply_limit *al, char *text,
+    size_t textlen, char *err, size_t errlen)
+{
+    enum json_type want = p->kind == ALGO_KIND_CALENDAR ? json_type_string :
+        p->kind == ALGO_KIND_RATE ? json_type_double : json_type_int;
+    char path[APPLY_PATH_MAX + 64], e2[256];
+    struct json_object *v;
+    long long x;
+    int rc;
+
+    if ((rc = apply_member(lo, at, p->json, want, !p->optional, &v, err,
+        errlen)) == -1) {
+        if (!json_object_object_get_ex(lo, p->json, &v))
+            snprintf(err, errlen, "%s: missing key %s (%s, which %s "
+                "needs)", at, p->json, apply_type_name(want, 1),
+                al->alg->name);
+        return -1;
+    }
+    snprintf(path, sizeof(path), "%s.%s", at, p->json);
+    if (rc == 0) {
+        snprintf(text, textlen, "0");
+        return 0;
+    }
+    if (want == json_type_int) {
+        x = (long long)json_object_get_int64(v);
+        if ((double)x < p->min || (double)x > p->max) {
+            snprintf(err, errlen, "%s: %lld is out of range (%.0f to %.0f%s)",
+                path, x, p->min, p->max, p->kind == ALGO_KIND_DURATION ?
+                " microseconds" : "");
+            return -1;
+        }
+        snprintf(text, textlen, "%lld%s", x,
+            p->kind == ALGO_KIND_DURATION ? "us" : "");
+    } else if (want == json_type_double)
+        snprintf(text, textlen, "%.17g", json_object_get_double(v));
+    else
+        snprintf(text, textlen, "%s", json_object_get_string(v));
+    if (algo_param_parse(p, text, &al->l, e2, sizeof(e2)) == -1) {
+        snprintf(err, errlen, "%s: %s", path, apply_without_option(e2));
+        return -1;
+    }
+    return 0;
+}
+
+/* The limit lo (at path at) into al; 0, or -1 with err. */
+static int
+apply_read_limit(struct json_object *lo, const char *at,
+    struct apply_limit *al, char *err, size_t errlen)
+{
+    const char *keys[ALGO_MAX_PARAMS * 8 + 4], *typed[ALGO_MAX_PARAMS];
+    char text[ALGO_MAX_PARAMS][ALGO_TEXT_MAX], path[APPLY_PATH_MAX + 64];
+    char names[160], e2[256];
+    struct json_object_iterator it, end;
+    const struct algo *other;
+    const char *name, *alg, *count, *key;
+    int i, own;
+
     memset(al, 0, sizeof(*al));
-    if (name == NULL || validate_limit_name("name", name, err, errlen) == -1)
-        return name == NULL ? (snprintf(err, errlen, "a limit needs a "
-            "\"name\""), -1) : -1;
+    if (!json_object_is_type(lo, json_type_object)) {
+        snprintf(err, errlen, "%s: expected an object, found %s", at,
+            apply_type_name(json_object_get_type(lo), 0));
+        return -1;
+    }
+    if (algo_count() * ALGO_MAX_PARAMS + 4 > (int)(sizeof(keys) /
+        sizeof(keys[0]))) {
+        snprintf(err, errlen, "internal error: too many parameters");
+        return -1;
+    }
+    apply_limit_keys(keys);
+    if (apply_known_keys(lo, at, keys, err, errlen) == -1)
+        return -1;
+    if ((name = apply_string(lo, at, "name", NULL, err, errlen)) == NULL)
+        return -1;
+    snprintf(path, sizeof(path), "%s.name", at);
+    if (validate_limit_name(path, name, err, errlen) == -1)
+        return -1;
     snprintf(al->name, sizeof(al->name), "%s", name);
-    if (alg == NULL || (al->alg = algo_find(alg)) == NULL) {
-        snprintf(err, errlen, "limit %s: \"algorithm\" must be one of "
-            "token_bucket, sliding_window, gcra, fixed_window", name);
+    if ((alg = apply_string(lo, at, "algorithm", NULL, err, errlen)) == NULL)
+        return -1;
+    if ((al->alg = algo_find(alg)) == NULL) {
+        names[0] = '\0';
+        for (i = 0; (other = algo_at(i)) != NULL; i++)
+            snprintf(names + strlen(names), sizeof(names) - strlen(names),
+                "%s%s", i > 0 ? ", " : "", other->name);
+        apply_key_text(alg, e2, 48);
+        snprintf(err, errlen, "%s.algorithm: \"%s\" is not one of %s", at,
+            e2, names);
         return -1;
     }
     al->l.algorithm = al->alg->id;
-    for (i = 0; i < al->alg->nparams; i++) {
-        p = &al->alg->param[i];
-        if (!json_object_object_get_ex(lo, p->json, &v)) {
-            if (!p->optional) {
-                snprintf(err, errlen, "limit %s: %s needs \"%s\"", name,
-                    al->alg->name, p->json);
-                return -1;
-            }
-            snprintf(text[i], sizeof(text[i]), "0");
-        } else if (p->kind == ALGO_KIND_CALENDAR &&
-            json_object_is_type(v, json_type_string))
-            snprintf(text[i], sizeof(text[i]), "%s",
-                json_object_get_string(v));
-        else if (p->kind == ALGO_KIND_RATE &&
-            (json_object_is_type(v, json_type_double) ||
-            json_object_is_type(v, json_type_int)))
-            snprintf(text[i], sizeof(text[i]), "%.6f",
-                json_object_get_double(v));
-        else if (p->kind != ALGO_KIND_CALENDAR &&
-            json_object_is_type(v, json_type_int))
-            snprintf(text[i], sizeof(text[i]), "%lld%s",
-                (long long)json_object_get_int64(v),
-                p->kind == ALGO_KIND_DURATION ? "us" : "");
-        else {
-            snprintf(err, errlen, "limit %s: \"%s\" has the wrong type",
-                name, p->json);
-            return -1;
-        }
-        typed[i] = text[i];
-        if (algo_param_parse(p, text[i], &al->l, err, errlen) == -1)
-            return -1;
-    }
-    if (al->alg->check != NULL && al->alg->check(&al->l, typed, err,
-        errlen) == -1)
+    /* A parameter of another algorithm would be ignored: refuse it. */
+    it = json_object_iter_begin(lo);
+    end = json_object_iter_end(lo);
+    for (; !json_object_iter_equal(&it, &end); json_object_iter_next(&it)) {
+        key = json_object_iter_peek_name(&it);
+        for (own = 0, i = 0; i < al->alg->nparams; i++)
+            own |= strcmp(key, al->alg->param[i].json) == 0;
+        if (own || apply_key_in(key, apply_limit_base_keys))
+            continue;
+        apply_param_names(al->alg, names, sizeof(names));
+        snprintf(err, errlen, "%s.%s: not a parameter of %s (it takes %s)",
+            at, key, al->alg->name, names);
         return -1;
-    if (count == NULL || validate_count("count", count, err, errlen) == -1)
-        return count == NULL ? (snprintf(err, errlen, "limit %s: \"count\" "
-            "must be a string", name), -1) : -1;
+    }
+    for (i = 0; i < al->alg->nparams; i++) {
+        if (apply_read_param(lo, at, &al->alg->param[i], al, text[i],
+            sizeof(text[i]), err, errlen) == -1)
+            return -1;
+        typed[i] = text[i];
+    }
+    if (al->alg->check != NULL && al->alg->check(&al->l, typed, e2,
+        sizeof(e2)) == -1) {
+        snprintf(err, errlen, "%s: %s", at, e2);
+        return -1;
+    }
+    if ((count = apply_string(lo, at, "count", "subject", err,
+        errlen)) == NULL)
+        return -1;
+    snprintf(path, sizeof(path), "%s.count", at);
+    if (validate_count(path, count, err, errlen) == -1)
+        return -1;
     al->l.count = algo_count_parse(count);
     snprintf(al->l.name, sizeof(al->l.name), "%s", name);
     return 0;
 }
 
-/* One rule of the file into r; 0, or -1 with err. */
+/* The rule ro (at path at) into r; 0, or -1 with err. */
 static int
-apply_read_rule(struct json_object *ro, struct apply_rule *r, char *err,
-    size_t errlen)
+apply_read_rule(struct json_object *ro, const char *at, struct apply_rule *r,
+    char *err, size_t errlen)
 {
-    const char *route = apply_str(ro, "route", NULL);
-    const char *fm = apply_str(ro, "failure_mode", "closed");
-    const char *per = apply_str(ro, "per", "rule");
+    char path[APPLY_PATH_MAX + 32], lat[APPLY_PATH_MAX + 32];
+    const char *route, *fm, *per;
     struct json_object *v, *ls;
-    char e2[200];
     long long prio = 0;
     size_t i, n;
-    int j;
+    int j, rc;
 
     memset(r, 0, sizeof(*r));
-    if (route == NULL || validate_route("route", route, err, errlen) == -1)
-        return route == NULL ? (snprintf(err, errlen, "a rule needs a "
-            "\"route\""), -1) : -1;
+    if (!json_object_is_type(ro, json_type_object)) {
+        snprintf(err, errlen, "%s: expected an object, found %s", at,
+            apply_type_name(json_object_get_type(ro), 0));
+        return -1;
+    }
+    if (apply_known_keys(ro, at, apply_rule_keys, err, errlen) == -1)
+        return -1;
+    if ((route = apply_string(ro, at, "route", NULL, err, errlen)) == NULL)
+        return -1;
+    snprintf(path, sizeof(path), "%s.route", at);
+    if (validate_route(path, route, err, errlen) == -1)
+        return -1;
     snprintf(r->route, sizeof(r->route), "%s", route);
-    if (json_object_object_get_ex(ro, "priority", &v)) {
-        if (!json_object_is_type(v, json_type_int) ||
-            (prio = json_object_get_int64(v)) < -VALIDATE_PRIORITY_MAX ||
-            prio > VALIDATE_PRIORITY_MAX) {
-            snprintf(err, errlen, "rule %s: \"priority\" must be a whole "
-                "number from -%d to %d", route, VALIDATE_PRIORITY_MAX,
-                VALIDATE_PRIORITY_MAX);
-            return -1;
-        }
+    if ((rc = apply_member(ro, at, "priority", json_type_int, 0, &v, err,
+        errlen)) == -1)
+        return -1;
+    if (rc == 1 && ((prio = json_object_get_int64(v)) <
+        -VALIDATE_PRIORITY_MAX || prio > VALIDATE_PRIORITY_MAX)) {
+        snprintf(err, errlen, "%s.priority: %lld is out of range (-%d to "
+            "%d)", at, prio, VALIDATE_PRIORITY_MAX, VALIDATE_PRIORITY_MAX);
+        return -1;
     }
     r->priority = (int)prio;
-    r->enabled = apply_bool(ro, "enabled", 1);
-    r->always = apply_bool(ro, "always", 0);
-    r->shadow = apply_bool(ro, "shadow", 0);
-    if (r->enabled < 0 || r->always < 0 || r->shadow < 0) {
-        snprintf(err, errlen, "rule %s: enabled, always and shadow are "
-            "true or false", route);
+    if (apply_boolean(ro, at, "enabled", 1, &r->enabled, err, errlen) == -1 ||
+        apply_boolean(ro, at, "always", 0, &r->always, err, errlen) == -1 ||
+        apply_boolean(ro, at, "shadow", 0, &r->shadow, err, errlen) == -1)
         return -1;
-    }
-    if (fm == NULL || validate_failure_mode("failure_mode", fm, err,
-        errlen) == -1 || per == NULL || validate_per("per", per, err,
-        errlen) == -1) {
-        if (fm == NULL || per == NULL)
-            snprintf(err, errlen, "rule %s: failure_mode and per are "
-                "strings", route);
+    if ((fm = apply_string(ro, at, "failure_mode", "closed", err,
+        errlen)) == NULL)
         return -1;
-    }
+    snprintf(path, sizeof(path), "%s.failure_mode", at);
+    if (validate_failure_mode(path, fm, err, errlen) == -1)
+        return -1;
+    if ((per = apply_string(ro, at, "per", "rule", err, errlen)) == NULL)
+        return -1;
+    snprintf(path, sizeof(path), "%s.per", at);
+    if (validate_per(path, per, err, errlen) == -1)
+        return -1;
     snprintf(r->failure_mode, sizeof(r->failure_mode), "%s", fm);
     snprintf(r->per, sizeof(r->per), "%s", per);
-    if (!json_object_object_get_ex(ro, "limits", &ls) ||
-        !json_object_is_type(ls, json_type_array) ||
-        (n = json_object_array_length(ls)) < 1 || n > RL_MAX_LIMITS) {
-        snprintf(err, errlen, "rule %s: \"limits\" must list 1 to %d limits",
-            route, RL_MAX_LIMITS);
+    if (apply_member(ro, at, "limits", json_type_array, 1, &ls, err,
+        errlen) == -1)
+        return -1;
+    if ((n = json_object_array_length(ls)) < 1 || n > RL_MAX_LIMITS) {
+        snprintf(err, errlen, "%s.limits: a rule has 1 to %d limits, not "
+            "%zu", at, RL_MAX_LIMITS, n);
         return -1;
     }
     for (i = 0; i < n; i++) {
-        if (apply_read_limit(json_object_array_get_idx(ls, i),
-            &r->limits[i], e2, sizeof(e2)) == -1) {
-            snprintf(err, errlen, "rule %s: %s", route, e2);
+        snprintf(lat, sizeof(lat), "%s.limits[%zu]", at, i);
+        if (apply_read_limit(json_object_array_get_idx(ls, i), lat,
+            &r->limits[i], err, errlen) == -1)
             return -1;
-        }
         for (j = 0; j < (int)i; j++)
             if (strcmp(r->limits[j].name, r->limits[i].name) == 0) {
-                snprintf(err, errlen, "rule %s: two limits are named %s",
-                    route, r->limits[i].name);
+                snprintf(err, errlen, "%s.name: %s.limits[%d] has the "
+                    "name %s already", lat, at, j, r->limits[i].name);
                 return -1;
             }
     }
     r->nlimits = (int)n;
     return 0;
+}
+
+/* Where byte off of buf is: line and column, from 1 (a column counts
+ * characters: the continuation bytes of UTF-8 do not count). */
+static void
+apply_position(const char *buf, size_t off, long *line, long *col)
+{
+    size_t i;
+
+    *line = 1;
+    *col = 1;
+    for (i = 0; i < off; i++) {
+        if (buf[i] == '\n') {
+            (*line)++;
+            *col = 1;
+        } else if (((unsigned char)buf[i] & 0xC0) != 0x80)
+            (*col)++;
+    }
+}
+
+/* Reads all of file path into *buf (NUL ended) and *len.  0, or -1 with
+ * err (the file cannot be read, or is too large). */
+static int
+apply_slurp(const char *path, char **buf, size_t *len, char *err,
+    size_t errlen)
+{
+    FILE *fp = fopen(path, "rb");
+    size_t cap = 65536, n = 0, got;
+    char *b = NULL, *nb;
+
+    if (fp == NULL) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    for (;;) {
+        if ((nb = realloc(b, cap + 1)) == NULL) {
+            snprintf(err, errlen, "%s: out of memory", path);
+            break;
+        }
+        b = nb;
+        got = fread(b + n, 1, cap - n, fp);
+        n += got;
+        if (n < cap) {
+            if (ferror(fp)) {
+                snprintf(err, errlen, "%s: %s", path, strerror(errno));
+                break;
+            }
+            fclose(fp);
+            b[n] = '\0';
+            *buf = b;
+            *len = n;
+            return 0;
+        }
+        if (cap >= (size_t)APPLY_FILE_MAX) {
+            snprintf(err, errlen, "%s: larger than %ld MiB", path,
+                APPLY_FILE_MAX / 1024 / 1024);
+            break;
+        }
+        cap *= 2;
+    }
+    fclose(fp);
+    free(b);
+    return -1;
+}
+
+/*
+ * Parses file path into *doc.  Returns 0; CTL_EXIT_FAIL when it cannot be
+ * read; CTL_EXIT_USAGE when it is not JSON (err: "path:line:column: ...").
+ */
+static int
+apply_parse(const char *path, struct json_object **doc, char *err,
+    size_t errlen)
+{
+    enum json_tokener_error jerr;
+    struct json_tokener *tok;
+    const char *why = NULL;
+    char *buf;
+    size_t len, end;
+    long line, col;
+
+    *doc = NULL;
+    if (apply_slurp(path, &buf, &len, err, errlen) == -1)
+        return CTL_EXIT_FAIL;
+    if ((tok = json_tokener_new()) == NULL) {
+        free(buf);
+        snprintf(err, errlen, "%s: out of memory", path);
+        return CTL_EXIT_FAIL;
+    }
+    json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
+    end = strlen(buf);          /* a NUL byte ends the text */
+    *doc = json_tokener_parse_ex(tok, buf, (int)(end > INT_MAX ? INT_MAX :
+        end));
+    jerr = json_tokener_get_error(tok);
+    if (*doc != NULL)
+        end = json_tokener_get_parse_end(tok);
+    if (jerr == json_tokener_continue || (jerr == json_tokener_success &&
+        *doc == NULL))
+        why = end < len ? "a NUL byte" : "unexpected end of the file";
+    else if (jerr != json_tokener_success) {
+        end = json_tokener_get_parse_end(tok);
+        why = json_tokener_error_desc(jerr);
+    } else {
+        end += strspn(buf + end, " \t\r\n");
+        if (end < len)
+            why = "more text after the end of the JSON value";
+    }
+    if (why != NULL) {
+        apply_position(buf, end, &line, &col);
+        snprintf(err, errlen, "%s:%ld:%ld: not valid JSON: %s", path, line,
+            col, why);
+        json_object_put(*doc);
+        *doc = NULL;
+    }
+    json_tokener_free(tok);
+    free(buf);
+    return why != NULL ? CTL_EXIT_USAGE : 0;
+}
+
+/*
+ * Reads file path into want (at most APPLY_MAX_RULES) and *tenant (its
+ * text lives in *doc; json_object_put it).  Returns the number of rules,
+ * or -1 after printing why with *rc the exit status (nothing has been
+ * written).
+ */
+static int
+apply_read_file(const char *path, struct json_object **doc,
+    const char **tenant, struct apply_rule *want, int *rc)
+{
+    char err[768], e2[512], at[APPLY_PATH_MAX];
+    struct json_object *rs;
+    size_t i, n;
+
+    if ((*rc = apply_parse(path, doc, err, sizeof(err))) != 0) {
+        ctl_warn("%s", err);
+        return -1;
+    }
+    *rc = CTL_EXIT_USAGE;
+    if (!json_object_is_type(*doc, json_type_object)) {
+        snprintf(e2, sizeof(e2), "$: expected an object, found %s",
+            apply_type_name(json_object_get_type(*doc), 0));
+        goto bad;
+    }
+    if (apply_known_keys(*doc, "$", apply_file_keys, e2, sizeof(e2)) == -1 ||
+        (*tenant = apply_string(*doc, "$", "tenant", NULL, e2,
+        sizeof(e2))) == NULL ||
+        validate_tenant_name("$.tenant", *tenant, e2, sizeof(e2)) == -1 ||
+        apply_member(*doc, "$", "rules", json_type_array, 1, &rs, e2,
+        sizeof(e2)) == -1)
+        goto bad;
+    if ((n = json_object_array_length(rs)) > APPLY_MAX_RULES) {
+        snprintf(e2, sizeof(e2), "$.rules: at most %d rules, not %zu",
+            APPLY_MAX_RULES, n);
+        goto bad;
+    }
+    for (i = 0; i < n; i++) {
+        snprintf(at, sizeof(at), "$.rules[%zu]", i);
+        if (apply_read_rule(json_object_array_get_idx(rs, i), at, &want[i],
+            e2, sizeof(e2)) == -1)
+            goto bad;
+    }
+    *rc = CTL_EXIT_OK;
+    return (int)n;
+bad:
+    ctl_warn("%s: %s", path, e2);
+    return -1;
 }
 
 /* ------------------------------------------------------------------ */
@@ -503,33 +961,18 @@ ctl_tenant_apply(struct ctl *ctl, const struct ctl_command *cmd,
 {
     static struct apply_rule want[APPLY_MAX_RULES], have[APPLY_MAX_RULES];
     int dry = ctl_args_flag(cmd, a, "dry-run");
-    struct json_object *doc, *rs;
-    const char *tenant, *params[1];
-    char err[512], id[24];
+    struct json_object *doc;
+    const char *tenant = NULL, *params[1];
+    char id[24];
     struct ctl_rule_guard g;
     int i, j, nwant, nhave, changes = 0, rc;
     size_t n;
 
-    if ((doc = json_object_from_file(a->pos[0])) == NULL)
-        return ctl_fail("%s: %s", a->pos[0], json_util_get_last_err());
-    if (!json_object_is_type(doc, json_type_object) ||
-        (tenant = apply_str(doc, "tenant", NULL)) == NULL ||
-        validate_tenant_name("tenant", tenant, err, sizeof(err)) == -1 ||
-        !json_object_object_get_ex(doc, "rules", &rs) ||
-        !json_object_is_type(rs, json_type_array) ||
-        (n = json_object_array_length(rs)) > APPLY_MAX_RULES) {
+    nwant = apply_read_file(a->pos[0], &doc, &tenant, want, &rc);
+    if (nwant == -1) {
         json_object_put(doc);
-        return ctl_usage_error(cmd, "%s: expected {\"tenant\": NAME, "
-            "\"rules\": [at most %d rules]}", a->pos[0], APPLY_MAX_RULES);
+        return rc;
     }
-    for (i = 0; i < (int)n; i++)
-        if (apply_read_rule(json_object_array_get_idx(rs, (size_t)i),
-            &want[i], err, sizeof(err)) == -1) {
-            json_object_put(doc);
-            return ctl_usage_error(cmd, "%s: rule %d: %s", a->pos[0], i + 1,
-                err);
-        }
-    nwant = (int)n;
     if ((rc = ctl_db_connect(ctl)) != 0)
         goto out;
     /* A new tenant is added first; a dry run only says it would be. */

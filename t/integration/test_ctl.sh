@@ -1114,14 +1114,16 @@ is "and then nothing more" "$RC $(has out '^copy: 0 changes$')" "0 yes"
 printf '{"tenant": "copy", "rules": [{"route": "/x", "limits": []}]}' \
     >"$TMP/bad.json"
 expect_usage "apply of a rule without limits exits 2 naming it" \
-    'rule 1: rule /x: "limits" must list 1 to 8' tenant apply "$TMP/bad.json"
+    '\$\.rules\[0\]\.limits: a rule has 1 to 8 limits' tenant apply "$TMP/bad.json"
 printf '{"tenant": "copy", "rules": [{"route": "/x", "limits": [{"name": "a", "algorithm": "gcra", "limit": 5}]}]}' \
     >"$TMP/bad.json"
 expect_usage "apply of a limit without its parameters exits 2" \
-    'gcra needs "period_us"' tenant apply "$TMP/bad.json"
+    'missing key period_us (a whole number, which gcra needs)' tenant apply "$TMP/bad.json"
 printf 'not json' >"$TMP/bad.json"
-expect_fail "apply of a file that is not JSON exits 1" "bad.json" \
-    tenant apply "$TMP/bad.json"
+expect_usage "apply of a file that is not JSON exits 2 with where" \
+    "bad.json:1:2: not valid JSON" tenant apply "$TMP/bad.json"
+expect_fail "apply of a file that cannot be read exits 1" "missing.json" \
+    tenant apply "$TMP/missing.json"
 
 # --- an unreachable database --------------------------------------------
 
