@@ -157,7 +157,7 @@ static const struct ctl_option ctl_limit_add_options[] = {
 };
 
 #define CTL_LIMIT_SYNOPSIS "--algorithm ALGORITHM (--capacity N " \
-    "--refill-rate R | --limit N --window SECONDS | --limit N --period " \
+    "--refill-rate R | --limit N --window DURATION | --limit N --period " \
     "DURATION [--burst B] | --limit N --calendar minute|hour|day|month) " \
     "[--count subject|key|tenant]"
 

@@ -121,6 +121,19 @@ const char *ctl_args_value(const struct ctl_command *cmd,
 int ctl_args_flag(const struct ctl_command *cmd, const struct ctl_args *a,
     const char *name);
 
+/*
+ * The value of an algorithm's parameter p as algo_param_parse() takes it.
+ * A duration (--window, --period) is a number of seconds ("60") or a
+ * whole number with a unit ("500ms", "1s", "5m", "1h", "1d"); --window,
+ * counted in whole seconds, takes no unit below the second.  It is
+ * written into buf in the parameter's own unit (seconds, or microseconds
+ * with "us").  Other values are returned as they are.  Returns the text,
+ * or NULL with err (which says what is accepted).
+ */
+struct algo_param;
+const char *ctl_args_param_text(const struct algo_param *p,
+    const char *value, char *buf, size_t len, char *err, size_t errlen);
+
 /* ------------------------------------------------------------------ */
 /* ctl_db.c: the database and output */
 

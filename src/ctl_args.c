@@ -7,7 +7,8 @@
  * "-"); "-h" or "--help" prints the command's usage.  An unknown option,
  * an option given twice, a missing value or a missing or extra positional
  * argument is a usage error (exit 2).  Only the shape is checked here: what
- * the values mean is the command's business (validate.c).
+ * the values mean is the command's business (validate.c), but for the
+ * durations (--window, --period), which every command reads alike.
  */
 #include <stdio.h>
 #include <string.h>
@@ -120,3 +121,78 @@ ctl_args_parse(const struct ctl_command *cmd, int argc, char **argv,
     return 0;
 }
 
+
+/* ------------------------------------------------------------------ */
+/* Durations */
+
+/* The units of a duration option; "" is the bare number, in seconds. */
+static const struct {
+    const char *unit;
+    long long us;
+} ctl_args_units[] = {
+    { "", 1000000LL },
+    { "s", 1000000LL },
+    { "m", 60000000LL },
+    { "h", 3600000000LL },
+    { "d", 86400000000LL },
+    { "ms", 1000LL },
+    { "us", 1LL },
+};
+
+#define CTL_ARGS_NUNITS (sizeof(ctl_args_units) / sizeof(ctl_args_units[0]))
+
+/* Whether p is a duration counted in whole seconds (--window). */
+static int
+ctl_args_in_seconds(const struct algo_param *p)
+{
+    return p->kind == ALGO_KIND_COUNT && p->metavar != NULL &&
+        strcmp(p->metavar, "SECONDS") == 0;
+}
+
+const char *
+ctl_args_param_text(const struct algo_param *p, const char *value,
+    char *buf, size_t len, char *err, size_t errlen)
+{
+    int seconds = ctl_args_in_seconds(p);
+    size_t digits = strspn(value, "0123456789"), i;
+    const char *accepted, *typed = value;
+    char low[24], high[24];
+    long long v = 0, lo, hi;
+
+    if (!seconds && p->kind != ALGO_KIND_DURATION)
+        return value;
+    accepted = seconds ? "whole seconds: a number of seconds (\"60\") or a "
+        "whole number with the unit s, m, h or d (\"90s\", \"5m\", \"1h\", "
+        "\"1d\")" : "a number of seconds (\"60\") or a whole number with "
+        "the unit us, ms, s, m, h or d (\"500ms\", \"1s\", \"5m\", \"1h\", "
+        "\"1d\")";
+    for (i = 0; i < CTL_ARGS_NUNITS; i++)
+        if (strcmp(value + digits, ctl_args_units[i].unit) == 0)
+            break;
+    if (digits == 0 || i == CTL_ARGS_NUNITS ||
+        (seconds && ctl_args_units[i].us < 1000000LL)) {
+        snprintf(err, errlen, "--%s: \"%.40s\" is not a duration; it takes "
+            "%s", p->option, value, accepted);
+        return NULL;
+    }
+    for (; digits > 0 && *value == '0'; value++, digits--)
+        ;
+    /* More than 15 digits is more than 366 days, whatever the unit. */
+    for (; digits > 0 && digits <= 15; value++, digits--)
+        v = v * 10 + (*value - '0');
+    v = digits > 0 ? -1 : v * ctl_args_units[i].us;
+    lo = (long long)p->min * (seconds ? 1000000LL : 1);
+    hi = (long long)p->max * (seconds ? 1000000LL : 1);
+    if (v < lo || v > hi) {
+        validate_duration_format(lo, low, sizeof(low));
+        validate_duration_format(hi, high, sizeof(high));
+        snprintf(err, errlen, "--%s: %s is out of range (%s to %s)",
+            p->option, typed, low, high);
+        return NULL;
+    }
+    if (seconds)
+        snprintf(buf, len, "%lld", v / 1000000LL);
+    else
+        snprintf(buf, len, "%lldus", v);
+    return buf;
+}

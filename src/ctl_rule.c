@@ -380,10 +380,10 @@ ctl_rule_limit_spec(const struct ctl_command *cmd, const struct ctl_args *a,
     const char *default_name, struct ctl_rule_limit_spec *spec)
 {
     const char *algorithm = ctl_args_value(cmd, a, "algorithm");
-    const char *typed[ALGO_MAX_PARAMS];
+    const char *typed[ALGO_MAX_PARAMS], *v;
     const struct algo_param *p;
     const struct algo *alg;
-    char err[256], names[128], takes[160];
+    char err[256], names[128], takes[160], text[ALGO_TEXT_MAX];
     int i, rc;
 
     memset(spec, 0, sizeof(*spec));
@@ -422,8 +422,9 @@ ctl_rule_limit_spec(const struct ctl_command *cmd, const struct ctl_args *a,
     for (i = 0; i < alg->nparams; i++) {
         p = &alg->param[i];
         typed[i] = ctl_args_value(cmd, a, p->option);
-        if (typed[i] != NULL && algo_param_parse(p, typed[i], &spec->limit,
-            err, sizeof(err)) == -1)
+        if (typed[i] != NULL && ((v = ctl_args_param_text(p, typed[i], text,
+            sizeof(text), err, sizeof(err))) == NULL ||
+            algo_param_parse(p, v, &spec->limit, err, sizeof(err)) == -1))
             return ctl_usage_error(cmd, "%s", err);
     }
     if (alg->check != NULL && alg->check(&spec->limit, typed, err,
@@ -1233,7 +1234,7 @@ ctl_rule_limit_set(struct ctl *ctl, const struct ctl_command *cmd,
     const char *name = ctl_args_value(cmd, a, "name");
     const char *count = ctl_args_value(cmd, a, "count");
     const char *algorithm = ctl_args_value(cmd, a, "algorithm");
-    const char *typed[ALGO_MAX_PARAMS], *values[3], *params[1];
+    const char *typed[ALGO_MAX_PARAMS], *values[3], *params[1], *v;
     char text[ALGO_MAX_PARAMS][ALGO_TEXT_MAX];
     char err[256], desc[256], rule[24];
     char old_name[RL_NAME_MAX + 1], old_count[16], old_alg[32];
@@ -1308,8 +1309,9 @@ ctl_rule_limit_set(struct ctl *ctl, const struct ctl_command *cmd,
                 alg->name, err, p->option);
         }
         if (typed[i] != NULL) {
-            if (algo_param_parse(p, typed[i], &s.limit, err,
-                sizeof(err)) == -1) {
+            if ((v = ctl_args_param_text(p, typed[i], text[i],
+                sizeof(text[i]), err, sizeof(err))) == NULL ||
+                algo_param_parse(p, v, &s.limit, err, sizeof(err)) == -1) {
                 ctl_db_rollback(ctl);
                 return ctl_usage_error(cmd, "%s", err);
             }

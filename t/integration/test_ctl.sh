@@ -456,8 +456,9 @@ expect_usage "gcra --burst beyond 10^9 exits 2" "--burst" \
     --burst 1000000001
 expect_usage "gcra --period 5x exits 2" '--period: "5x" is not a duration' \
     rule add acme --route /x --algorithm gcra --limit 5 --period 5x
-expect_usage "gcra --period without a unit exits 2" "--period" \
-    rule add acme --route /x --algorithm gcra --limit 5 --period 5
+expect_usage "gcra --period of a fraction exits 2" \
+    '--period: "1.5s" is not a duration' \
+    rule add acme --route /x --algorithm gcra --limit 5 --period 1.5s
 expect_usage "gcra --period 0s exits 2" "--period: 0s is out of range" \
     rule add acme --route /x --algorithm gcra --limit 5 --period 0s
 expect_usage "gcra --period 367d exits 2" "out of range" \
