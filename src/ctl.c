@@ -185,8 +185,8 @@ static const struct ctl_command ctl_commands[] = {
       ctl_key_create_options, ctl_tenant_key_create },
     { "key", "list", "TENANT [--json]", { "TENANT", NULL },
       ctl_json_options, ctl_tenant_key_list },
-    { "key", "revoke", "KEY_ID", { "KEY_ID", NULL }, ctl_no_options,
-      ctl_tenant_key_revoke },
+    { "key", "revoke", "KEY_ID|KEY|PREFIX", { "KEY_ID|KEY|PREFIX", NULL },
+      ctl_no_options, ctl_tenant_key_revoke },
     { "rule", "add", "TENANT --route PATTERN " CTL_LIMIT_SYNOPSIS
       " [--name LIMITNAME] [--priority N] [--always] [--shadow] "
       "[--failure-mode closed|open] [--per rule|route] [--force]",

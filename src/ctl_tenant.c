@@ -9,7 +9,8 @@
  * generator, written "rl_" and URL-safe base64; it is shown once and
  * stored only as its SHA-256 (what the service looks up) and its first
  * CTL_TENANT_KEY_PREFIX_LEN characters (so that people can tell keys apart
- * in listings).  Revoking a key keeps its row, so that listings show it.
+ * in listings).  Revoking a key keeps its row, so that listings show it;
+ * the key to revoke is named by its id, by the whole key or by its prefix.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -359,17 +360,123 @@ ctl_tenant_key_list(struct ctl *ctl, const struct ctl_command *cmd,
         "FROM api_keys WHERE tenant_id = $1::uuid ORDER BY id", headers);
 }
 
+/* The start of every key: the part a prefix must go beyond. */
+#define CTL_TENANT_KEY_START "rl_"
+
+/*
+ * How "key revoke" was told which key: 'i' an id (digits only), 'k' a
+ * whole key (longer than the prefix that is kept), 'p' a prefix (at most
+ * CTL_TENANT_KEY_PREFIX_LEN characters, beyond "rl_"), or 0: none of them.
+ */
+static int
+ctl_tenant_key_form(const char *s)
+{
+    static const char key_chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+        "abcdefghijklmnopqrstuvwxyz0123456789-_";
+    size_t len = strlen(s), start = strlen(CTL_TENANT_KEY_START);
+
+    if (len > 0 && strspn(s, "0123456789") == len)
+        return 'i';
+    if (strncmp(s, CTL_TENANT_KEY_START, start) != 0 || len == start ||
+        strspn(s + start, key_chars) != len - start)
+        return 0;
+    return len > CTL_TENANT_KEY_PREFIX_LEN ? 'k' : 'p';
+}
+
+/*
+ * The id of the one key whose prefix begins with prefix, into id (decimal).
+ * Returns 0; CTL_EXIT_FAIL when no key does (or on a database error);
+ * CTL_EXIT_USAGE when several do, listing them.
+ */
+static int
+ctl_tenant_key_by_prefix(struct ctl *ctl, const char *prefix, char *id,
+    size_t idlen)
+{
+    const char *params[1] = { prefix };
+    PGresult *res;
+    int i, n;
+
+    res = ctl_db_query(ctl, "SELECT k.id, t.name, k.status, k.key_prefix "
+        "FROM api_keys k JOIN tenants t ON t.id = k.tenant_id "
+        "WHERE left(k.key_prefix, length($1)) = $1 ORDER BY k.id "
+        "LIMIT 11", 1, params);
+    if (res == NULL)
+        return ctl_db_fail(ctl);
+    if ((n = PQntuples(res)) == 1) {
+        snprintf(id, idlen, "%s", PQgetvalue(res, 0, 0));
+        PQclear(res);
+        return 0;
+    }
+    if (n == 0) {
+        PQclear(res);
+        return ctl_fail("key revoke: no key begins with %s (see '" CTL_NAME
+            " key list TENANT')", prefix);
+    }
+    ctl_warn("key revoke: %s is ambiguous: it begins %s%d keys; give the "
+        "KEY_ID or more of the key; nothing was revoked:", prefix,
+        n > 10 ? "more than " : "", n > 10 ? 10 : n);
+    for (i = 0; i < n && i < 10; i++)
+        fprintf(stderr, "    key %s  %s  tenant %s, %s\n",
+            PQgetvalue(res, i, 0), PQgetvalue(res, i, 3),
+            PQgetvalue(res, i, 1), PQgetvalue(res, i, 2));
+    PQclear(res);
+    return CTL_EXIT_USAGE;
+}
+
+/*
+ * key revoke KEY_ID|KEY|PREFIX: the key named by its id, by the whole key
+ * (looked up by its SHA-256, as the service does) or by its prefix as
+ * "key list" shows it (or the start of one), which must name exactly one
+ * key.  A longer part of a key cannot be told from a whole one that is
+ * wrong: it is looked up as a whole key, and found by no one.
+ */
 int
 ctl_tenant_key_revoke(struct ctl *ctl, const struct ctl_command *cmd,
     const struct ctl_args *a)
 {
-    const char *params[1] = { a->pos[0] };
-    long long id;
+    const char *arg = a->pos[0];
+    const char *params[1];
+    int form = ctl_tenant_key_form(arg);
+    char id[24], hash[65];
+    PGresult *res;
+    long long v;
     int rc, n;
 
-    if ((rc = ctl_db_parse_id_connect(ctl, cmd, "KEY_ID", a->pos[0],
-        &id)) != 0)
-        return rc;
+    /* (A mistyped key is a secret still: at most its prefix is shown.) */
+    if (form == 0)
+        return ctl_usage_error(cmd, "\"%.*s%s\" is not a KEY_ID (a number), "
+            "a key (" CTL_TENANT_KEY_START "...) nor a prefix of one as '"
+            CTL_NAME " key list' shows it (" CTL_TENANT_KEY_START " and at "
+            "least one more character)", CTL_TENANT_KEY_PREFIX_LEN, arg,
+            strlen(arg) > CTL_TENANT_KEY_PREFIX_LEN ? "..." : "");
+    if (form == 'i') {
+        if ((rc = ctl_db_parse_id_connect(ctl, cmd, "KEY_ID", arg, &v)) != 0)
+            return rc;
+        snprintf(id, sizeof(id), "%lld", v);
+    } else {
+        if ((rc = ctl_db_connect(ctl)) != 0)
+            return rc;
+        if (form == 'p' && (rc = ctl_tenant_key_by_prefix(ctl, arg, id,
+            sizeof(id))) != 0)
+            return rc;
+    }
+    if (form == 'k') {
+        util_sha256_hex(arg, strlen(arg), hash);
+        params[0] = hash;
+        res = ctl_db_query(ctl, "SELECT id FROM api_keys WHERE key_hash = $1",
+            1, params);
+        if (res == NULL)
+            return ctl_db_fail(ctl);
+        if (PQntuples(res) == 0) {
+            PQclear(res);
+            return ctl_fail("key revoke: no key is %.*s... (a whole key, or "
+                "its first %d characters as 'key list' shows them)",
+                CTL_TENANT_KEY_PREFIX_LEN, arg, CTL_TENANT_KEY_PREFIX_LEN);
+        }
+        snprintf(id, sizeof(id), "%s", PQgetvalue(res, 0, 0));
+        PQclear(res);
+    }
+    params[0] = id;
     n = ctl_db_query_rows(ctl, "UPDATE api_keys "
         "SET status = 'revoked', revoked_at = now() "
         "WHERE id = $1::bigint AND status = 'active' RETURNING id",
@@ -377,7 +484,7 @@ ctl_tenant_key_revoke(struct ctl *ctl, const struct ctl_command *cmd,
     if (n == -1)
         return ctl_db_fail(ctl);
     if (n > 0) {
-        printf("key %lld revoked\n", id);
+        printf("key %s revoked\n", id);
         return CTL_EXIT_OK;
     }
     n = ctl_db_query_rows(ctl,
@@ -385,8 +492,7 @@ ctl_tenant_key_revoke(struct ctl *ctl, const struct ctl_command *cmd,
     if (n == -1)
         return ctl_db_fail(ctl);
     if (n == 0)
-        return ctl_fail("no key with id %lld", id);
-    printf("key %lld was already revoked\n", id);
+        return ctl_fail("no key with id %s", id);
+    printf("key %s was already revoked\n", id);
     return CTL_EXIT_OK;
 }
-
