@@ -137,8 +137,18 @@ const char *ctl_args_param_text(const struct algo_param *p,
 /* ------------------------------------------------------------------ */
 /* ctl_db.c: the database and output */
 
-/* Loads the configuration and connects. */
+/* Loads the configuration and connects.  From then on the service's log
+ * lines (log.c, written by the shared code) are silenced. */
 int ctl_db_connect(struct ctl *ctl);
+
+/* After ctl_db_connect: opens rs (service.h) as the configuration says
+ * and checks that Redis answers (PING).  Returns 0, or CTL_EXIT_FAIL
+ * after printing one line that names the address and the configuration
+ * file (rs is then closed). */
+struct redis_store;
+struct rl_counters;
+int ctl_db_redis_open(struct ctl *ctl, struct redis_store *rs,
+    struct rl_counters *counters);
 
 /* Keeps the first line of msg (without "ERROR:  ") as the current error. */
 void ctl_db_set_error(struct ctl *ctl, const char *msg);

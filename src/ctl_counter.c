@@ -138,15 +138,6 @@ ctl_counter_find(struct ctl *ctl, const struct ctl_command *cmd,
     return 0;
 }
 
-/* A connection to Redis as the configuration says. */
-static void
-ctl_counter_redis(struct ctl *ctl, struct redis_store *rs,
-    struct rl_counters *counters)
-{
-    memset(counters, 0, sizeof(*counters));
-    redis_store_init(rs, &ctl->cfg, counters);
-}
-
 /* One command about key; NULL after printing why. */
 static redisReply *
 ctl_counter_ask(struct redis_store *rs, const char *key, const char *cmd0)
@@ -181,7 +172,10 @@ ctl_counter_show(struct ctl *ctl, const struct ctl_command *cmd,
 
     if ((rc = ctl_counter_find(ctl, cmd, a, &cs, &n)) != 0)
         return rc;
-    ctl_counter_redis(ctl, &rs, &counters);
+    if ((rc = ctl_db_redis_open(ctl, &rs, &counters)) != 0) {
+        free(cs);
+        return rc;
+    }
     if (ctl_db_is_json())
         rows = json_object_new_array();
     else
@@ -259,7 +253,10 @@ ctl_counter_reset(struct ctl *ctl, const struct ctl_command *cmd,
 
     if ((rc = ctl_counter_find(ctl, cmd, a, &cs, &n)) != 0)
         return rc;
-    ctl_counter_redis(ctl, &rs, &counters);
+    if ((rc = ctl_db_redis_open(ctl, &rs, &counters)) != 0) {
+        free(cs);
+        return rc;
+    }
     for (i = 0; i < n; i++) {
         if ((r = ctl_counter_ask(&rs, cs[i].key, "DEL")) == NULL) {
             redis_store_close(&rs);

@@ -3,9 +3,12 @@
  *
  * The configuration file gives pg_conninfo and pg_connect_timeout_ms; the
  * rest of a connection comes from libpq's PG* environment variables.  A
- * failed connect names the file read (or that none was) and, for a wrong
- * password or a missing database or role, the fix; a missing schema says
- * "run ratelimitctl migrate".
+ * failed connect names the address, the file read (or that none was) and,
+ * for a wrong password or a missing database or role, the fix; a missing
+ * schema says "run ratelimitctl migrate".  The connection to Redis of the
+ * counter commands is made (and checked, before any output) here too.
+ * The service's log lines of the shared code are silenced: the tool's
+ * user reads its own one-line messages only.
  * Statements are sent with their values as parameters, never inside the
  * SQL text.  A failing statement leaves its first line, SQLSTATE and
  * broken constraint on the struct ctl, so that a command can turn a known
@@ -19,9 +22,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <hiredis/hiredis.h>
 #include <json-c/json.h>
 
 #include "ctl.h"
+#include "service.h"
 
 
 /* Notices ("relation already exists, skipping") are dropped. */
@@ -107,6 +112,24 @@ ctl_db_fail(const struct ctl *ctl)
     return ctl_fail("%s", ctl->err);
 }
 
+/* Where the connection went: "host:port", or "socket DIR/.s.PGSQL.PORT"
+ * for a Unix socket (libpq's host is then a directory). */
+static void
+ctl_db_address(const struct ctl *ctl, char *buf, size_t len)
+{
+    const char *host = ctl->conn != NULL ? PQhost(ctl->conn) : NULL;
+    const char *port = ctl->conn != NULL ? PQport(ctl->conn) : NULL;
+
+    if (host == NULL || *host == '\0')
+        host = "localhost";
+    if (port == NULL || *port == '\0')
+        port = "5432";
+    if (host[0] == '/' || host[0] == '@')
+        snprintf(buf, len, "socket %s/.s.PGSQL.%s", host, port);
+    else
+        snprintf(buf, len, "%s:%s", host, port);
+}
+
 /*
  * Prints why the connection failed, naming the configuration file read
  * (or that none was) and, for the failures that are a setting's, the
@@ -117,6 +140,7 @@ ctl_db_connect_fail(const struct ctl *ctl)
 {
     const char *path = ctl_db_config_read(ctl), *fix = NULL;
     const char *msg = ctl->err;
+    char where[300];
 
     if (strstr(msg, "password authentication failed") != NULL ||
         strstr(msg, "no password supplied") != NULL ||
@@ -134,9 +158,10 @@ ctl_db_connect_fail(const struct ctl *ctl)
     else if (strstr(msg, "no pg_hba.conf entry") != NULL)
         fix = "add a line for this role and database to the server's "
             "pg_hba.conf";
-    return ctl_fail("cannot connect to PostgreSQL: %s (configuration %s%s)"
-        "%s%s", msg, path != NULL ? path : "none read",
-        path != NULL ? "" : ": libpq's defaults and PG* variables",
+    ctl_db_address(ctl, where, sizeof(where));
+    return ctl_fail("cannot connect to PostgreSQL at %s (configuration %s%s)"
+        ": %s%s%s", where, path != NULL ? path : "none read",
+        path != NULL ? "" : ": libpq's defaults and PG* variables", msg,
         fix != NULL ? "; fix: " : "", fix != NULL ? fix : "");
 }
 
@@ -151,6 +176,10 @@ ctl_db_connect(struct ctl *ctl)
     char err[600], timeout[32];
     long seconds;
 
+    /* The shared code (redis_store.c, config.c) logs through log.c for
+     * the service; the admin tool says what went wrong in its own one
+     * line, so that nothing of the service's log reaches its user. */
+    log_set_level(-1);
     config_defaults(&ctl->cfg);
     /* Without -c: the system's file, else the development stack's (what
      * "make run" writes in the source tree), else the defaults. */
@@ -184,6 +213,34 @@ ctl_db_connect(struct ctl *ctl)
     /* "relation already exists, skipping" and the like are not news. */
     PQsetNoticeProcessor(ctl->conn, ctl_db_ignore_notice, NULL);
     return 0;
+}
+
+int
+ctl_db_redis_open(struct ctl *ctl, struct redis_store *rs,
+    struct rl_counters *counters)
+{
+    const char *argv[1] = { "PING" };
+    size_t argvlen[1] = { 4 };
+    const char *path = ctl_db_config_read(ctl);
+    redisReply *r;
+
+    memset(counters, 0, sizeof(*counters));
+    redis_store_init(rs, &ctl->cfg, counters);
+    /* Sent where a counter of the tenant "ctl" would live: any node does
+     * for a PING, and a cluster or sentinel setup is looked up first. */
+    r = redis_store_command(rs, "rl:{ctl}", 1, argv, argvlen);
+    if (r != NULL && r->type != REDIS_REPLY_ERROR) {
+        freeReplyObject(r);
+        return 0;
+    }
+    ctl_fail("cannot connect to Redis at %s (redis_type %s, configuration "
+        "%s): %s", ctl->cfg.redis, ctl->cfg.redis_type,
+        path != NULL ? path : "none read: the defaults", r != NULL ?
+        r->str : rs->error[0] != '\0' ? rs->error : "redis unreachable");
+    if (r != NULL)
+        freeReplyObject(r);
+    redis_store_close(rs);
+    return CTL_EXIT_FAIL;
 }
 
 /*

@@ -485,10 +485,13 @@ ctl_usage_run(struct ctl *ctl, const struct ctl_command *cmd,
         return rc;
     if ((rc = usage_load(ctl, tid, &us, &n)) != 0)
         return rc;
-    memset(&counters, 0, sizeof(counters));
-    redis_store_init(&rs, &ctl->cfg, &counters);
+    if (n > 0 && (rc = ctl_db_redis_open(ctl, &rs, &counters)) != 0) {
+        free(us);
+        return rc;
+    }
     rc = n > 0 ? usage_scan(&rs, tid, us, n) : 0;
-    redis_store_close(&rs);
+    if (n > 0)
+        redis_store_close(&rs);
     if (rc == 0) {
         if (ctl_db_is_json())
             usage_print_json(a->pos[0], tid, us, n);
