@@ -2,8 +2,8 @@
  * request.c -- the check API's input: the JSON body and the API key.
  *
  * Bounds are those of the original Go service: the route is 1 to 512 bytes
- * after trimming white space, the subject at most 256 bytes, a cost that is
- * absent or not positive counts as 1 and a cost above 1,000,000 is refused.
+ * after trimming white space, the subject at most 256 bytes, and the cost,
+ * when given, a whole number from 1 to 1,000,000 (absent or null: 1).
  * Nothing here touches the network; the worker hands in the raw bytes it
  * read, already bounded by max_body_size.
  */
@@ -20,6 +20,11 @@
 /* JSON nested deeper than this many levels is refused by the tokenizer
  * itself (json-c counts the limit as the first depth refused). */
 #define REQUEST_JSON_DEPTH 8
+
+/* The answers to a cost out of bounds (RL_COST_MAX). */
+#define REQUEST_COST_LOW "\"cost\" must be at least 1 (a whole number from " \
+    "1 to 1000000; leave it out to count 1)"
+#define REQUEST_COST_HIGH "\"cost\" is larger than 1000000"
 
 static int
 fail(char *err, size_t errlen, const char *msg)
@@ -171,9 +176,8 @@ request_fast_check(const char *body, size_t len, struct check_request *out)
             if (p < end && (*p == '.' || *p == 'e' || *p == 'E'))
                 return -1;
             if (field == 4) {
-                if (*s == '-' || num == 0)
-                    num = 1;
-                if (num > RL_COST_MAX)
+                /* Not from 1 to RL_COST_MAX: json-c's path says why. */
+                if (*s == '-' || num == 0 || num > RL_COST_MAX)
                     return -1;
                 out->cost = num;
             } else if (field != 0)
@@ -325,6 +329,8 @@ parsed:
         out->has_subject = n > 0;
     }
 
+    /* A cost that is not a whole number from 1 to RL_COST_MAX is refused,
+     * never counted as another: 0 or -3 used to count as 1. */
     if (json_object_object_get_ex(root, "cost", &v) &&
         !json_object_is_type(v, json_type_null)) {
         double d;
@@ -332,24 +338,28 @@ parsed:
         if (json_object_is_type(v, json_type_int)) {
             int64_t c = json_object_get_int64(v);
 
-            if (c > RL_COST_MAX) {
-                fail(err, errlen, "\"cost\" is larger than 1000000");
+            if (c < 1 || c > RL_COST_MAX) {
+                fail(err, errlen, c < 1 ? REQUEST_COST_LOW :
+                    REQUEST_COST_HIGH);
                 goto out;
             }
-            out->cost = c <= 0 ? 1 : c;
+            out->cost = c;
         } else if (json_object_is_type(v, json_type_double)) {
             d = json_object_get_double(v);
             if (!isfinite(d) || d != floor(d)) {
-                fail(err, errlen, "\"cost\" must be a whole number");
+                fail(err, errlen, "\"cost\" must be a whole number from 1 "
+                    "to 1000000");
                 goto out;
             }
-            if (d > RL_COST_MAX) {
-                fail(err, errlen, "\"cost\" is larger than 1000000");
+            if (d < 1 || d > RL_COST_MAX) {
+                fail(err, errlen, d < 1 ? REQUEST_COST_LOW :
+                    REQUEST_COST_HIGH);
                 goto out;
             }
-            out->cost = d <= 0 ? 1 : (long long)d;
+            out->cost = (long long)d;
         } else {
-            fail(err, errlen, "\"cost\" must be a number");
+            fail(err, errlen, "\"cost\" must be a number: a whole number "
+                "from 1 to 1000000");
             goto out;
         }
     }

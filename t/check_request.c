@@ -204,9 +204,6 @@ static const struct {
     { NULL, 1 },
     { "null", 1 },
     { "1", 1 },
-    { "0", 1 },
-    { "-5", 1 },
-    { "-2.0", 1 },
     { "1000000", 1000000 },
     { "1000000.0", 1000000 },
     { "7.0", 7 },
@@ -229,19 +226,59 @@ START_TEST(test_cost_good)
 }
 END_TEST
 
+/* Costs refused: not a whole number from 1 to 1000000.  0 and negative
+ * costs used to count as 1. */
 static const char *const bad_costs[] = {
+    "0", "-0", "-5", "-2.0", "0.0", "-1e3", "-9223372036854775808",
+    "-99999999999999999999",
     "1000001", "1000000.5", "2.5", "0.5", "1e7", "1e300",
     "9223372036854775807", "99999999999999999999",
-    "\"3\"", "true", "[3]", "{\"n\":3}",
+    "\"3\"", "\"x\"", "true", "[3]", "{\"n\":3}",
 };
 
 START_TEST(test_cost_bad)
 {
-    char body[128];
+    struct check_request req;
+    char body[128], err[128];
 
     snprintf(body, sizeof(body), "{\"route\":\"/a\",\"cost\":%s}",
         bad_costs[_i]);
     parse_bad(body);
+    /* The reason names the field, whichever path refused it. */
+    ck_assert_int_eq(request_parse_check(body, strlen(body), &req, err,
+        sizeof(err)), -1);
+    ck_assert_msg(strncmp(err, "\"cost\" ", 7) == 0, "%s: %s", body, err);
+}
+END_TEST
+
+/* Why a cost is refused. */
+START_TEST(test_cost_reasons)
+{
+    static const struct {
+        const char *cost, *err;
+    } cases[] = {
+        { "0", "\"cost\" must be at least 1 (a whole number from 1 to "
+          "1000000; leave it out to count 1)" },
+        { "-3", "\"cost\" must be at least 1 (a whole number from 1 to "
+          "1000000; leave it out to count 1)" },
+        { "-3.0", "\"cost\" must be at least 1 (a whole number from 1 to "
+          "1000000; leave it out to count 1)" },
+        { "1000001", "\"cost\" is larger than 1000000" },
+        { "1.5", "\"cost\" must be a whole number from 1 to 1000000" },
+        { "\"x\"", "\"cost\" must be a number: a whole number from 1 to "
+          "1000000" },
+    };
+    struct check_request req;
+    char body[128], err[128];
+    size_t i;
+
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        snprintf(body, sizeof(body), "{\"route\":\"/a\",\"cost\":%s}",
+            cases[i].cost);
+        ck_assert_int_eq(request_parse_check(body, strlen(body), &req, err,
+            sizeof(err)), -1);
+        ck_assert_str_eq(err, cases[i].err);
+    }
 }
 END_TEST
 
@@ -618,7 +655,7 @@ static const char *const fast_values[] = {
 static const char *const fast_good[5][4] = {
     { "\"/a\"", "\"/bench\"", "\"  /b c \"", "\"/v1/x?y=1\"" },
     { "\"user-42\"", "\"\"", "null", "\"a b\"" },
-    { "1", "-3", "1000000", "null" },
+    { "1", "3", "1000000", "null" },
     { "true", "false", "null", "true" },
     { "1", "\"z\"", "null", "false" },
 };
@@ -800,9 +837,9 @@ START_TEST(test_fast_path_plain)
     ck_assert_int_eq(req.has_subject, 0);
     ck_assert_int_eq(req.cost, 999999);
     ck_assert_int_eq(req.peek, 1);
-    parse_ok("{\"route\":\"/a\",\"cost\":-7,\"subject\":null,"
+    parse_ok("{\"route\":\"/a\",\"cost\":7,\"subject\":null,"
         "\"peek\":false}", &req);
-    ck_assert_int_eq(req.cost, 1);
+    ck_assert_int_eq(req.cost, 7);
     ck_assert_int_eq(req.has_subject, 0);
     ck_assert_int_eq(req.peek, 0);
     /* A name given twice: json-c's answer, the last one. */
@@ -852,6 +889,7 @@ request_suite(void)
         (int)(sizeof(good_costs) / sizeof(good_costs[0])));
     tcase_add_loop_test(tc, test_cost_bad, 0,
         (int)(sizeof(bad_costs) / sizeof(bad_costs[0])));
+    tcase_add_test(tc, test_cost_reasons);
     tcase_add_test(tc, test_peek);
     suite_add_tcase(s, tc);
 

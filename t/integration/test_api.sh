@@ -202,16 +202,21 @@ check "cost absent: 200" eq "$STATUS" 200
 check "cost absent: charged 1 (remaining 49)" eq "$(json_field remaining)" 49
 check "sliding window: algorithm" eq "$(json_field algorithm)" sliding_window
 check "sliding window: limit 50" eq "$(json_field limit)" 50
+# A cost that is not a whole number from 1 to 1000000 is refused, not
+# counted as 1.
 check_req "$DEMO_KEY" "$(check_body /api/orders/7 "$subj" 0)"
-check "cost 0: charged 1 (remaining 48)" eq "$(json_field remaining)" 48
+check "cost 0: 400 invalid_request" \
+    eq "$STATUS $(json_field error)" "400 invalid_request"
 check_req "$DEMO_KEY" "$(check_body /api/orders/7 "$subj" -3)"
-check "cost -3: charged 1 (remaining 47)" eq "$(json_field remaining)" 47
+check "cost -3: 400 invalid_request" \
+    eq "$STATUS $(json_field error)" "400 invalid_request"
 check_req "$DEMO_KEY" "$(check_body /api/orders/7 "$subj" 5)"
-check "cost 5: charged 5 (remaining 42)" eq "$(json_field remaining)" 42
-check_req "$DEMO_KEY" "$(check_body /api/orders/7 "$subj" 43)"
+check "cost 5: charged 5, the refused costs nothing (remaining 44)" \
+    eq "$(json_field remaining)" 44
+check_req "$DEMO_KEY" "$(check_body /api/orders/7 "$subj" 45)"
 check "cost over remaining: 429" eq "$STATUS" 429
 check_req "$DEMO_KEY" "$(check_body /api/orders/7 "$subj")"
-check "a denial charges nothing (remaining 41)" eq "$(json_field remaining)" 41
+check "a denial charges nothing (remaining 43)" eq "$(json_field remaining)" 43
 
 # ---------------------------------------------------------------- no rule
 
