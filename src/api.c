@@ -183,6 +183,7 @@ api_handle(struct service *svc, const struct http_request *req,
     struct rl_response *resp)
 {
     const struct api_route *r;
+    char msg[128];
     size_t i;
 
     COUNT(svc, requests);
@@ -205,7 +206,10 @@ api_handle(struct service *svc, const struct http_request *req,
         if (!api_path_matches(r, req))
             continue;
         if ((api_method(req->method) & r->methods) == 0) {
-            response_error(resp, 405, "method_not_allowed", NULL);
+            snprintf(msg, sizeof(msg), "%.32s is not allowed on %s; use %s",
+                req->method, r->path,
+                r->methods == API_POST ? "POST" : "GET or HEAD");
+            response_error(resp, 405, "method_not_allowed", msg);
             response_header(resp, "Allow", "%s",
                 r->methods == API_POST ? "POST" : "GET, HEAD");
             return;
@@ -213,5 +217,6 @@ api_handle(struct service *svc, const struct http_request *req,
         r->handle(svc, req, resp);
         return;
     }
-    response_error(resp, 404, "not_found", NULL);
+    response_error(resp, 404, "not_found", "no such endpoint; the check "
+        "API is POST /v1/check");
 }

@@ -11,6 +11,14 @@
  * fields of draft-ietf-httpapi-ratelimit-headers-11 list every limit:
  *   RateLimit-Policy: "name";q=<quota>;w=<window seconds>, ...
  *   RateLimit: "name";r=<available>;t=<seconds>, ...
+ *
+ * Every refusal has one shape: a JSON object with "error" (a code) and
+ * "message" (a sentence for a person).  A denial (429) adds what the
+ * client needs to come back: "retry_after", whole seconds rounded up (as
+ * Retry-After), and "retry_after_ms", the exact wait, so that a limit of
+ * 50 a second can say 20 ms where Retry-After can only say 1 s.  A 401
+ * says how to authenticate: WWW-Authenticate, for the key that is sent
+ * as "Authorization: Bearer <key>" (or in X-API-Key).
  */
 #include <stdarg.h>
 #include <string.h>
@@ -18,6 +26,9 @@
 #include <json-c/json.h>
 
 #include "ratelimit.h"
+
+/* The challenge of every 401. */
+#define RESPONSE_CHALLENGE "Bearer realm=\"ratelimit-fcgi\""
 
 void
 response_init(struct rl_response *r)
@@ -111,6 +122,10 @@ response_error(struct rl_response *r, int status, const char *code,
     if (message != NULL)
         json_object_object_add(o, "message", json_object_new_string(message));
     response_json(r, o);
+    /* RFC 9110 wants a challenge on every 401 (RFC 6750 for the scheme):
+     * the key is a bearer token, wherever the client puts it. */
+    if (status == 401)
+        response_header(r, "WWW-Authenticate", "%s", RESPONSE_CHALLENGE);
 }
 
 void
@@ -159,6 +174,17 @@ response_retry_after_s(const struct rl_limit_state *st)
     return s < 1 ? 1 : s;
 }
 
+/* The exact wait of a denial in milliseconds, at least 1 (as
+ * response_retry_after_s() says at least 1 s), or -1 when this cost can
+ * never pass. */
+static long long
+response_retry_after_ms(const struct rl_limit_state *st)
+{
+    if (st->retry_after_ms == -1)
+        return -1;
+    return st->retry_after_ms < 1 ? 1 : st->retry_after_ms;
+}
+
 /* Seconds within which "remaining" applies (the t of RateLimit): the
  * wait on a denial; else until the full reset, but never more than the
  * window w the policy announces (a sliding window's full reset lies at the
@@ -184,12 +210,14 @@ response_header_ll(struct rl_response *r, const char *name, long long v)
     buf_append(&r->headers, "\r\n", 2);
 }
 
-/* The members that describe one limit, for an object of the body. */
+/* The members that describe one limit, for an object of the body.  The
+ * waits are 0 only when both allowed (what the object says) and st do. */
 static void
 response_state_members(struct rl_buf *b, const struct rl_limit *l,
-    const struct rl_limit_state *st, long long now_s, int allowed,
-    long long retry_after)
+    const struct rl_limit_state *st, long long now_s, int allowed)
 {
+    int wait = !allowed || !st->allowed;
+
     buf_puts(b, allowed ? "\"allowed\":true,\"limit\":" :
         "\"allowed\":false,\"limit\":");
     buf_put_ll(b, st->limit);
@@ -198,9 +226,31 @@ response_state_members(struct rl_buf *b, const struct rl_limit *l,
     buf_puts(b, ",\"reset_at\":");
     buf_put_ll(b, response_reset_at(now_s, st));
     buf_puts(b, ",\"retry_after\":");
-    buf_put_ll(b, retry_after);
+    buf_put_ll(b, wait ? response_retry_after_s(st) : 0);
+    buf_puts(b, ",\"retry_after_ms\":");
+    buf_put_ll(b, wait ? response_retry_after_ms(st) : 0);
     buf_puts(b, ",\"algorithm\":");
     buf_json_str(b, algo_name(l->algorithm));
+}
+
+/* The message of a denial by limit name, as a JSON string. */
+static void
+response_denial_message(struct rl_buf *b, const char *name,
+    const struct rl_limit_state *st)
+{
+    char msg[RL_NAME_MAX + 96];
+    long long ms = response_retry_after_ms(st);
+
+    if (ms == -1)
+        snprintf(msg, sizeof(msg), "a request of this cost can never pass "
+            "limit \"%s\"", name);
+    else if (ms < 1000)
+        snprintf(msg, sizeof(msg), "too many requests for limit \"%s\"; "
+            "try again in %lld ms", name, ms);
+    else
+        snprintf(msg, sizeof(msg), "too many requests for limit \"%s\"; "
+            "try again in %lld s", name, response_retry_after_s(st));
+    buf_json_str(b, msg);
 }
 
 /*
@@ -223,8 +273,13 @@ response_decision(struct rl_response *r, const struct rl_plan *plan,
     r->status = d->allowed ? 200 : 429;
     buf_reset(b);
     buf_append(b, "{", 1);
-    response_state_members(b, plan->limit[primary], st, now_s, d->allowed,
-        d->allowed && st->allowed ? 0 : response_retry_after_s(st));
+    if (!d->allowed) {
+        r->error = "rate_limited";
+        buf_puts(b, "\"error\":\"rate_limited\",\"message\":");
+        response_denial_message(b, plan->name[primary], st);
+        buf_append(b, ",", 1);
+    }
+    response_state_members(b, plan->limit[primary], st, now_s, d->allowed);
     for (i = 0; i < d->nlimits; i++) {
         if (d->st[i].allowed)
             continue;
@@ -245,7 +300,7 @@ response_decision(struct rl_response *r, const struct rl_plan *plan,
             st = &d->st[i];
             buf_append(b, i > 0 ? ",{" : "{", i > 0 ? 2 : 1);
             response_state_members(b, plan->limit[i], st, now_s,
-                st->allowed, st->allowed ? 0 : response_retry_after_s(st));
+                st->allowed);
             buf_puts(b, ",\"name\":");
             buf_json_str(b, plan->name[i]);
             if (st->shadow)

@@ -310,7 +310,11 @@ START_TEST(test_allowed_single)
     ck_assert_int_eq(member_int(o, "remaining"), 9);
     ck_assert_int_eq(member_int(o, "reset_at"), NOW_S + 3);
     ck_assert_int_eq(member_int(o, "retry_after"), 0);
+    ck_assert_int_eq(member_int(o, "retry_after_ms"), 0);
     ck_assert_str_eq(member_str(o, "algorithm"), "token_bucket");
+    ck_assert_int_eq(json_object_object_get_ex(o, "error", NULL), 0);
+    ck_assert_int_eq(json_object_object_get_ex(o, "message", NULL), 0);
+    ck_assert_ptr_null(r.error);
     ck_assert_int_eq(json_object_object_get_ex(o, "policies", NULL), 0);
     ck_assert_int_eq(json_object_object_get_ex(o, "denied_by", NULL), 0);
     ck_assert_int_eq(json_object_object_get_ex(o, "shadow_denied", NULL), 0);
@@ -376,9 +380,14 @@ START_TEST(test_denied)
     ck_assert_int_eq(sf_param(&st[0], "r"), 0);
     ck_assert_int_eq(sf_param(&st[0], "t"), 2);
     o = body_json(&r);
+    ck_assert_str_eq(member_str(o, "error"), "rate_limited");
+    ck_assert_str_eq(member_str(o, "message"),
+        "too many requests for limit \"default\"; try again in 2 s");
+    ck_assert_str_eq(r.error, "rate_limited");
     ck_assert_int_eq(member_bool(o, "allowed"), 0);
     ck_assert_int_eq(member_int(o, "remaining"), 0);
     ck_assert_int_eq(member_int(o, "retry_after"), 2);
+    ck_assert_int_eq(member_int(o, "retry_after_ms"), 1500);
     arr = member(o, "denied_by", json_type_array);
     ck_assert_uint_eq(json_object_array_length(arr), 1);
     ck_assert_str_eq(json_object_get_string(json_object_array_get_idx(arr, 0)),
@@ -389,20 +398,23 @@ START_TEST(test_denied)
 }
 END_TEST
 
-/* retry_after_ms, reset_ms and the Retry-After they give. */
+/* retry_after_ms, reset_ms, the Retry-After (and retry_after) they give,
+ * and the body's retry_after_ms. */
 static const struct {
     long long retry_after_ms;
     long long reset_ms;
     long long want;
+    long long want_ms;
 } retry_cases[] = {
-    { 1500, 5000, 2 },
-    { 1000, 5000, 1 },
-    { 1001, 5000, 2 },
-    { 1, 5000, 1 },
-    { 0, 5000, 1 },                 /* at least 1 */
-    { -1, 4200, -1 },               /* never at this cost: no time to wait */
-    { -1, 0, -1 },
-    { 3600000, 3600000, 3600 },
+    { 1500, 5000, 2, 1500 },
+    { 1000, 5000, 1, 1000 },
+    { 1001, 5000, 2, 1001 },
+    { 20, 20, 1, 20 },              /* GCRA at 50/s: the next slot */
+    { 1, 5000, 1, 1 },
+    { 0, 5000, 1, 1 },              /* at least 1 */
+    { -1, 4200, -1, -1 },           /* never at this cost: no time to wait */
+    { -1, 0, -1, -1 },
+    { 3600000, 3600000, 3600, 3600000 },
 };
 
 START_TEST(test_retry_after)
@@ -431,7 +443,19 @@ START_TEST(test_retry_after)
         ck_assert_str_eq(v, want);
     }
     o = body_json(&r);
+    ck_assert_str_eq(member_str(o, "error"), "rate_limited");
     ck_assert_int_eq(member_int(o, "retry_after"), retry_cases[_i].want);
+    ck_assert_int_eq(member_int(o, "retry_after_ms"), retry_cases[_i].want_ms);
+    if (retry_cases[_i].want == -1)
+        ck_assert_str_eq(member_str(o, "message"), "a request of this cost "
+            "can never pass limit \"default\"");
+    else if (retry_cases[_i].want_ms < 1000) {
+        snprintf(want, sizeof(want), "in %lld ms", retry_cases[_i].want_ms);
+        ck_assert_ptr_nonnull(strstr(member_str(o, "message"), want));
+    } else {
+        snprintf(want, sizeof(want), "in %lld s", retry_cases[_i].want);
+        ck_assert_ptr_nonnull(strstr(member_str(o, "message"), want));
+    }
     json_object_put(o);
     response_free(&r);
 }
@@ -761,12 +785,20 @@ END_TEST
  * before it wrote the body itself.  The test below makes random decisions
  * and wants the very same bytes from both.
  */
-static struct json_object *
-reference_state(const struct rl_limit *l, const struct rl_limit_state *st,
-    long long now_s)
+static long long
+reference_retry_ms(const struct rl_limit_state *st)
 {
-    struct json_object *o = json_object_new_object();
+    if (st->retry_after_ms == -1)
+        return -1;
+    return st->retry_after_ms < 1 ? 1 : st->retry_after_ms;
+}
 
+static struct json_object *
+reference_state(struct json_object *o, const struct rl_limit *l,
+    const struct rl_limit_state *st, long long now_s)
+{
+    if (o == NULL)
+        o = json_object_new_object();
     json_object_object_add(o, "allowed", json_object_new_boolean(st->allowed));
     json_object_object_add(o, "limit", json_object_new_int64(st->limit));
     json_object_object_add(o, "remaining",
@@ -775,6 +807,8 @@ reference_state(const struct rl_limit *l, const struct rl_limit_state *st,
         json_object_new_int64(response_reset_at(now_s, st)));
     json_object_object_add(o, "retry_after",
         json_object_new_int64(st->allowed ? 0 : response_retry_after_s(st)));
+    json_object_object_add(o, "retry_after_ms",
+        json_object_new_int64(st->allowed ? 0 : reference_retry_ms(st)));
     json_object_object_add(o, "algorithm",
         json_object_new_string(algo_name(l->algorithm)));
     return o;
@@ -792,11 +826,33 @@ reference_body(const struct rl_plan *plan, const struct rl_decision *d)
     size_t len;
 
     st = &d->st[primary];
-    o = reference_state(plan->limit[primary], st, now_s);
+    o = json_object_new_object();
+    if (!d->allowed) {
+        char msg[256];
+
+        json_object_object_add(o, "error",
+            json_object_new_string("rate_limited"));
+        if (reference_retry_ms(st) == -1)
+            snprintf(msg, sizeof(msg), "a request of this cost can never "
+                "pass limit \"%s\"", plan->name[primary]);
+        else if (reference_retry_ms(st) < 1000)
+            snprintf(msg, sizeof(msg), "too many requests for limit \"%s\"; "
+                "try again in %lld ms", plan->name[primary],
+                reference_retry_ms(st));
+        else
+            snprintf(msg, sizeof(msg), "too many requests for limit \"%s\"; "
+                "try again in %lld s", plan->name[primary],
+                response_retry_after_s(st));
+        json_object_object_add(o, "message", json_object_new_string(msg));
+    }
+    reference_state(o, plan->limit[primary], st, now_s);
     json_object_object_add(o, "allowed", json_object_new_boolean(d->allowed));
-    if (!d->allowed)
+    if (!d->allowed) {
         json_object_object_add(o, "retry_after",
             json_object_new_int64(response_retry_after_s(st)));
+        json_object_object_add(o, "retry_after_ms",
+            json_object_new_int64(reference_retry_ms(st)));
+    }
     for (i = 0; i < d->nlimits; i++) {
         if (d->st[i].allowed)
             continue;
@@ -816,7 +872,7 @@ reference_body(const struct rl_plan *plan, const struct rl_decision *d)
     if (d->nlimits > 1 || shadow_denied) {
         arr = json_object_new_array();
         for (i = 0; i < d->nlimits; i++) {
-            p = reference_state(plan->limit[i], &d->st[i], now_s);
+            p = reference_state(NULL, plan->limit[i], &d->st[i], now_s);
             json_object_object_add(p, "name",
                 json_object_new_string(plan->name[i]));
             if (d->st[i].shadow)
@@ -919,6 +975,7 @@ START_TEST(test_error_body)
 {
     struct rl_response r;
     struct json_object *o;
+    char v[256];
 
     response_init(&r);
     response_error(&r, 400, "bad_request", "\"route\" is required");
@@ -929,6 +986,7 @@ START_TEST(test_error_body)
     ck_assert_str_eq(member_str(o, "message"), "\"route\" is required");
     ck_assert_int_eq(json_object_object_length(o), 2);
     json_object_put(o);
+    ck_assert_int_eq(header_value(&r, "WWW-Authenticate", v, sizeof(v)), 0);
 
     /* A second error replaces the body, it does not append to it. */
     response_error(&r, 503, "unavailable", "line1\nline2\t\\ </script>");
@@ -941,6 +999,30 @@ START_TEST(test_error_body)
     ck_assert_ptr_null(strchr(r.body.data, '\t'));
     ck_assert_uint_gt(r.body.len, 1);
     ck_assert_ptr_null(memchr(r.body.data, '\n', r.body.len - 1));
+    response_free(&r);
+}
+END_TEST
+
+/* Every 401 says how to authenticate (RFC 9110, RFC 6750); no other
+ * status does. */
+START_TEST(test_unauthorized_challenge)
+{
+    struct rl_response r;
+    struct json_object *o;
+    char v[256];
+
+    response_init(&r);
+    response_error(&r, 401, "unauthorized", "invalid API key");
+    ck_assert_int_eq(r.status, 401);
+    header_once(&r, "WWW-Authenticate", v, sizeof(v));
+    ck_assert_str_eq(v, "Bearer realm=\"ratelimit-fcgi\"");
+    o = body_json(&r);
+    ck_assert_str_eq(member_str(o, "error"), "unauthorized");
+    ck_assert_str_eq(member_str(o, "message"), "invalid API key");
+    json_object_put(o);
+    response_reset(&r);
+    response_error(&r, 403, "forbidden", "an admin key is needed");
+    ck_assert_int_eq(header_value(&r, "WWW-Authenticate", v, sizeof(v)), 0);
     response_free(&r);
 }
 END_TEST
@@ -1011,6 +1093,7 @@ response_suite(void)
     tcase_add_test(tc, test_body_matches_json_c);
     tcase_add_test(tc, test_json_str_escapes);
     tcase_add_test(tc, test_error_body);
+    tcase_add_test(tc, test_unauthorized_challenge);
     tcase_add_test(tc, test_header_crlf);
     tcase_add_test(tc, test_init_reset_reason);
     suite_add_tcase(s, tc);
