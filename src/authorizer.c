@@ -10,6 +10,10 @@
  * the web server will serve it, and a cost of one.  Allowed: 200 with
  * Variable-RateLimit-* for the protected application; otherwise the
  * answer decide.c gives, which nginx needs mapped to 401/403 (below).
+ * A denial's body is the check API's (error "rate_limited", message,
+ * retry_after, retry_after_ms): lighttpd and mod_authnz_fcgi pass it on,
+ * nginx's configuration rebuilds it from X-RateLimit-Retry-After-Ms and
+ * Retry-After, and mod_fcgid answers 401 with a page of Apache's.
  */
 #include <string.h>
 
@@ -74,9 +78,15 @@ authorizer_decide(struct decider *dc, const struct http_request *req,
         return;
     }
     response_decision(resp, &plan, &d);
-    if (!d.allowed)
-        return;
     st = &d.st[limiter_primary(&d)];
+    if (!d.allowed) {
+        /* nginx drops a subrequest's body: its configuration builds the
+         * client's JSON from headers, and Retry-After has only seconds. */
+        if (req->auth_subrequest && st->retry_after_ms != -1)
+            response_header(resp, "X-RateLimit-Retry-After-Ms", "%lld",
+                st->retry_after_ms < 1 ? 1 : st->retry_after_ms);
+        return;
+    }
     /* Variable-* reach the protected application (lighttpd, Apache);
      * nginx reads the X-RateLimit-* of the subrequest instead. */
     response_header(resp, "Variable-RateLimit-Limit", "%lld", st->limit);
