@@ -111,7 +111,7 @@ lua-test: $(BUILD)/check.lua $(BUILD)/check_test.lua
 # The integration tests against a private stack built from $(BUILD); TESTS,
 # PORT, REDIS_PORT, PG_PORT, WORKERS and KEEP_VAR are taken from the
 # environment or the command line (see t/integration/run.sh).
-integration: all $(BUILD)/rategen $(BUILD)/wakelag
+integration: all $(BUILD)/rategen $(BUILD)/wakelag $(BUILD)/check_test.lua
 	BUILD="$(BUILD)" sh t/integration/run.sh
 
 # The fault scenarios against the real stack, with their table.

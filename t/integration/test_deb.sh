@@ -179,7 +179,7 @@ rc=$?
 INSTALLED=1
 check "README step 1 exits 0 ($rc)" eq "$rc" 0
 [ "$rc" = 0 ] || { sed 's/^/    /' "$D/install.log" | tail -n 20; finish; }
-deb=${DEB:-$(ls "$D"/pkg/deb/ratelimit-fcgi_*_amd64.deb 2>/dev/null | head -n 1)}
+deb=${DEB:-$(find "$D/pkg/deb" -maxdepth 1 -name 'ratelimit-fcgi_*_amd64.deb' 2>/dev/null | head -n 1)}
 check "the package is there ($deb)" test -s "$deb"
 # lintian: no error (its warnings and notes are printed, and justified in
 # debian/README.source).

@@ -171,6 +171,16 @@ lost_round() {
     burst 50
     end_pids "$KILLER"
     KILLER=
+    # The reply slots, read at once: they live 3 s.
+    rcli --scan --pattern "rl:{$tid}:req:*" >"$T_TMP/slots"
+    slot_bad=0
+    while read -r slot; do
+        rcli EVAL "local v = redis.call('GET', KEYS[1])
+            local sp = v:find(' ', 1, true)
+            return v:sub(1, sp - 1) .. ' ' .. (#v - sp) .. ' ' ..
+                struct.unpack('>d', v, sp + 1)" 1 "$slot" |
+            grep -Eq '^[0-9a-f]+ 96 1$' || slot_bad=$((slot_bad + 1))
+    done <"$T_TMP/slots"
     r_kills=$(awk '/^[0-9]+$/ { n += $1 } END { print n + 0 }' "$T_TMP/kills")
     r_conns=$(($(redis_stat total_connections_received) - conns_before))
     r_runs=$(($(script_calls) - runs_before))
@@ -227,23 +237,14 @@ check "lost replies: each shared counter equals its 200s and its 503s that were 
 fault_row "CLIENT KILL every 10 ms, 500 checks on 100 ($round rounds)" \
     $((round * 500)) $((twice + bad_200 + bad_429)) -
 # The replies are kept in one reply slot per worker and tenant, not one
-# key per check: after the last round's 500 checks (at most 3 s ago, the
-# slots' TTL), the tenant has at most one slot per worker, each holding a
-# call id and an allowed reply.
-rcli --scan --pattern "rl:{$tid}:req:*" >"$T_TMP/slots"
+# key per check: right after the last round's 500 checks (read by
+# lost_round before the slots' 3 s TTL can end them), the tenant has at
+# most one slot per worker, each holding a call id and an allowed reply.
 slots=$(wc -l <"$T_TMP/slots" | tr -d ' ')
 check "reply slots: 1 to $WORKERS for 500 checks ($slots)" awk \
     -v n="$slots" -v w="$WORKERS" 'BEGIN { exit !(n >= 1 && n <= w) }'
 # (A slot is the id, a space and the reply as big-endian doubles: 2 + 5 * 2
 # of them for the two limits here, the first 1 for allowed.)
-slot_bad=0
-while read -r slot; do
-    rcli EVAL "local v = redis.call('GET', KEYS[1])
-        local sp = v:find(' ', 1, true)
-        return v:sub(1, sp - 1) .. ' ' .. (#v - sp) .. ' ' ..
-            struct.unpack('>d', v, sp + 1)" 1 "$slot" |
-        grep -Eq '^[0-9a-f]+ 96 1$' || slot_bad=$((slot_bad + 1))
-done <"$T_TMP/slots"
 check "reply slots: each holds a call id and an allowed reply" \
     eq "$slot_bad" 0
 
