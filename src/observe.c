@@ -220,7 +220,8 @@ observe_number(struct rl_buf *b, int json, int *first, const char *name,
  * (once the caller is known), the rule and limit that decided (that
  * denied, for a denial), decision, status, remaining, the time to wait
  * (retry_after_ms; 0 when allowed), Redis, PostgreSQL and total
- * microseconds.  New fields are added after the ones before them.
+ * microseconds.  Readers should take fields by name: a field may be added
+ * anywhere.
  */
 static void
 observe_access(struct service *svc, const struct http_request *req,
