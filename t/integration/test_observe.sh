@@ -179,6 +179,7 @@ check "access_log: not in the error log" \
     not_contains "$(cat "$D/ob-error.log")" req-obs-1
 
 # Denials: at most denial_log_rate lines a second, then a count.
+den_start=$(date +%s)
 for i in 1 2 3 4 5 6 7 8 9 10 11 12; do
     curl -s -o /dev/null -m 5 -X POST "$OBURL/v1/check" \
         -H "X-API-Key: $okey" -H 'Content-Type: application/json' \
@@ -200,8 +201,11 @@ curl -s -o /dev/null -m 5 -X POST "$OBURL/v1/check" -H "X-API-Key: $okey" \
     -H 'Content-Type: application/json' \
     -d "{\"route\":\"/obs/limited\",\"subject\":\"$osub\"}"
 denials=$(grep -c "denied: tenant $tenant " "$D/ob-error.log" || true)
-check "denial log: the tenant by name, bounded ($denials lines for 12 denials in about a second)" \
-    le "$denials" 7
+# 3 lines in each second the 11 denials spanned (two, or more on a loaded
+# machine), where 11 would be logged without the bound.
+den_max=$((3 * ($(date +%s) - den_start + 1)))
+check "denial log: the tenant by name, bounded ($denials lines for 11 denials, at most $den_max)" \
+    le "$denials" "$den_max"
 check "denial log: at least one line" ge "$denials" 1
 check "denial log: the lines held back are counted" \
     matches "$(cat "$D/ob-error.log")" "denials: suppressed [0-9]+ lines"
