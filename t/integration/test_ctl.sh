@@ -918,15 +918,13 @@ SQL
         n=$((n + 1))
         got=$(check_status /mc)
     done
-    # NEEDS the change of src/api.c (rules_plan() == -1 -> 503
-    # misconfigured); until then the answer is another 503.
     is "stack: a check of /mc (9 limits) is refused: 503 misconfigured" \
         "$got" "503 misconfigured"
     is "stack: and again (never decided on part of the limits)" \
         "$(check_status /mc)" "503 misconfigured"
     is "stack: another route has only the quota: 1 allowed" \
         "$(check_status /other)" "200 -"
-    is "stack: then denied by the quota" "$(check_status /other)" "429 -"
+    is "stack: then denied by the quota" "$(check_status /other)" "429 rate_limited"
 fi
 
 # --- rule conflicts and rule match -------------------------------------
