@@ -192,13 +192,48 @@ int ctl_db_tenant_id(struct ctl *ctl, const char *name,
 int ctl_db_parse_id_connect(struct ctl *ctl, const struct ctl_command *cmd,
     const char *what, const char *s, long long *id);
 
-/* --json: ctl_db_print_query and ctl_db_print_fields write JSON (an array
- * of objects whose names are the headers in lower case; an object). */
+/*
+ * --json.  Every output is one JSON object whose first member is
+ * "version" (CTL_JSON_VERSION); doc/schemas/ holds a JSON Schema for each
+ * command's.  Values are typed: numbers, true/false, null for what is
+ * absent, times as ISO 8601 UTC ("2026-12-04T18:32:11Z"), a limit's
+ * parameters as an object named as in /v1/config (algo.c's table).  A
+ * change of an output that can break a reader raises the version.
+ */
+#define CTL_JSON_VERSION 1
+
+/* A timestamptz column as JSON wants it: text "YYYY-MM-DDTHH:MM:SSZ". */
+#define CTL_DB_JSON_TIME(col) \
+    "to_char((" col ") AT TIME ZONE 'UTC', " \
+    "'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"
+
 void ctl_db_set_json(int on);
 int ctl_db_is_json(void);
 struct json_object;
+
+/* A new output object: {"version": CTL_JSON_VERSION}. */
+struct json_object *ctl_db_json_doc(void);
+
+/*
+ * Adds row r of res to o: one member per header, named by the header in
+ * lower case; int columns as numbers, bool as true/false, NULL as null,
+ * the rest as strings.  The header "PARAMETERS" takes the column of a
+ * limit's algorithm and the CTL_LIMIT_PARAMS_SQL columns after it (8 in
+ * all) and becomes the object of ctl_db_json_params.  headers ends with
+ * NULL; columns after it are not output.
+ */
+void ctl_db_json_row(const PGresult *res, int r, const char *const *headers,
+    struct json_object *o);
+/* Every row of res, as ctl_db_json_row makes them, in an array. */
 struct json_object *ctl_db_json_rows(const PGresult *res,
     const char *const *headers);
+
+/* The parameters of l as an object ({"limit": 10, "window_seconds": 60}),
+ * named and typed by its algorithm's row of algo.c; null (NULL) for an
+ * unknown algorithm. */
+struct rl_limit;
+struct json_object *ctl_db_json_params(const struct rl_limit *l);
+
 /* Writes o as one line and frees it. */
 void ctl_db_json_print(struct json_object *o);
 
@@ -222,11 +257,29 @@ void ctl_db_print_fields(const char *const *names,
 int ctl_db_print_query(struct ctl *ctl, const char *sql, int nparams,
     const char *const *params, const char *const *headers);
 
+/*
+ * A list command's two outputs: the table (sql under headers) and --json
+ * (json_sql's rows under json_headers, see ctl_db_json_row, in the array
+ * member of the output object).
+ */
+struct ctl_db_listing {
+    const char *sql;
+    const char *const *headers;
+    const char *json_sql;
+    const char *const *json_headers;    /* NULL ended */
+    const char *member;
+};
+
+/* Prints the listing: the table, or {"version": 1, "tenant": tenant
+ * (unless NULL), member: [rows]}.  The queries take params. */
+int ctl_db_print_listing(struct ctl *ctl, const struct ctl_db_listing *l,
+    const char *tenant, int nparams, const char *const *params);
+
 /* "key list TENANT" and "rule list TENANT": checks the name, connects,
- * looks the tenant up and prints the rows of sql, whose $1 is the tenant's
- * id, under headers. */
+ * looks the tenant up and prints the listing, whose queries' $1 is the
+ * tenant's id. */
 int ctl_db_print_tenant_query(struct ctl *ctl, const struct ctl_command *cmd,
-    const char *tenant, const char *sql, const char *const *headers);
+    const char *tenant, const struct ctl_db_listing *l);
 
 /* ------------------------------------------------------------------ */
 /* The commands (ctl_run_fn): ctl_migrate.c, ctl_tenant.c, ctl_rule.c */

@@ -157,6 +157,27 @@ ctl_counter_ask(struct redis_store *rs, const char *key, const char *cmd0)
     return r;
 }
 
+/* A value of a counter's hash for --json: the scripts store numbers (a
+ * whole number, or a token bucket's tokens as "%.17g"); anything else, a
+ * value edited by hand, stays a string. */
+static struct json_object *
+ctl_counter_json_value(const char *v)
+{
+    char *end;
+    long long n;
+    double d;
+
+    if (*v == '\0')
+        return json_object_new_string(v);
+    n = strtoll(v, &end, 10);
+    if (*end == '\0')
+        return json_object_new_int64(n);
+    d = strtod(v, &end);
+    if (*end == '\0' && d == d && d - d == 0)
+        return json_object_new_double(d);
+    return json_object_new_string(v);
+}
+
 int
 ctl_counter_show(struct ctl *ctl, const struct ctl_command *cmd,
     const struct ctl_args *a)
@@ -198,7 +219,7 @@ ctl_counter_show(struct ctl *ctl, const struct ctl_command *cmd,
                 sizeof(state) - used : 0, "%s%s=%s", j > 0 ? " " : "",
                 r->element[j]->str, r->element[j + 1]->str);
             json_object_object_add(st, r->element[j]->str,
-                json_object_new_string(r->element[j + 1]->str));
+                ctl_counter_json_value(r->element[j + 1]->str));
         }
         if (rows != NULL) {
             o = json_object_new_object();
@@ -212,6 +233,8 @@ ctl_counter_show(struct ctl *ctl, const struct ctl_command *cmd,
                 json_object_new_string(cs[i].algorithm));
             json_object_object_add(o, "count",
                 json_object_new_string(algo_count_name(cs[i].limit.count)));
+            json_object_object_add(o, "parameters",
+                ctl_db_json_params(&cs[i].limit));
             json_object_object_add(o, "key",
                 json_object_new_string(cs[i].key));
             json_object_object_add(o, "ttl_ms", t->integer > 0 ?
@@ -236,8 +259,15 @@ ctl_counter_show(struct ctl *ctl, const struct ctl_command *cmd,
             json_object_put(rows);
         return CTL_EXIT_FAIL;
     }
-    if (rows != NULL)
-        ctl_db_json_print(rows);
+    if (rows != NULL) {
+        o = ctl_db_json_doc();
+        json_object_object_add(o, "tenant", json_object_new_string(
+            a->pos[0]));
+        json_object_object_add(o, "route", json_object_new_string(
+            a->pos[1]));
+        json_object_object_add(o, "counters", rows);
+        ctl_db_json_print(o);
+    }
     return CTL_EXIT_OK;
 }
 

@@ -14,7 +14,9 @@
  * broken constraint on the struct ctl, so that a command can turn a known
  * failure (a duplicate name, say) into a message of its own and print any
  * other as it is.  The output helpers print a result as an aligned table
- * (the list commands) or as "name  value" lines (what a change made).
+ * (the list commands) or as "name  value" lines (what a change made), and
+ * with --json as one typed, versioned JSON object (ctl.h says how; the
+ * schemas are in doc/schemas/).
  */
 #include <ctype.h>
 #include <stdio.h>
@@ -426,8 +428,18 @@ ctl_db_json_name(const char *header, char *out, size_t len)
     out[i] = '\0';
 }
 
-/* One value of a result as JSON: integers as numbers, booleans as such,
- * NULL as null, the rest as strings. */
+struct json_object *
+ctl_db_json_doc(void)
+{
+    struct json_object *o = json_object_new_object();
+
+    json_object_object_add(o, "version",
+        json_object_new_int(CTL_JSON_VERSION));
+    return o;
+}
+
+/* One value of a result as JSON: integers and decimals as numbers,
+ * booleans as such, NULL as null, the rest as strings. */
 static struct json_object *
 ctl_db_json_value(const PGresult *res, int r, int c)
 {
@@ -441,6 +453,10 @@ ctl_db_json_value(const PGresult *res, int r, int c)
     case 21:                    /* int2 */
     case 23:                    /* int4 */
         return json_object_new_int64(strtoll(v, NULL, 10));
+    case 700:                   /* float4 */
+    case 701:                   /* float8 */
+    case 1700:                  /* numeric */
+        return json_object_new_double(strtod(v, NULL));
     case 16:                    /* bool */
         return json_object_new_boolean(v[0] == 't');
     default:
@@ -449,18 +465,51 @@ ctl_db_json_value(const PGresult *res, int r, int c)
 }
 
 struct json_object *
+ctl_db_json_params(const struct rl_limit *l)
+{
+    struct json_object *o;
+
+    if (algo_get(l->algorithm) == NULL)
+        return NULL;
+    o = json_object_new_object();
+    algo_json_add(o, l);
+    /* What a limit counts is a member of its own beside the parameters. */
+    json_object_object_del(o, "count");
+    return o;
+}
+
+void
+ctl_db_json_row(const PGresult *res, int r, const char *const *headers,
+    struct json_object *o)
+{
+    int ncols = PQnfields(res), c, h;
+    struct rl_limit l;
+    char name[64];
+
+    for (h = 0, c = 0; c < ncols && headers[h] != NULL; h++, c++) {
+        ctl_db_json_name(headers[h], name, sizeof(name));
+        if (strcmp(headers[h], "PARAMETERS") == 0 && c + 7 < ncols) {
+            memset(&l, 0, sizeof(l));
+            l.algorithm = PQgetisnull(res, r, c) ? -1 :
+                algo_parse(PQgetvalue(res, r, c));
+            ctl_db_limit_params(res, r, c + 1, &l);
+            json_object_object_add(o, name, ctl_db_json_params(&l));
+            c += 7;
+            continue;
+        }
+        json_object_object_add(o, name, ctl_db_json_value(res, r, c));
+    }
+}
+
+struct json_object *
 ctl_db_json_rows(const PGresult *res, const char *const *headers)
 {
     struct json_object *rows = json_object_new_array(), *o;
-    int ncols = PQnfields(res), r, c;
-    char name[64];
+    int r;
 
     for (r = 0; r < PQntuples(res); r++) {
         o = json_object_new_object();
-        for (c = 0; c < ncols && headers[c] != NULL; c++) {
-            ctl_db_json_name(headers[c], name, sizeof(name));
-            json_object_object_add(o, name, ctl_db_json_value(res, r, c));
-        }
+        ctl_db_json_row(res, r, headers, o);
         json_object_array_add(rows, o);
     }
     return rows;
@@ -495,15 +544,6 @@ ctl_db_print_fields(const char *const *names,
     size_t width = 0;
     int i;
 
-    if (ctl_db_json) {
-        struct json_object *o = json_object_new_object();
-
-        for (i = 0; i < n; i++)
-            json_object_object_add(o, names[i],
-                json_object_new_string(values[i]));
-        ctl_db_json_print(o);
-        return;
-    }
     for (i = 0; i < n; i++)
         if (strlen(names[i]) > width)
             width = strlen(names[i]);
@@ -524,11 +564,29 @@ ctl_db_print_query(struct ctl *ctl, const char *sql, int nparams,
 
     if (res == NULL)
         return ctl_db_fail(ctl);
-    if (ctl_db_json)
-        ctl_db_json_print(ctl_db_json_rows(res, headers));
-    else
-        ctl_db_print_table(res, headers);
+    ctl_db_print_table(res, headers);
     PQclear(res);
+    return CTL_EXIT_OK;
+}
+
+int
+ctl_db_print_listing(struct ctl *ctl, const struct ctl_db_listing *l,
+    const char *tenant, int nparams, const char *const *params)
+{
+    struct json_object *o;
+    PGresult *res;
+
+    if (!ctl_db_json)
+        return ctl_db_print_query(ctl, l->sql, nparams, params, l->headers);
+    if ((res = ctl_db_query(ctl, l->json_sql, nparams, params)) == NULL)
+        return ctl_db_fail(ctl);
+    o = ctl_db_json_doc();
+    if (tenant != NULL)
+        json_object_object_add(o, "tenant", json_object_new_string(tenant));
+    json_object_object_add(o, l->member,
+        ctl_db_json_rows(res, l->json_headers));
+    PQclear(res);
+    ctl_db_json_print(o);
     return CTL_EXIT_OK;
 }
 
@@ -540,7 +598,7 @@ ctl_db_print_query(struct ctl *ctl, const char *sql, int nparams,
  */
 int
 ctl_db_print_tenant_query(struct ctl *ctl, const struct ctl_command *cmd,
-    const char *tenant, const char *sql, const char *const *headers)
+    const char *tenant, const struct ctl_db_listing *l)
 {
     char id[RL_UUID_LEN + 1], err[256];
     const char *params[1] = { id };
@@ -552,6 +610,6 @@ ctl_db_print_tenant_query(struct ctl *ctl, const struct ctl_command *cmd,
         return rc;
     if ((rc = ctl_db_tenant_id(ctl, tenant, id)) != 0)
         return rc;
-    return ctl_db_print_query(ctl, sql, 1, params, headers);
+    return ctl_db_print_listing(ctl, l, tenant, 1, params);
 }
 

@@ -825,20 +825,34 @@ ctl_rule_params_sql(char *sql, size_t len, size_t *used)
 }
 
 /*
- * "shadowed by rule N" for a rule r that never applies (rules_shadowed_by
- * in SQL): enabled, not "always", and another enabled rule with limits
- * has its pattern and comes first (higher priority, or equal and lower
- * id).  '' otherwise.
+ * The id of the rule that shadows rule r, one that never applies
+ * (rules_shadowed_by in SQL): enabled, not "always", and another enabled
+ * rule with limits has its pattern and comes first (higher priority, or
+ * equal and lower id).  NULL otherwise.
  */
-#define CTL_RULE_SHADOWED_SQL \
-    "coalesce((SELECT 'shadowed by rule ' || o.id FROM rules o " \
+#define CTL_RULE_SHADOWER_SQL \
+    "(SELECT o.id FROM rules o " \
     "  WHERE r.enabled AND NOT r.always AND o.tenant_id = r.tenant_id " \
     "    AND o.id <> r.id AND o.enabled " \
     "    AND o.route_pattern = r.route_pattern " \
     "    AND (o.priority > r.priority OR " \
     "         (o.priority = r.priority AND o.id < r.id)) " \
     "    AND EXISTS (SELECT 1 FROM limits x WHERE x.rule_id = o.id) " \
-    "  ORDER BY o.priority DESC, o.id LIMIT 1), '')"
+    "  ORDER BY o.priority DESC, o.id LIMIT 1)"
+
+/* "rule list --json": one object per limit (a rule without limits: one
+ * with null limit members). */
+static const char *const ctl_rule_list_json_headers[] = { "ID", "ROUTE",
+    "PRIORITY", "ENABLED", "ALWAYS", "SHADOW", "FAILURE", "PER", "LIMIT_ID",
+    "LIMIT", "ALGORITHM", "COUNT", "PARAMETERS", "SHADOWED_BY", NULL };
+
+#define CTL_RULE_LIST_JSON_SQL \
+    "SELECT r.id, r.route_pattern, r.priority, r.enabled, r.always, " \
+    "  r.shadow, r.failure_mode, r.per, l.id, l.name, l.algorithm, " \
+    "  l.count_scope, l.algorithm, " CTL_LIMIT_PARAMS_SQL ", " \
+    "  " CTL_RULE_SHADOWER_SQL " " \
+    "FROM rules r LEFT JOIN limits l ON l.rule_id = r.id " \
+    "WHERE r.tenant_id = $1::uuid ORDER BY r.id, l.id"
 
 int
 ctl_rule_list(struct ctl *ctl, const struct ctl_command *cmd,
@@ -847,6 +861,8 @@ ctl_rule_list(struct ctl *ctl, const struct ctl_command *cmd,
     static const char *const headers[] = { "ID", "ROUTE", "PRIORITY",
         "ENABLED", "ALWAYS", "SHADOW", "FAILURE", "PER", "LIMIT_ID", "LIMIT",
         "ALGORITHM", "COUNT", "PARAMETERS", "NOTE" };
+    struct ctl_db_listing listing = { NULL, headers, CTL_RULE_LIST_JSON_SQL,
+        ctl_rule_list_json_headers, "rules" };
     char sql[4096];
     size_t used;
 
@@ -857,32 +873,51 @@ ctl_rule_list(struct ctl *ctl, const struct ctl_command *cmd,
         "  r.failure_mode, r.per, l.id, l.name, l.algorithm, l.count_scope, ");
     used = strlen(sql);
     ctl_rule_params_sql(sql, sizeof(sql), &used);
-    snprintf(sql + used, sizeof(sql) - used, ", " CTL_RULE_SHADOWED_SQL " "
+    snprintf(sql + used, sizeof(sql) - used, ", "
+        "coalesce('shadowed by rule ' || " CTL_RULE_SHADOWER_SQL ", '') "
         "FROM rules r LEFT JOIN limits l ON l.rule_id = r.id "
         "WHERE r.tenant_id = $1::uuid ORDER BY r.id, l.id");
-    return ctl_db_print_tenant_query(ctl, cmd, a->pos[0], sql, headers);
+    listing.sql = sql;
+    return ctl_db_print_tenant_query(ctl, cmd, a->pos[0], &listing);
 }
 
-/* rule match --json: {"tenant":..., "route":..., "rule":ID, "limits":[the
- * table's rows], "too_many_limits":bool, "not_used":[{"rule":ID,
- * "route":PATTERN,"shadowed_by":ID or null}]}. */
+/* rule match --json: {"version":1, "tenant":..., "route":...,
+ * "rule":ID or null, "limits":[rows of ctl_rule_match_json_headers],
+ * "too_many_limits":bool, "not_used":[{"rule":ID, "route":PATTERN,
+ * "shadowed_by":ID or null}]}. */
+static const char *const ctl_rule_match_json_headers[] = { "RULE", "ROUTE",
+    "PRIORITY", "ALWAYS", "WHY", "LIMIT_ID", "LIMIT", "ALGORITHM", "COUNT",
+    "PARAMETERS", NULL };
+
+#define CTL_RULE_MATCH_JSON_SQL \
+    "SELECT r.id, r.route_pattern, r.priority, r.always, " \
+    "  CASE WHEN r.id = $3::bigint THEN 'most-specific' " \
+    "       ELSE 'always' END, " \
+    "  l.id, l.name, l.algorithm, l.count_scope, l.algorithm, " \
+    CTL_LIMIT_PARAMS_SQL " " \
+    "FROM rules r JOIN limits l ON l.rule_id = r.id " \
+    "WHERE r.tenant_id = $1::uuid AND r.id = ANY ($2::bigint[]) " \
+    "ORDER BY r.id <> $3::bigint, r.id, l.id"
+
 static int
 ctl_rule_match_json(struct ctl *ctl, const struct rl_rule *rules, int n,
-    int best, const char *route, const char *tenant, const char *sql,
-    const char *const *params, const char *const *headers, long needed)
+    int best, const char *route, const char *tenant,
+    const char *const *params, long needed)
 {
-    struct json_object *o = json_object_new_object(), *nu, *e;
+    struct json_object *o = ctl_db_json_doc(), *nu, *e;
     PGresult *res;
     int i, by;
 
-    if ((res = ctl_db_query(ctl, sql, 3, params)) == NULL) {
+    if ((res = ctl_db_query(ctl, CTL_RULE_MATCH_JSON_SQL, 3, params)) ==
+        NULL) {
         json_object_put(o);
         return ctl_db_fail(ctl);
     }
     json_object_object_add(o, "tenant", json_object_new_string(tenant));
     json_object_object_add(o, "route", json_object_new_string(route));
     json_object_object_add(o, "rule", json_object_new_int64(rules[best].id));
-    json_object_object_add(o, "limits", ctl_db_json_rows(res, headers));
+    json_object_object_add(o, "limits",
+        ctl_db_json_rows(res, ctl_rule_match_json_headers));
     PQclear(res);
     json_object_object_add(o, "too_many_limits",
         json_object_new_boolean(needed > RL_MAX_LIMITS));
@@ -945,7 +980,7 @@ ctl_rule_match(struct ctl *ctl, const struct ctl_command *cmd,
     best = rules_match(rules, n, route);
     if (best < 0) {
         if (ctl_db_is_json()) {
-            struct json_object *o = json_object_new_object();
+            struct json_object *o = ctl_db_json_doc();
 
             json_object_object_add(o, "tenant",
                 json_object_new_string(tenant));
@@ -990,8 +1025,8 @@ ctl_rule_match(struct ctl *ctl, const struct ctl_command *cmd,
         "WHERE r.tenant_id = $1::uuid AND r.id = ANY ($2::bigint[]) "
         "ORDER BY r.id <> $3::bigint, r.id, l.id");
     if (ctl_db_is_json()) {
-        rc = ctl_rule_match_json(ctl, rules, n, best, route, tenant, sql,
-            params, headers, needed);
+        rc = ctl_rule_match_json(ctl, rules, n, best, route, tenant,
+            params, needed);
         free(rules);
         return rc;
     }

@@ -16,6 +16,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <json-c/json.h>
+
 #include "ctl.h"
 
 #define CTL_TENANT_KEY_RANDOM_BYTES 24
@@ -50,26 +52,33 @@ ctl_tenant_add(struct ctl *ctl, const struct ctl_command *cmd,
     return CTL_EXIT_OK;
 }
 
+/* A tenant's active keys and rules, as tenant list counts them. */
+#define CTL_TENANT_COUNTS_SQL \
+    "(SELECT count(*) FROM api_keys k " \
+    " WHERE k.tenant_id = t.id AND k.status = 'active'), " \
+    "(SELECT count(*) FROM rules r WHERE r.tenant_id = t.id)"
+
 int
 ctl_tenant_list(struct ctl *ctl, const struct ctl_command *cmd,
     const struct ctl_args *a)
 {
     static const char *const headers[] = { "ID", "NAME", "STATUS", "KEYS",
-        "RULES", "CREATED" };
+        "RULES", "CREATED", NULL };
+    static const struct ctl_db_listing listing = {
+        "SELECT t.id, t.name, t.status, " CTL_TENANT_COUNTS_SQL ", "
+        "  to_char(t.created_at AT TIME ZONE 'UTC', "
+        "          'YYYY-MM-DD HH24:MI:SS') "
+        "FROM tenants t ORDER BY t.name", headers,
+        "SELECT t.id, t.name, t.status, " CTL_TENANT_COUNTS_SQL ", "
+        "  " CTL_DB_JSON_TIME("t.created_at") " "
+        "FROM tenants t ORDER BY t.name", headers, "tenants" };
     int rc;
 
     (void)cmd;
     (void)a;
     if ((rc = ctl_db_connect(ctl)) != 0)
         return rc;
-    return ctl_db_print_query(ctl,
-        "SELECT t.id, t.name, t.status, "
-        "  (SELECT count(*) FROM api_keys k "
-        "   WHERE k.tenant_id = t.id AND k.status = 'active'), "
-        "  (SELECT count(*) FROM rules r WHERE r.tenant_id = t.id), "
-        "  to_char(t.created_at AT TIME ZONE 'UTC', "
-        "          'YYYY-MM-DD HH24:MI:SS') "
-        "FROM tenants t ORDER BY t.name", 0, NULL, headers);
+    return ctl_db_print_listing(ctl, &listing, NULL, 0, NULL);
 }
 
 /* ctl.h: tenant suspend / tenant resume. */
@@ -160,9 +169,13 @@ ctl_tenant_show(struct ctl *ctl, const struct ctl_command *cmd,
 {
     static const char *const names[] = { "id", "name", "status", "created",
         "keys", "revoked_keys", "rules", "limits", "counter_budget" };
+    static const char *const headers[] = { "ID", "NAME", "STATUS",
+        "CREATED", "KEYS", "REVOKED_KEYS", "RULES", "LIMITS",
+        "COUNTER_BUDGET", NULL };
     const char *params[1] = { a->pos[0] };
     const char *values[9];
-    char err[256];
+    char err[256], sql[1024];
+    struct json_object *o;
     PGresult *res;
     int rc, i;
 
@@ -171,17 +184,22 @@ ctl_tenant_show(struct ctl *ctl, const struct ctl_command *cmd,
         return ctl_usage_error(cmd, "%s", err);
     if ((rc = ctl_db_connect(ctl)) != 0)
         return rc;
-    res = ctl_db_query(ctl, "SELECT t.id, t.name, t.status, "
-        "  to_char(t.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'), "
+    /* The table shows a budget that is not set as "default"; JSON has
+     * null. */
+    snprintf(sql, sizeof(sql), "SELECT t.id, t.name, t.status, %s, "
         "  (SELECT count(*) FROM api_keys k WHERE k.tenant_id = t.id "
         "   AND k.status = 'active'), "
         "  (SELECT count(*) FROM api_keys k WHERE k.tenant_id = t.id "
         "   AND k.status <> 'active'), "
         "  (SELECT count(*) FROM rules r WHERE r.tenant_id = t.id), "
         "  (SELECT count(*) FROM limits l JOIN rules r ON r.id = l.rule_id "
-        "   WHERE r.tenant_id = t.id), "
-        "  coalesce(t.counter_budget::text, 'default') "
-        "FROM tenants t WHERE t.name = $1", 1, params);
+        "   WHERE r.tenant_id = t.id), %s "
+        "FROM tenants t WHERE t.name = $1", ctl_db_is_json() ?
+        CTL_DB_JSON_TIME("t.created_at") :
+        "to_char(t.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS')",
+        ctl_db_is_json() ? "t.counter_budget::bigint" :
+        "coalesce(t.counter_budget::text, 'default')");
+    res = ctl_db_query(ctl, sql, 1, params);
     if (res == NULL)
         return ctl_db_fail(ctl);
     if (PQntuples(res) == 0) {
@@ -189,9 +207,15 @@ ctl_tenant_show(struct ctl *ctl, const struct ctl_command *cmd,
         return ctl_fail("no tenant named \"%s\" (see '" CTL_NAME
             " tenant list')", a->pos[0]);
     }
-    for (i = 0; i < 9; i++)
-        values[i] = PQgetvalue(res, 0, i);
-    ctl_db_print_fields(names, values, 9);
+    if (ctl_db_is_json()) {
+        o = ctl_db_json_doc();
+        ctl_db_json_row(res, 0, headers, o);
+        ctl_db_json_print(o);
+    } else {
+        for (i = 0; i < 9; i++)
+            values[i] = PQgetvalue(res, 0, i);
+        ctl_db_print_fields(names, values, 9);
+    }
     PQclear(res);
     return CTL_EXIT_OK;
 }
@@ -350,14 +374,20 @@ ctl_tenant_key_list(struct ctl *ctl, const struct ctl_command *cmd,
     const struct ctl_args *a)
 {
     static const char *const headers[] = { "ID", "PREFIX", "ROLE", "STATUS",
-        "CREATED", "LAST_USED" };
-
-    return ctl_db_print_tenant_query(ctl, cmd, a->pos[0],
+        "CREATED", "LAST_USED", NULL };
+    static const struct ctl_db_listing listing = {
         "SELECT id, key_prefix, role, status, "
         "  to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'), "
         "  coalesce(to_char(last_used_at AT TIME ZONE 'UTC', "
         "                   'YYYY-MM-DD HH24:MI:SS'), 'never') "
-        "FROM api_keys WHERE tenant_id = $1::uuid ORDER BY id", headers);
+        "FROM api_keys WHERE tenant_id = $1::uuid ORDER BY id", headers,
+        "SELECT id, key_prefix, role, status, "
+        "  " CTL_DB_JSON_TIME("created_at") ", "
+        "  " CTL_DB_JSON_TIME("last_used_at") " "
+        "FROM api_keys WHERE tenant_id = $1::uuid ORDER BY id", headers,
+        "keys" };
+
+    return ctl_db_print_tenant_query(ctl, cmd, a->pos[0], &listing);
 }
 
 /* The start of every key: the part a prefix must go beyond. */

@@ -328,7 +328,7 @@ static void
 usage_print_json(const char *tenant, const char *tid, struct usage_limit *us,
     int n)
 {
-    struct json_object *o = json_object_new_object(), *a, *lo;
+    struct json_object *o = ctl_db_json_doc(), *a, *lo;
     char when[32];
     long long at, now_ms = 0;
     int i;
@@ -354,39 +354,39 @@ usage_print_json(const char *tenant, const char *tid, struct usage_limit *us,
         json_object_object_add(lo, "algorithm", json_object_new_string(
             algo_name(u->limit.algorithm)));
         json_object_object_add(lo, "parameters",
-            json_object_new_string(u->params));
+            ctl_db_json_params(&u->limit));
         json_object_object_add(lo, "count", json_object_new_string(
             algo_count_name(u->limit.count)));
         json_object_object_add(lo, "counters",
             json_object_new_int(u->counters));
-        if (u->read) {
-            json_object_object_add(lo, "quota",
-                json_object_new_int64(u->quota));
-            json_object_object_add(lo, "used",
-                json_object_new_int64(u->quota - u->left));
-            json_object_object_add(lo, "left",
-                json_object_new_int64(u->left));
-            usage_time(u->now_ms + u->reset_ms, when, sizeof(when));
-            json_object_object_add(lo, "reset_at", usage_has_reset(u) ?
-                json_object_new_string(when) : NULL);
-            json_object_object_add(lo, "reset_ms", usage_has_reset(u) ?
-                json_object_new_int64(u->reset_ms) : NULL);
-            at = usage_exhausted_at(u);
-            if (at >= 0) {
-                if (at > 0)
-                    usage_time(at, when, sizeof(when));
-                json_object_object_add(lo, "exhausted_at", at > 0 ?
-                    json_object_new_string(when) : NULL);
-            }
-        }
+        /* Without a peek nothing is known: the members are null. */
+        json_object_object_add(lo, "quota", u->read ?
+            json_object_new_int64(u->quota) : NULL);
+        json_object_object_add(lo, "used", u->read ?
+            json_object_new_int64(u->quota - u->left) : NULL);
+        json_object_object_add(lo, "left", u->read ?
+            json_object_new_int64(u->left) : NULL);
+        usage_time(u->now_ms + u->reset_ms, when, sizeof(when));
+        json_object_object_add(lo, "reset_at", u->read &&
+            usage_has_reset(u) ? json_object_new_string(when) : NULL);
+        json_object_object_add(lo, "reset_ms", u->read &&
+            usage_has_reset(u) ? json_object_new_int64(u->reset_ms) : NULL);
+        /* Only a limit over a day or a month is projected; null when it
+         * is not, or does not run out before it is whole again. */
+        at = u->read ? usage_exhausted_at(u) : 0;
+        if (at > 0)
+            usage_time(at, when, sizeof(when));
+        json_object_object_add(lo, "exhausted_at", at > 0 ?
+            json_object_new_string(when) : NULL);
         json_object_array_add(a, lo);
     }
     json_object_object_add(o, "tenant", json_object_new_string(tenant));
     json_object_object_add(o, "tenant_id", json_object_new_string(tid));
-    if (now_ms > 0) {
+    /* Redis's time of the latest peek; null when no counter was read. */
+    if (now_ms > 0)
         usage_time(now_ms, when, sizeof(when));
-        json_object_object_add(o, "now", json_object_new_string(when));
-    }
+    json_object_object_add(o, "now", now_ms > 0 ?
+        json_object_new_string(when) : NULL);
     json_object_object_add(o, "limits", a);
     ctl_db_json_print(o);
 }
