@@ -799,12 +799,7 @@ decide_answer_failure(struct decider *dc, int rc, struct rl_response *resp)
             "than a limit of the rule can ever let through");
         return 1;
     case DECIDE_OVER_BUDGET:
-        response_error(resp, 429, "counter_budget_exceeded", "this tenant "
-            "has created as many new counters as its budget allows this "
-            "hour; subjects it has not checked lately are refused until "
-            "the hour ends");
-        response_header(resp, "Retry-After", "%lld",
-            (dc->trace.retry_after_ms + 999) / 1000);
+        response_over_budget(resp, dc->trace.retry_after_ms);
         return 1;
     }
     return 0;

@@ -1216,6 +1216,11 @@ void response_cost_exceeds(struct rl_response *r, const char *limit,
 void response_error(struct rl_response *r, int status, const char *code,
     const char *message);
 
+/* 429 counter_budget_exceeded, with the wait as every denial has it:
+ * retry_after (whole seconds, rounded up; also Retry-After) and
+ * retry_after_ms. */
+void response_over_budget(struct rl_response *r, long long retry_after_ms);
+
 /* 200 or 429 for a decision on plan, with the X-RateLimit-*, RateLimit,
  * RateLimit-Policy and (on 429) Retry-After headers and the JSON body. */
 void response_decision(struct rl_response *r, const struct rl_plan *plan,

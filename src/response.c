@@ -128,6 +128,14 @@ response_error(struct rl_response *r, int status, const char *code,
         response_header(r, "WWW-Authenticate", "%s", RESPONSE_CHALLENGE);
 }
 
+/* Milliseconds to whole seconds, rounded up; cannot overflow, whatever
+ * Redis sent. */
+static long long
+ceil_div_ms(long long ms)
+{
+    return ms <= 0 ? 0 : ms / 1000 + (ms % 1000 != 0);
+}
+
 void
 response_cost_exceeds(struct rl_response *r, const char *limit,
     long long max_cost, long long cost)
@@ -148,13 +156,27 @@ response_cost_exceeds(struct rl_response *r, const char *limit,
     response_json(r, o);
 }
 
-/* Milliseconds to whole seconds, rounded up; cannot overflow, whatever
- * Redis sent. */
-static long long
-ceil_div_ms(long long ms)
+void
+response_over_budget(struct rl_response *r, long long retry_after_ms)
 {
-    return ms <= 0 ? 0 : ms / 1000 + (ms % 1000 != 0);
+    struct json_object *o = json_object_new_object();
+    long long ms = retry_after_ms > 0 ? retry_after_ms : 0;
+
+    r->status = 429;
+    r->error = "counter_budget_exceeded";
+    json_object_object_add(o, "error",
+        json_object_new_string("counter_budget_exceeded"));
+    json_object_object_add(o, "message", json_object_new_string(
+        "this tenant has created as many new counters as its budget allows "
+        "this hour; subjects it has not checked lately are refused until "
+        "the hour ends"));
+    json_object_object_add(o, "retry_after",
+        json_object_new_int64(ceil_div_ms(ms)));
+    json_object_object_add(o, "retry_after_ms", json_object_new_int64(ms));
+    response_json(r, o);
+    response_header(r, "Retry-After", "%lld", ceil_div_ms(ms));
 }
+
 
 long long
 response_reset_at(long long now_s, const struct rl_limit_state *st)

@@ -522,6 +522,10 @@ START_TEST(test_counter_budget)
     ck_assert_str_eq(fk.call_budget, "7");
     ck_assert_ptr_nonnull(body_has("\"error\":\"counter_budget_exceeded\""));
     ck_assert_ptr_nonnull(header_has("Retry-After: 1201"));
+    /* The one refusal shape: the waits in the body too. */
+    ck_assert_ptr_nonnull(body_has("\"retry_after\":1201,"));
+    ck_assert_ptr_nonnull(body_has("\"retry_after_ms\":1200500}"));
+    ck_assert_ptr_nonnull(body_has("\"message\":"));
     ck_assert_int_eq(check("good-key", body), 429);
     ck_assert_int_eq(fk.script_calls, 5);
     ck_assert_int_eq((int)counters.over_budget, 2);
