@@ -133,7 +133,7 @@ fuzz:
 # it; the reports are shown at the end.
 ASAN_BUILD ?= build-asan
 ASAN_OPT = -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer
-ASAN_TESTS ?= api ctl
+ASAN_TESTS ?= api ctl_strict
 asan-test: deps
 	$(MAKE) BUILD=$(ASAN_BUILD) OPT="$(ASAN_OPT)" all $(ASAN_BUILD)/check_all
 	rm -rf $(ASAN_BUILD)/sanitizer
