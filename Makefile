@@ -57,11 +57,15 @@ $(BUILD)/embedded.c: $(BUILD)/check.lua $(MIGRATIONS) www/dashboard.html \
 		www/dashboard.html > $@.tmp && mv $@.tmp $@
 
 # Each object depends on the headers it includes, as the compiler lists
-# them (-MMD -MP: $(BUILD)/NAME.d, read back below).
-$(BUILD)/%.o: src/%.c | $(BUILD)
+# them (-MMD -MP: $(BUILD)/NAME.d, read back below).  An object without its
+# .d (built before this rule, or the .d removed) is built again.
+$(BUILD)/%.o: src/%.c $(BUILD)/%.d | $(BUILD)
 	$(CC) $(ALL_CFLAGS) -MMD -MP -c -o $@ $<
 
--include $(wildcard $(BUILD)/*.d)
+DEPFILES = $(patsubst %.o,%.d,$(SERVICE_OBJ) $(CTL_OBJ) \
+	$(filter-out $(BUILD)/embedded.o,$(CORE_OBJ)))
+$(DEPFILES): ;
+-include $(wildcard $(DEPFILES))
 
 $(BUILD)/embedded.o: $(BUILD)/embedded.c src/ratelimit.h
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
