@@ -89,21 +89,18 @@ api_viewer(struct service *svc, const struct http_request *req,
         if (known && n > 0 && addr_match(nets, n, client))
             return 0;
         if (!known)
-            response_error(resp, 403, "forbidden", "X-Forwarded-For from a "
-                "peer not in trusted_proxies, or naming no address: the "
-                "client is unknown; an admin key reads its own tenant from "
-                "anywhere");
+            response_refuse(resp, RL_REFUSE_CLIENT_UNKNOWN, NULL);
         else {
             snprintf(msg, sizeof(msg), "this address is not in %s; an admin "
                 "key reads its own tenant from anywhere", list);
-            response_error(resp, 403, "forbidden", msg);
+            response_refuse(resp, RL_REFUSE_ADDRESS_NOT_LISTED, msg);
         }
         return -1;
     }
     if (decide_identify(&svc->decider, req, 0, ki, resp) == -1)
         return -1;
     if (!ki->admin) {
-        response_error(resp, 403, "forbidden", "an admin key is needed");
+        response_refuse(resp, RL_REFUSE_ADMIN_NEEDED, NULL);
         return -1;
     }
     *viewer = ki;
@@ -188,8 +185,7 @@ api_handle(struct service *svc, const struct http_request *req,
 
     COUNT(svc, requests);
     if (req->nul_in_param) {
-        response_error(resp, 400, "invalid_request",
-            "a request parameter holds a NUL byte");
+        response_refuse(resp, RL_REFUSE_NUL_PARAMETER, NULL);
         if (req->auth_subrequest)
             authorizer_nginx(resp);
         return;
@@ -209,7 +205,7 @@ api_handle(struct service *svc, const struct http_request *req,
             snprintf(msg, sizeof(msg), "%.32s is not allowed on %s; use %s",
                 req->method, r->path,
                 r->methods == API_POST ? "POST" : "GET or HEAD");
-            response_error(resp, 405, "method_not_allowed", msg);
+            response_refuse(resp, RL_REFUSE_METHOD, msg);
             response_header(resp, "Allow", "%s",
                 r->methods == API_POST ? "POST" : "GET, HEAD");
             return;
@@ -217,6 +213,5 @@ api_handle(struct service *svc, const struct http_request *req,
         r->handle(svc, req, resp);
         return;
     }
-    response_error(resp, 404, "not_found", "no such endpoint; the check "
-        "API is POST /v1/check");
+    response_refuse(resp, RL_REFUSE_NOT_FOUND, NULL);
 }

@@ -48,8 +48,7 @@ authorizer_decide(struct decider *dc, const struct http_request *req,
     plen = request_normalize_path(req->path, req->path_len, path,
         sizeof(path));
     if (plen == -1 || n + (size_t)plen > RL_ROUTE_MAX) {
-        response_error(resp, 400, "invalid_request", "request path is not "
-            "absolute, badly escaped or longer than 512 bytes");
+        response_refuse(resp, RL_REFUSE_BAD_PATH, NULL);
         return;
     }
     memcpy(creq.route + n, path, (size_t)plen + 1);

@@ -429,10 +429,10 @@ decide_rules(struct decider *dc, const char *tenant_id)
 
 void
 decide_unavailable(struct decider *dc, struct rl_response *resp,
-    const char *code, const char *what)
+    enum rl_refusal which)
 {
     COUNT(dc, unavailable);
-    response_error(resp, 503, code, what);
+    response_refuse(resp, which, NULL);
     response_header(resp, "Retry-After", "%ld",
         dc->cfg->retry_after_unavailable);
 }
@@ -449,27 +449,25 @@ decide_auth_answer(struct decider *dc, struct rl_response *resp, int rc)
     case AUTH_OK:
         return 0;
     case AUTH_NO_KEY:
-        response_error(resp, 401, "unauthorized", "missing API key");
+        response_refuse(resp, RL_REFUSE_KEY_MISSING, NULL);
         return -1;
     case AUTH_TOO_LONG:
-        response_error(resp, 401, "unauthorized", "API key is too long");
+        response_refuse(resp, RL_REFUSE_KEY_TOO_LONG, NULL);
         return -1;
     case AUTH_UNKNOWN:
     case AUTH_REVOKED:
-        response_error(resp, 401, "unauthorized", "invalid API key");
+        response_refuse(resp, RL_REFUSE_KEY_INVALID, NULL);
         return -1;
     case AUTH_SUSPENDED:
-        response_error(resp, 403, "tenant_suspended", "tenant is suspended");
+        response_refuse(resp, RL_REFUSE_TENANT_SUSPENDED, NULL);
         return -1;
     case AUTH_DEFERRED:
         /* Not "invalid": nobody has said so yet. */
-        response_error(resp, 503, "key_lookup_deferred", "this API key is "
-            "not known here yet and lookups are busy; try again");
+        response_refuse(resp, RL_REFUSE_KEY_DEFERRED, NULL);
         response_header(resp, "Retry-After", "1");
         return -1;
     default:
-        decide_unavailable(dc, resp, "service_unavailable",
-            "key store unavailable");
+        decide_unavailable(dc, resp, RL_REFUSE_KEY_STORE);
         return -1;
     }
 }
@@ -514,8 +512,7 @@ decide_identify(struct decider *dc, const struct http_request *req,
     if (!ki->anonymous && ki->key_id > 0 && dc->store.used != NULL)
         dc->store.used(dc->store.ctx, ki->key_id);
     if ((flags & DECIDE_CHECKING) && ki->admin) {
-        response_error(resp, 403, "admin_key_cannot_check",
-            "admin keys cannot be used for checks");
+        response_refuse(resp, RL_REFUSE_ADMIN_KEY_CHECKS, NULL);
         return -1;
     }
     return 0;
@@ -777,26 +774,19 @@ decide_answer_failure(struct decider *dc, int rc, struct rl_response *resp)
 {
     switch (rc) {
     case DECIDE_NO_RULES:
-        decide_unavailable(dc, resp, "service_unavailable",
-            "rule store unavailable");
+        decide_unavailable(dc, resp, RL_REFUSE_RULE_STORE);
         return 1;
     case DECIDE_UNAVAILABLE:
-        decide_unavailable(dc, resp, "service_unavailable",
-            "limit store unavailable");
+        decide_unavailable(dc, resp, RL_REFUSE_LIMIT_STORE);
         return 1;
     case DECIDE_MISCONFIGURED:
-        decide_unavailable(dc, resp, "misconfigured", "the rules of this "
-            "route cannot be decided as they are stored (more limits than "
-            "one check decides, more rules than a tenant may have, or a "
-            "limit this service cannot load); the operator must fix them");
+        decide_unavailable(dc, resp, RL_REFUSE_MISCONFIGURED);
         return 1;
     case DECIDE_SCRIPT_ERROR:
-        decide_unavailable(dc, resp, "script_error", "the limit store "
-            "answered with an error");
+        decide_unavailable(dc, resp, RL_REFUSE_SCRIPT_ERROR);
         return 1;
     case DECIDE_COST_EXCEEDS:
-        response_error(resp, 400, "cost_exceeds_limit", "the cost is more "
-            "than a limit of the rule can ever let through");
+        response_refuse(resp, RL_REFUSE_COST_EXCEEDS, NULL);
         return 1;
     case DECIDE_OVER_BUDGET:
         response_over_budget(resp, dc->trace.retry_after_ms);
@@ -820,14 +810,14 @@ decide_check(struct decider *dc, const struct http_request *req,
     if (req->body_too_large) {
         snprintf(err, sizeof(err), "request body is larger than %ld bytes",
             dc->cfg->max_body_size);
-        response_error(resp, 413, "invalid_request", err);
+        response_refuse(resp, RL_REFUSE_BODY_TOO_LARGE, err);
         return;
     }
     if (decide_identify(dc, req, DECIDE_CHECKING, &ki, resp) == -1)
         return;
     if (request_parse_check(req->body, req->body_len, &creq, err,
         sizeof(err)) == -1) {
-        response_error(resp, 400, "invalid_request", err);
+        response_refuse(resp, RL_REFUSE_INVALID_REQUEST, err);
         return;
     }
     /* "key:<id>" (no printf on every check) */

@@ -1216,6 +1216,44 @@ void response_cost_exceeds(struct rl_response *r, const char *limit,
 void response_error(struct rl_response *r, int status, const char *code,
     const char *message);
 
+/* The refusals the service answers, each written once in response.c's
+ * table with its status, its code (the body's "error") and its message;
+ * doc/api.md lists them for clients.  A 401 carries WWW-Authenticate. */
+enum rl_refusal {
+    RL_REFUSE_KEY_MISSING,          /* 401 unauthorized */
+    RL_REFUSE_KEY_TOO_LONG,         /* 401 unauthorized */
+    RL_REFUSE_KEY_INVALID,          /* 401 unauthorized */
+    RL_REFUSE_TENANT_SUSPENDED,     /* 403 tenant_suspended */
+    RL_REFUSE_ADMIN_KEY_CHECKS,     /* 403 admin_key_cannot_check */
+    RL_REFUSE_ADMIN_NEEDED,         /* 403 forbidden */
+    RL_REFUSE_OWN_TENANT_ONLY,      /* 403 forbidden */
+    RL_REFUSE_CLIENT_UNKNOWN,       /* 403 forbidden */
+    RL_REFUSE_ADDRESS_NOT_LISTED,   /* 403 forbidden */
+    RL_REFUSE_INVALID_REQUEST,      /* 400 invalid_request */
+    RL_REFUSE_NUL_PARAMETER,        /* 400 invalid_request */
+    RL_REFUSE_BAD_PATH,             /* 400 invalid_request */
+    RL_REFUSE_COST_EXCEEDS,         /* 400 cost_exceeds_limit */
+    RL_REFUSE_BODY_TOO_LARGE,       /* 413 invalid_request */
+    RL_REFUSE_NOT_FOUND,            /* 404 not_found */
+    RL_REFUSE_METHOD,               /* 405 method_not_allowed */
+    RL_REFUSE_KEY_DEFERRED,         /* 503 key_lookup_deferred */
+    RL_REFUSE_KEY_STORE,            /* 503 service_unavailable */
+    RL_REFUSE_RULE_STORE,           /* 503 service_unavailable */
+    RL_REFUSE_LIMIT_STORE,          /* 503 service_unavailable */
+    RL_REFUSE_MISCONFIGURED,        /* 503 misconfigured */
+    RL_REFUSE_SCRIPT_ERROR,         /* 503 script_error */
+    RL_REFUSAL_COUNT
+};
+
+/* Answers the refusal with the table's message, or with message when it
+ * is not NULL (a message of the moment: the method, the bound); returns
+ * the status. */
+int response_refuse(struct rl_response *r, enum rl_refusal which,
+    const char *message);
+/* The table's row, for the tests: its status, code and message. */
+int response_refusal(enum rl_refusal which, const char **code,
+    const char **message);
+
 /* 429 counter_budget_exceeded, with the wait as every denial has it:
  * retry_after (whole seconds, rounded up; also Retry-After) and
  * retry_after_ms. */

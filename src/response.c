@@ -128,6 +128,82 @@ response_error(struct rl_response *r, int status, const char *code,
         response_header(r, "WWW-Authenticate", "%s", RESPONSE_CHALLENGE);
 }
 
+/* Every refusal, once (see enum rl_refusal). */
+static const struct {
+    int status;
+    const char *code;
+    const char *message;
+} response_refusals[RL_REFUSAL_COUNT] = {
+    [RL_REFUSE_KEY_MISSING] = { 401, "unauthorized", "missing API key" },
+    [RL_REFUSE_KEY_TOO_LONG] = { 401, "unauthorized", "API key is too long" },
+    [RL_REFUSE_KEY_INVALID] = { 401, "unauthorized", "invalid API key" },
+    [RL_REFUSE_TENANT_SUSPENDED] = { 403, "tenant_suspended",
+        "tenant is suspended" },
+    [RL_REFUSE_ADMIN_KEY_CHECKS] = { 403, "admin_key_cannot_check",
+        "admin keys cannot be used for checks" },
+    [RL_REFUSE_ADMIN_NEEDED] = { 403, "forbidden", "an admin key is needed" },
+    [RL_REFUSE_OWN_TENANT_ONLY] = { 403, "forbidden",
+        "a key may read its own tenant only" },
+    [RL_REFUSE_CLIENT_UNKNOWN] = { 403, "forbidden",
+        "X-Forwarded-For from a peer not in trusted_proxies, or naming no "
+        "address: the client is unknown; an admin key reads its own tenant "
+        "from anywhere" },
+    [RL_REFUSE_ADDRESS_NOT_LISTED] = { 403, "forbidden",
+        "this address may not read this; an admin key reads its own tenant "
+        "from anywhere" },
+    [RL_REFUSE_INVALID_REQUEST] = { 400, "invalid_request",
+        "the request is not a valid check" },
+    [RL_REFUSE_NUL_PARAMETER] = { 400, "invalid_request",
+        "a request parameter holds a NUL byte" },
+    [RL_REFUSE_BAD_PATH] = { 400, "invalid_request",
+        "request path is not absolute, badly escaped or longer than 512 "
+        "bytes" },
+    [RL_REFUSE_COST_EXCEEDS] = { 400, "cost_exceeds_limit",
+        "the cost is more than a limit of the rule can ever let through" },
+    [RL_REFUSE_BODY_TOO_LARGE] = { 413, "invalid_request",
+        "request body is too large" },
+    [RL_REFUSE_NOT_FOUND] = { 404, "not_found",
+        "no such endpoint; the check API is POST /v1/check" },
+    [RL_REFUSE_METHOD] = { 405, "method_not_allowed",
+        "this method is not allowed here" },
+    [RL_REFUSE_KEY_DEFERRED] = { 503, "key_lookup_deferred",
+        "this API key is not known here yet and lookups are busy; try again" },
+    [RL_REFUSE_KEY_STORE] = { 503, "service_unavailable",
+        "key store unavailable" },
+    [RL_REFUSE_RULE_STORE] = { 503, "service_unavailable",
+        "rule store unavailable" },
+    [RL_REFUSE_LIMIT_STORE] = { 503, "service_unavailable",
+        "limit store unavailable" },
+    [RL_REFUSE_MISCONFIGURED] = { 503, "misconfigured",
+        "the rules of this route cannot be decided as they are stored (more "
+        "limits than one check decides, more rules than a tenant may have, "
+        "or a limit this service cannot load); the operator must fix them" },
+    [RL_REFUSE_SCRIPT_ERROR] = { 503, "script_error",
+        "the limit store answered with an error" },
+};
+
+int
+response_refusal(enum rl_refusal which, const char **code,
+    const char **message)
+{
+    if ((unsigned)which >= RL_REFUSAL_COUNT)
+        which = RL_REFUSE_INVALID_REQUEST;
+    *code = response_refusals[which].code;
+    *message = response_refusals[which].message;
+    return response_refusals[which].status;
+}
+
+int
+response_refuse(struct rl_response *r, enum rl_refusal which,
+    const char *message)
+{
+    const char *code, *text;
+    int status = response_refusal(which, &code, &text);
+
+    response_error(r, status, code, message != NULL ? message : text);
+    return status;
+}
+
 /* Milliseconds to whole seconds, rounded up; cannot overflow, whatever
  * Redis sent. */
 static long long

@@ -427,7 +427,7 @@ int decide_limits(struct decider *dc, const char *tenant_id,
 int decide_answer_failure(struct decider *dc, int rc,
     struct rl_response *resp);
 void decide_unavailable(struct decider *dc, struct rl_response *resp,
-    const char *code, const char *what);
+    enum rl_refusal which);
 
 /* POST /v1/check, the whole answer. */
 void decide_check(struct decider *dc, const struct http_request *req,

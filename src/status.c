@@ -645,7 +645,8 @@ void
 views_dashboard(struct rl_response *resp)
 {
     if (embedded_dashboard_html == NULL) {
-        response_error(resp, 404, "not_found", "this build has no dashboard");
+        response_refuse(resp, RL_REFUSE_NOT_FOUND,
+            "this build has no dashboard");
         return;
     }
     resp->content_type = "text/html; charset=utf-8";

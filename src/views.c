@@ -364,17 +364,16 @@ views_config(struct service *svc, const struct http_request *req,
     }
     if (restlen != 1 + RL_UUID_LEN + 6 || rest[0] != '/' ||
         memcmp(rest + 1 + RL_UUID_LEN, "/rules", 6) != 0) {
-        response_error(resp, 404, "not_found", NULL);
+        response_refuse(resp, RL_REFUSE_NOT_FOUND, "no such endpoint; "
+            "/v1/config/tenants/TENANT_ID/rules reads a tenant's rules");
         return;
     }
     if (memcmp(rest + 1, ki.tenant_id, RL_UUID_LEN) != 0) {
-        response_error(resp, 403, "forbidden",
-            "a key may read its own tenant only");
+        response_refuse(resp, RL_REFUSE_OWN_TENANT_ONLY, NULL);
         return;
     }
     if ((tr = decide_rules(&svc->decider, ki.tenant_id)) == NULL) {
-        decide_unavailable(&svc->decider, resp, "service_unavailable",
-            "rule store unavailable");
+        decide_unavailable(&svc->decider, resp, RL_REFUSE_RULE_STORE);
         return;
     }
     o = json_object_new_object();

@@ -1027,6 +1027,47 @@ START_TEST(test_unauthorized_challenge)
 }
 END_TEST
 
+/* The refusal table: every row filled, each status a client or server
+ * error, every 401 with its challenge, and a message of the moment in place
+ * of the row's. */
+START_TEST(test_refusal_table)
+{
+    struct rl_response r;
+    struct json_object *o;
+    const char *code, *msg;
+    char v[256];
+    int i, status, n401 = 0;
+
+    response_init(&r);
+    for (i = 0; i < RL_REFUSAL_COUNT; i++) {
+        status = response_refusal((enum rl_refusal)i, &code, &msg);
+        ck_assert_msg(status >= 400 && status <= 599, "row %d: %d", i, status);
+        ck_assert_msg(code != NULL && code[0] != '\0', "row %d: no code", i);
+        ck_assert_msg(msg != NULL && msg[0] != '\0', "row %d: no message", i);
+        response_reset(&r);
+        ck_assert_int_eq(response_refuse(&r, (enum rl_refusal)i, NULL), status);
+        ck_assert_int_eq(r.status, status);
+        o = body_json(&r);
+        ck_assert_str_eq(member_str(o, "error"), code);
+        ck_assert_str_eq(member_str(o, "message"), msg);
+        json_object_put(o);
+        if (status == 401) {
+            n401++;
+            header_once(&r, "WWW-Authenticate", v, sizeof(v));
+        }
+    }
+    ck_assert_int_eq(n401, 3);
+    response_reset(&r);
+    response_refuse(&r, RL_REFUSE_METHOD, "PUT is not allowed on /v1/check");
+    ck_assert_int_eq(r.status, 405);
+    o = body_json(&r);
+    ck_assert_str_eq(member_str(o, "error"), "method_not_allowed");
+    ck_assert_str_eq(member_str(o, "message"), "PUT is not allowed on /v1/check");
+    json_object_put(o);
+    response_free(&r);
+}
+END_TEST
+
 START_TEST(test_header_crlf)
 {
     struct rl_response r;
@@ -1094,6 +1135,7 @@ response_suite(void)
     tcase_add_test(tc, test_json_str_escapes);
     tcase_add_test(tc, test_error_body);
     tcase_add_test(tc, test_unauthorized_challenge);
+    tcase_add_test(tc, test_refusal_table);
     tcase_add_test(tc, test_header_crlf);
     tcase_add_test(tc, test_init_reset_reason);
     suite_add_tcase(s, tc);
