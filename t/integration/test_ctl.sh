@@ -992,21 +992,22 @@ is "tenant show prints the tenant with its counts" \
 ctl tenant show conflict --json
 is "tenant show --json is one object with stable names" \
     "$RC $(python3 -c 'import json,sys; o=json.load(open(sys.argv[1])); print(o["name"], o["status"], sorted(o))' "$TMP/out")" \
-    "0 conflict active ['counter_budget', 'created', 'id', 'keys', 'limits', 'name', 'revoked_keys', 'rules', 'status']"
+    "0 conflict active ['counter_budget', 'created', 'id', 'keys', 'limits', 'name', 'revoked_keys', 'rules', 'status', 'version']"
 ctl rule list conflict --json
 is "rule list --json: one object per limit, typed values" \
     "$RC $(python3 -c '
 import json, sys
-rows = json.load(open(sys.argv[1]))
+rows = json.load(open(sys.argv[1]))["rules"]
 r = [x for x in rows if x["id"] == int(sys.argv[2])][0]
-print(len(rows), r["route"], r["count"], r["note"], type(r["limit_id"]).__name__, sorted(r))
+print(len(rows), r["route"], r["count"], r["shadowed_by"], type(r["limit_id"]).__name__, sorted(r))
 ' "$TMP/out" "${C1:-0}")" \
-    "0 5 /api/* subject shadowed by rule ${C2:-?} int ['algorithm', 'always', 'count', 'enabled', 'failure', 'id', 'limit', 'limit_id', 'note', 'parameters', 'per', 'priority', 'route', 'shadow']"
+    "0 5 /api/* subject ${C2:-?} int ['algorithm', 'always', 'count', 'enabled', 'failure', 'id', 'limit', 'limit_id', 'parameters', 'per', 'priority', 'route', 'shadow', 'shadowed_by']"
 ctl key list conflict --json
-is "key list --json of a tenant without keys is []" "$RC $(cat "$TMP/out")" "0 []"
+is "key list --json of a tenant without keys has keys []" \
+    "$RC $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["keys"])' "$TMP/out")" "0 []"
 ctl tenant list --json
 is "tenant list --json names every tenant" \
-    "$RC $(python3 -c 'import json,sys; print(sorted(t["name"] for t in json.load(open(sys.argv[1])))[0:1])' "$TMP/out")" \
+    "$RC $(python3 -c 'import json,sys; print(sorted(t["name"] for t in json.load(open(sys.argv[1]))["tenants"])[0:1])' "$TMP/out")" \
     "0 ['acme']"
 ctl rule match conflict /api/orders --json
 is "rule match --json: the rule, its limits and the rules not used" \
