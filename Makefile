@@ -5,7 +5,7 @@ DESTDIR ?=
 BUILD ?= build
 CC ?= cc
 
-PKGS = fcgi hiredis libpq json-c libcrypto
+PKGS = fcgi hiredis libpq json-c libssl libcrypto
 WARNINGS = -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
 	-Wwrite-strings -Wpointer-arith
 OPT ?= -O2 -g
@@ -17,7 +17,7 @@ LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm
 # Pure modules (no network), shared by the service, the admin tool and the
 # unit tests.
 CORE = config log util buf request algo rules cache limiter response addr fcgi shm keyfilter arena decide authorizer validate cluster stats
-SERVICE = main master worker api service views status redis_store pg_store listen scoreboard observe
+SERVICE = main master worker api service views status redis_store redis_tls pg_store listen scoreboard observe
 CTL = ctl ctl_args ctl_db ctl_migrate ctl_tenant ctl_rule ctl_counter ctl_apply ctl_usage
 
 # The Redis script, in this order: the algorithms, the clock and the driver
@@ -74,7 +74,8 @@ $(BUILD)/ratelimit-fcgi: $(SERVICE_OBJ) $(CORE_OBJ)
 	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LIBS)
 
 # (redis_store.o: the counter commands reach Redis as the service does)
-$(BUILD)/ratelimitctl: $(CTL_OBJ) $(CORE_OBJ) $(BUILD)/redis_store.o
+$(BUILD)/ratelimitctl: $(CTL_OBJ) $(CORE_OBJ) $(BUILD)/redis_store.o \
+		$(BUILD)/redis_tls.o
 	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LIBS)
 
 # One Check binary: t/check_main.c registers the suites of t/check_*.c.

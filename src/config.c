@@ -26,6 +26,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <libpq-fe.h>
 
@@ -135,6 +136,33 @@ static const struct config_key config_keys[] = {
       "before its next blocking connect, answering 503 at once meanwhile; if "
       "Redis refused the connection, it connects as soon as Redis accepts "
       "connections again (milliseconds)" },
+    { "redis_tls", CT_ENUM, OFF(redis_tls), SZ(redis_tls), 0, 0, "off", NULL,
+      "off|on", "on: every connection to Redis (the server, the cluster's "
+      "nodes, the master the sentinels name) is TLS; needs TCP addresses" },
+    { "redis_tls_ca_file", CT_STRING, OFF(redis_tls_ca_file),
+      SZ(redis_tls_ca_file), 0, 0, "", NULL, NULL, "PEM file of the CA "
+      "certificates that Redis's certificate is verified against; empty = "
+      "the system's store" },
+    { "redis_tls_cert_file", CT_STRING, OFF(redis_tls_cert_file),
+      SZ(redis_tls_cert_file), 0, 0, "", NULL, NULL, "PEM file of the client "
+      "certificate (mutual TLS: tls-auth-clients yes); needs "
+      "redis_tls_key_file; empty = none" },
+    { "redis_tls_key_file", CT_STRING, OFF(redis_tls_key_file),
+      SZ(redis_tls_key_file), 0, 0, "", NULL, NULL, "PEM file of the client "
+      "certificate's private key (unencrypted); empty = none" },
+    { "redis_tls_server_name", CT_STRING, OFF(redis_tls_server_name),
+      SZ(redis_tls_server_name), 0, 0, "", NULL, NULL, "the name sent as SNI "
+      "and that the certificate of each data node must carry; empty = the "
+      "host of the node's address (an IP address is matched as one)" },
+    { "redis_tls_verify", CT_ENUM, OFF(redis_tls_verify),
+      SZ(redis_tls_verify), 0, 0, "on", NULL, "on|off", "off: Redis's "
+      "certificate is not verified (anyone on the path can read and change "
+      "what goes to Redis; warned at start and by -t)" },
+    { "redis_sentinel_tls", CT_ENUM, OFF(redis_sentinel_tls),
+      SZ(redis_sentinel_tls), 0, 0, "same", NULL, "same|on|off", "TLS to "
+      "the sentinels (redis_type = sentinel): same as redis_tls, on or off; "
+      "with the same CA, client certificate and verification, each sentinel "
+      "checked against the host of its address" },
     { "key_cache_ttl", CT_LONG, OFF(key_cache_ttl), 0, 0, 86400, "60", "s",
       NULL, "seconds a known API key is trusted without asking PostgreSQL" },
     { "key_cache_negative_ttl", CT_LONG, OFF(key_cache_negative_ttl), 0, 0,
@@ -918,6 +946,28 @@ config_group_name(gid_t gid, char *out, size_t outlen)
 }
 
 int
+config_redis_tls(const struct rl_config *cfg, int sentinels)
+{
+    if (sentinels && strcmp(cfg->redis_sentinel_tls, "same") != 0)
+        return strcmp(cfg->redis_sentinel_tls, "on") == 0;
+    return strcmp(cfg->redis_tls, "on") == 0;
+}
+
+int
+config_check_insecure(const struct rl_config *cfg, char *msg, size_t msglen)
+{
+    if (!config_redis_tls(cfg, 0) && !(config_redis_tls(cfg, 1) &&
+        strcmp(cfg->redis_type, "sentinel") == 0))
+        return 0;
+    if (strcmp(cfg->redis_tls_verify, "off") != 0)
+        return 0;
+    snprintf(msg, msglen, "%s: redis_tls_verify = off: Redis's certificate "
+        "is not verified, so whoever can reach the path to Redis can read "
+        "and change the counters; set redis_tls_ca_file instead", cfg->path);
+    return 1;
+}
+
+int
 config_check_secrets(const struct rl_config *cfg, char *msg, size_t msglen)
 {
     char keys[128] = "", masked[sizeof(cfg->pg_conninfo)];
@@ -1046,6 +1096,74 @@ config_line(const unsigned *seen, const char *name)
 }
 
 /*
+ * The redis_tls* keys that cannot work: TLS to a unix: address, a client
+ * certificate without its key (or a key without its certificate), a file
+ * this user cannot read, a TLS setting with TLS off everywhere.
+ */
+static void
+config_check_redis_tls(const struct rl_config *cfg, const unsigned *seen,
+    const char *path, char *err, size_t errlen, int *nerr)
+{
+    static const char *const files[] = { "redis_tls_ca_file",
+        "redis_tls_cert_file", "redis_tls_key_file" };
+    const char *const fval[] = { cfg->redis_tls_ca_file,
+        cfg->redis_tls_cert_file, cfg->redis_tls_key_file };
+    char addrs[RL_REDIS_MAX_ADDRS][RL_REDIS_ADDR_MAX];
+    int sentinel = strcmp(cfg->redis_type, "sentinel") == 0;
+    int tls = config_redis_tls(cfg, 0), stls = config_redis_tls(cfg, 1);
+    int i, n;
+
+    if (!sentinel && config_line(seen, "redis_sentinel_tls") != 0 &&
+        strcmp(cfg->redis_sentinel_tls, "same") != 0)
+        config_error(err, errlen, nerr, "%s:%u: redis_sentinel_tls applies "
+            "only to redis_type = sentinel", path,
+            config_line(seen, "redis_sentinel_tls"));
+    /* The addresses in "redis" are the data nodes', or the sentinels'. */
+    if (sentinel ? stls : tls) {
+        const char *key = sentinel && strcmp(cfg->redis_sentinel_tls,
+            "same") != 0 ? "redis_sentinel_tls" : "redis_tls";
+
+        n = util_split_list(cfg->redis, addrs, RL_REDIS_MAX_ADDRS);
+        for (i = 0; i < n; i++)
+            if (strncmp(addrs[i], "unix:", 5) == 0) {
+                config_error(err, errlen, nerr, "%s:%u: redis: \"%s\": "
+                    "%s = on (line %u) needs TCP addresses (host:port)",
+                    path, config_line(seen, "redis"), addrs[i], key,
+                    config_line(seen, key));
+                break;
+            }
+    }
+    if (!tls && !stls) {
+        static const char *const keys[] = { "redis_tls_ca_file",
+            "redis_tls_cert_file", "redis_tls_key_file",
+            "redis_tls_server_name", "redis_tls_verify" };
+
+        for (i = 0; i < 5; i++)
+            if (config_line(seen, keys[i]) != 0)
+                config_error(err, errlen, nerr, "%s:%u: %s applies only "
+                    "with redis_tls = on%s", path, config_line(seen,
+                    keys[i]), keys[i], sentinel ? " (or redis_sentinel_tls "
+                    "= on)" : "");
+        return;
+    }
+    if (cfg->redis_tls_cert_file[0] != '\0' &&
+        cfg->redis_tls_key_file[0] == '\0')
+        config_error(err, errlen, nerr, "%s:%u: redis_tls_cert_file needs "
+            "redis_tls_key_file (the certificate's private key)", path,
+            config_line(seen, "redis_tls_cert_file"));
+    if (cfg->redis_tls_key_file[0] != '\0' &&
+        cfg->redis_tls_cert_file[0] == '\0')
+        config_error(err, errlen, nerr, "%s:%u: redis_tls_key_file needs "
+            "redis_tls_cert_file (the client certificate)", path,
+            config_line(seen, "redis_tls_key_file"));
+    for (i = 0; i < 3; i++)
+        if (fval[i][0] != '\0' && access(fval[i], R_OK) != 0)
+            config_error(err, errlen, nerr, "%s:%u: %s: %s: %s", path,
+                config_line(seen, files[i]), files[i], fval[i],
+                strerror(errno));
+}
+
+/*
  * The combinations of the redis_* keys that cannot work, each reported at
  * the line of the key that is out of place.
  */
@@ -1101,6 +1219,7 @@ config_check_redis(const struct rl_config *cfg, const unsigned *seen,
                     "redis_type = sentinel, but %s", path,
                     config_line(seen, only[i]), only[i], how);
     }
+    config_check_redis_tls(cfg, seen, path, err, errlen, nerr);
     if (cfg->redis_username[0] != '\0' && cfg->redis_password[0] == '\0')
         config_error(err, errlen, nerr, "%s:%u: redis_username needs "
             "redis_password", path, config_line(seen, "redis_username"));

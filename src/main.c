@@ -405,8 +405,8 @@ main(int argc, char **argv)
     struct main_identity id;
     const char *path = DEFAULT_CONFIG;
     const char *inherited;
-    char err[4096], secrets[2048], *line;
-    int ch, test = 0, fd, rc, exposed, pid_ok = 1;
+    char err[4096], secrets[2048], insecure[512], *line;
+    int ch, test = 0, fd, rc, exposed, unverified, pid_ok = 1;
 
     while ((ch = getopt_long(argc, argv, "c:tTChvK", longopts, NULL)) != -1) {
         switch (ch) {
@@ -459,6 +459,7 @@ main(int argc, char **argv)
     /* A password in a file that others may read: a warning, not an error
      * (the file is what the service needs; who else reads it is not). */
     exposed = config_check_secrets(&cfg, secrets, sizeof(secrets));
+    unverified = config_check_insecure(&cfg, insecure, sizeof(insecure));
     if (test) {
         /* Who starts the pool decides this; the file can be right for a
          * systemd unit with User= and still be tested by root. */
@@ -473,6 +474,8 @@ main(int argc, char **argv)
         }
         if (exposed)
             fprintf(stderr, "ratelimit-fcgi: warning: %s\n", secrets);
+        if (unverified)
+            fprintf(stderr, "ratelimit-fcgi: warning: %s\n", insecure);
         if (test == 2)
             config_dump(&cfg, stdout);
         fprintf(stderr, "ratelimit-fcgi: configuration file %s test is "
@@ -492,6 +495,8 @@ main(int argc, char **argv)
         log_warn("%s", err);
     if (exposed)
         log_warn("%s", secrets);
+    if (unverified)
+        log_warn("%s", insecure);
     master_set_argv(argv);
     /* A worker whose master died starts us with the socket still open
      * (a takeover, see master.c): the pool must go on, so a pid_file it

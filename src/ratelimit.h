@@ -74,6 +74,13 @@ struct rl_config {
     long redis_connect_timeout_ms;
     long redis_command_timeout_ms;
     long redis_backoff_ms;
+    char redis_tls[4];          /* "off" or "on": TLS to the data nodes */
+    char redis_tls_ca_file[256];  /* "" = the system's CA store */
+    char redis_tls_cert_file[256]; /* client certificate (mutual TLS) */
+    char redis_tls_key_file[256];
+    char redis_tls_server_name[256]; /* "" = the host of the address */
+    char redis_tls_verify[4];   /* "on" or "off" */
+    char redis_sentinel_tls[8]; /* "same" (as redis_tls), "on" or "off" */
     long key_cache_ttl;         /* seconds */
     long key_cache_negative_ttl;
     long key_cache_size;
@@ -158,6 +165,17 @@ int config_conninfo_mask(const char *conninfo, char *out, size_t outlen);
  * else of "user"; not checked when neither is set).  Returns 1 with a
  * one-line warning naming the file and its mode in msg, else 0. */
 int config_check_secrets(const struct rl_config *cfg, char *msg,
+    size_t msglen);
+
+/* Whether connections to the data nodes (sentinels 0) or to the sentinels
+ * (sentinels 1) are TLS: redis_tls, or redis_sentinel_tls unless it is
+ * "same".  Returns 1 or 0. */
+int config_redis_tls(const struct rl_config *cfg, int sentinels);
+
+/* Whether TLS to Redis is on without verifying Redis's certificate
+ * (redis_tls_verify = off).  Returns 1 with a one-line warning naming the
+ * file in msg, else 0; -t prints it, the service logs it at start. */
+int config_check_insecure(const struct rl_config *cfg, char *msg,
     size_t msglen);
 
 /* Writes the key table (name, default, bounds, meaning). */

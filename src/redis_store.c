@@ -62,6 +62,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -151,10 +152,22 @@ redis_node_probe_stop(struct redis_node *n)
 static void
 redis_node_close(struct redis_node *n)
 {
+    redis_tls_free(n->tls);
+    n->tls = NULL;
     if (n->ctx != NULL)
         redisFree(n->ctx);
     n->ctx = NULL;
     redis_node_probe_stop(n);
+}
+
+static void
+redis_sentinel_close(struct redis_store *rs)
+{
+    redis_tls_free(rs->sentinel_tls);
+    rs->sentinel_tls = NULL;
+    if (rs->sentinel != NULL)
+        redisFree(rs->sentinel);
+    rs->sentinel = NULL;
 }
 
 /* Makes n a node at addr, with no connection and no back-off. */
@@ -218,9 +231,10 @@ redis_store_close(struct redis_store *rs)
 
     for (i = 0; i < REDIS_MAX_NODES; i++)
         redis_node_close(&rs->node[i]);
-    if (rs->sentinel != NULL)
-        redisFree(rs->sentinel);
-    rs->sentinel = NULL;
+    redis_sentinel_close(rs);
+    if (rs->tls_ctx != NULL)
+        redis_tls_context_free(rs->tls_ctx);
+    rs->tls_ctx = NULL;
 }
 
 static struct timeval
@@ -251,14 +265,25 @@ redis_timed_out(const redisContext *c, int err)
     return c->err == REDIS_ERR_IO && (err == EAGAIN || err == EWOULDBLOCK);
 }
 
-/* Opens a blocking connection to addr, both timeouts set.  NULL when out
- * of memory; otherwise check c->err. */
+/*
+ * Opens a blocking connection to addr, both timeouts set, and with TLS to
+ * the data nodes (sentinel 0) or to the sentinels (sentinel 1) when that
+ * is configured, starts TLS on it (*tls; NULL without TLS), the handshake
+ * within the connect timeout.  NULL when out of memory; otherwise check
+ * c->err, and redis_tls_error(*tls) for a TLS failure.
+ */
 static redisContext *
-redis_open(const struct rl_config *cfg, const char *addr)
+redis_open(struct redis_store *rs, const char *addr, int sentinel,
+    struct redis_tls **tls)
 {
+    const struct rl_config *cfg = rs->cfg;
+    int64_t deadline_ms = util_now_ms() + cfg->redis_connect_timeout_ms;
+    const char *name;
     char host[256];
     redisContext *c;
     int port;
+
+    *tls = NULL;
 
     if (strncmp(addr, "unix:", 5) == 0)
         c = redisConnectUnixWithTimeout(addr + 5,
@@ -277,7 +302,46 @@ redis_open(const struct rl_config *cfg, const char *addr)
         c->err = REDIS_ERR_IO;
         snprintf(c->errstr, sizeof(c->errstr), "cannot set the timeout");
     }
+    if (c != NULL && !c->err && config_redis_tls(cfg, sentinel)) {
+        /* The name to verify: redis_tls_server_name for the data nodes
+         * when set, else the host of the address. */
+        name = !sentinel && cfg->redis_tls_server_name[0] != '\0' ?
+            cfg->redis_tls_server_name : host;
+        if ((*tls = redis_tls_start(&rs->tls_ctx, cfg, c, name,
+            deadline_ms)) == NULL) {
+            redisFree(c);
+            return NULL;
+        }
+    }
     return c;
+}
+
+/* Sends the commands appended to c (over TLS when tls is not NULL) and
+ * reads the next reply, as redisGetReply(): REDIS_OK with *r set, or
+ * REDIS_ERR with c->err and errno telling why.  Every command of this
+ * file goes through here. */
+static int
+redis_get_reply(redisContext *c, struct redis_tls *tls, redisReply **r)
+{
+    if (tls == NULL)
+        return redisGetReply(c, (void **)r);
+    return redis_tls_get_reply(tls, c, (void **)r);
+}
+
+/* redisCommand() through redis_get_reply(). */
+static redisReply *
+redis_command(redisContext *c, struct redis_tls *tls, const char *fmt, ...)
+{
+    redisReply *r;
+    va_list ap;
+    int rc;
+
+    va_start(ap, fmt);
+    rc = redisvAppendCommand(c, fmt, ap);
+    va_end(ap);
+    if (rc != REDIS_OK || redis_get_reply(c, tls, &r) != REDIS_OK)
+        return NULL;
+    return r;
 }
 
 /* After a failure in the sentinel or cluster modes: the topology is to be
@@ -305,9 +369,16 @@ redis_node_fail(struct redis_store *rs, struct redis_node *n,
     const char *what, int err, int backoff, int probing)
 {
     const redisContext *c = n->ctx;
-    const char *detail = "failed";
+    const char *detail = "failed", *tls = redis_tls_error(n->tls);
+    char tlsdetail[160];
 
-    if (c != NULL && c->err) {
+    if (tls[0] != '\0') {
+        /* TLS refused: the node listens, so it is not probed. */
+        snprintf(tlsdetail, sizeof(tlsdetail), "TLS: %s", tls);
+        detail = tlsdetail;
+        snprintf(rs->error, sizeof(rs->error), "redis tls: %s", tls);
+        probing = 0;
+    } else if (c != NULL && c->err) {
         detail = c->errstr;
         snprintf(rs->error, sizeof(rs->error), "%s",
             redis_timed_out(c, err) ? "redis timed out" :
@@ -434,6 +505,7 @@ redis_node_connect(struct redis_store *rs, struct redis_node *n)
 {
     const struct rl_config *cfg = rs->cfg;
     const char *step[4];
+    struct redis_tls *tls;
     redisContext *c;
     redisReply *r;
     int64_t now_ms;
@@ -449,11 +521,12 @@ redis_node_connect(struct redis_store *rs, struct redis_node *n)
         return STORE_UNAVAILABLE;
     }
     redis_node_probe_stop(n);
-    if ((c = redis_open(cfg, n->addr)) == NULL) {
+    if ((c = redis_open(rs, n->addr, 0, &tls)) == NULL) {
         log_error("redis connect: out of memory");
         return redis_node_refuse(rs, n, "redis unreachable");
     }
     n->ctx = c;
+    n->tls = tls;
     if (c->err)
         return redis_node_fail(rs, n, "connect", errno, 1, 1);
     if (redis_append_auth(c, cfg->redis_username, cfg->redis_password))
@@ -472,9 +545,11 @@ redis_node_connect(struct redis_store *rs, struct redis_node *n)
      * one of them is refused; the first refusal is the reason. */
     why[0] = '\0';
     for (i = 0; i < nsteps; i++) {
-        if (redisGetReply(c, (void **)&r) != REDIS_OK) {
+        if (redis_get_reply(c, tls, &r) != REDIS_OK) {
             err = errno;
-            if (redis_closed(c, err)) {
+            /* (A server that closes under a TLS failure -- a client
+             * certificate it wants -- refuses us: the back-off.) */
+            if (redis_closed(c, err) && redis_tls_error(tls)[0] == '\0') {
                 redis_node_fail(rs, n, step[i], err, 0, 0);
                 return REDIS_CLOSED;
             }
@@ -533,44 +608,63 @@ redis_node_connect(struct redis_store *rs, struct redis_node *n)
 
 /* ------------------------------------------------------------ sentinel */
 
+/* Drops the sentinel connection after a failure; a TLS failure is kept
+ * as the reason (rs->error) for when no sentinel answers.  Returns -2
+ * after a TLS failure, else -1. */
+static int
+redis_sentinel_fail(struct redis_store *rs)
+{
+    const char *tls = redis_tls_error(rs->sentinel_tls);
+    int rc = -1;
+
+    if (tls[0] != '\0') {
+        snprintf(rs->error, sizeof(rs->error), "redis sentinel tls: %s",
+            tls);
+        rc = -2;
+    }
+    redis_sentinel_close(rs);
+    return rc;
+}
+
 /* Opens a connection to the sentinel at addrs[i], authenticated when
- * redis_sentinel_password is set.  Returns 0 or -1 (logged). */
+ * redis_sentinel_password is set.  Returns 0, or -1 (logged; -2 when TLS
+ * failed). */
 static int
 redis_sentinel_open(struct redis_store *rs, int i)
 {
     const struct rl_config *cfg = rs->cfg;
+    struct redis_tls *tls;
     redisContext *c;
     redisReply *r;
 
     if (rs->sentinel != NULL && rs->sentinel_at == i)
         return 0;
-    if (rs->sentinel != NULL)
-        redisFree(rs->sentinel);
-    rs->sentinel = NULL;
-    if ((c = redis_open(cfg, rs->addrs[i])) == NULL)
+    redis_sentinel_close(rs);
+    if ((c = redis_open(rs, rs->addrs[i], 1, &tls)) == NULL)
         return -1;
+    /* Kept even when it fails, for redis_sentinel_fail() to say why. */
+    rs->sentinel = c;
+    rs->sentinel_tls = tls;
+    rs->sentinel_at = i;
     if (c->err) {
-        log_warn("redis sentinel %s: %s", rs->addrs[i], c->errstr);
-        redisFree(c);
-        return -1;
+        log_warn("redis sentinel %s: %s%s", rs->addrs[i],
+            redis_tls_error(tls)[0] ? "TLS: " : "", c->errstr);
+        return redis_sentinel_fail(rs);
     }
     if (redis_append_auth(c, cfg->redis_sentinel_username,
         cfg->redis_sentinel_password)) {
-        if (redisGetReply(c, (void **)&r) != REDIS_OK) {
-            log_warn("redis sentinel %s AUTH: %s", rs->addrs[i], c->errstr);
-            redisFree(c);
-            return -1;
+        if (redis_get_reply(c, tls, &r) != REDIS_OK) {
+            log_warn("redis sentinel %s AUTH: %s%s", rs->addrs[i],
+                redis_tls_error(tls)[0] ? "TLS: " : "", c->errstr);
+            return redis_sentinel_fail(rs);
         }
         if (r->type == REDIS_REPLY_ERROR) {
             log_error("redis sentinel %s AUTH: %s", rs->addrs[i], r->str);
             freeReplyObject(r);
-            redisFree(c);
-            return -1;
+            return redis_sentinel_fail(rs);
         }
         freeReplyObject(r);
     }
-    rs->sentinel = c;
-    rs->sentinel_at = i;
     return 0;
 }
 
@@ -587,7 +681,7 @@ redis_sentinel_lookup(struct redis_store *rs)
     struct redis_node *n = &rs->node[0];
     char addr[RL_REDIS_ADDR_MAX];
     int64_t now_ms = util_now_ms();
-    int k, i, unknown = 0, got = 0;
+    int k, i, rc, unknown = 0, got = 0, tls_failed = 0;
     redisReply *r;
 
     if (now_ms < rs->lookup_at_ms) {
@@ -599,15 +693,16 @@ redis_sentinel_lookup(struct redis_store *rs)
     __atomic_add_fetch(&rs->counters->redis_lookups, 1, __ATOMIC_RELAXED);
     for (k = 0; k < rs->naddrs && !got; k++) {
         i = (rs->sentinel_at + k) % rs->naddrs;
-        if (redis_sentinel_open(rs, i) == -1)
+        if ((rc = redis_sentinel_open(rs, i)) < 0) {
+            tls_failed |= rc == -2;
             continue;
-        r = redisCommand(rs->sentinel, "SENTINEL get-master-addr-by-name %s",
-            name);
+        }
+        r = redis_command(rs->sentinel, rs->sentinel_tls,
+            "SENTINEL get-master-addr-by-name %s", name);
         if (r == NULL) {
             log_warn("redis sentinel %s: %s", rs->addrs[i],
                 ((redisContext *)rs->sentinel)->errstr);
-            redisFree(rs->sentinel);
-            rs->sentinel = NULL;
+            tls_failed |= redis_sentinel_fail(rs) == -2;
             continue;
         }
         if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
@@ -629,7 +724,7 @@ redis_sentinel_lookup(struct redis_store *rs)
     if (!got) {
         if (unknown)
             snprintf(rs->error, sizeof(rs->error), "no master for %s", name);
-        else
+        else if (!tls_failed)
             snprintf(rs->error, sizeof(rs->error), "redis sentinels "
                 "unreachable");
         return STORE_UNAVAILABLE;
@@ -777,7 +872,7 @@ redis_cluster_ask(struct redis_store *rs, struct redis_node *n)
 
     if (redis_node_connect(rs, n) != STORE_OK)
         return -1;
-    if ((r = redisCommand(n->ctx, "CLUSTER SLOTS")) == NULL) {
+    if ((r = redis_command(n->ctx, n->tls, "CLUSTER SLOTS")) == NULL) {
         redis_node_fail(rs, n, "CLUSTER SLOTS", errno, 0, 0);
         return -1;
     }
@@ -963,12 +1058,14 @@ redis_format(int argc, const char **argv, const size_t *argvlen, char *out,
     return len;
 }
 
-/* Sends argv on c, after ASKING when asking.  Returns the reply (of the
- * command, not of ASKING), or NULL with *err set to errno. */
+/* Sends argv on n's connection, after ASKING when asking.  Returns the
+ * reply (of the command, not of ASKING), or NULL with *err set to errno. */
 static redisReply *
-redis_send(redisContext *c, int argc, const char **argv,
+redis_send(struct redis_node *n, int argc, const char **argv,
     const size_t *argvlen, int asking, int *err)
 {
+    redisContext *c = n->ctx;
+    struct redis_tls *tls = n->tls;
     char cmd[sizeof(((struct limiter_call *)0)->store) +
         32 * (LIMITER_MAX_ARGS + 3)];
     redisReply *r;
@@ -977,20 +1074,21 @@ redis_send(redisContext *c, int argc, const char **argv,
     if (asking) {
         redisAppendCommand(c, "ASKING");
         redisAppendCommandArgv(c, argc, argv, argvlen);
-        if (redisGetReply(c, (void **)&r) != REDIS_OK) {
+        if (redis_get_reply(c, tls, &r) != REDIS_OK) {
             *err = errno;
             return NULL;
         }
         freeReplyObject(r);
-        if (redisGetReply(c, (void **)&r) != REDIS_OK)
+        if (redis_get_reply(c, tls, &r) != REDIS_OK)
             r = NULL;
     } else if ((len = redis_format(argc, argv, argvlen, cmd, sizeof(cmd))) >
         0) {
         if (redisAppendFormattedCommand(c, cmd, len) != REDIS_OK ||
-            redisGetReply(c, (void **)&r) != REDIS_OK)
+            redis_get_reply(c, tls, &r) != REDIS_OK)
             r = NULL;
-    } else
-        r = redisCommandArgv(c, argc, argv, argvlen);
+    } else if (redisAppendCommandArgv(c, argc, argv, argvlen) != REDIS_OK ||
+        redis_get_reply(c, tls, &r) != REDIS_OK)
+        r = NULL;
     *err = errno;
     return r;
 }
@@ -1034,7 +1132,7 @@ redis_run(struct redis_store *rs, struct redis_node *n,
     memcpy(argv + 2, call->argv, (size_t)call->argc * sizeof(argv[0]));
     memcpy(argvlen + 2, call->argvlen,
         (size_t)call->argc * sizeof(argvlen[0]));
-    r = redis_send(n->ctx, call->argc + 2, argv, argvlen, asking, err);
+    r = redis_send(n, call->argc + 2, argv, argvlen, asking, err);
     if (r == NULL || r->type != REDIS_REPLY_ERROR ||
         strncmp(r->str, "NOSCRIPT", 8) != 0)
         return r;
@@ -1045,7 +1143,7 @@ redis_run(struct redis_store *rs, struct redis_node *n,
     argvlen[0] = 4;
     argv[1] = embedded_check_lua;
     argvlen[1] = strlen(embedded_check_lua);
-    return redis_send(n->ctx, call->argc + 2, argv, argvlen, asking, err);
+    return redis_send(n, call->argc + 2, argv, argvlen, asking, err);
 }
 
 /* Whether an error reply says the node cannot serve writes now, however
@@ -1265,7 +1363,7 @@ redis_ask(struct redis_store *rs, struct redis_node *n, const char *cmd)
         if (rc == STORE_UNAVAILABLE)
             return NULL;
         if (rc == STORE_OK) {
-            r = redisCommand(n->ctx, cmd);
+            r = redis_command(n->ctx, n->tls, cmd);
             err = errno;
             if (r != NULL)
                 return r;
@@ -1300,7 +1398,7 @@ redis_node_ready(struct redis_store *rs, struct redis_node *n)
     freeReplyObject(r);
     if (ok)
         return STORE_OK;
-    r = redisCommand(n->ctx, "SCRIPT LOAD %s", embedded_check_lua);
+    r = redis_command(n->ctx, n->tls, "SCRIPT LOAD %s", embedded_check_lua);
     if (r == NULL)
         return redis_node_fail(rs, n, "SCRIPT LOAD", errno, 0, 0);
     ok = r->type == REDIS_REPLY_STRING;
@@ -1395,7 +1493,7 @@ redis_store_command(struct redis_store *rs, const char *key, int argc,
     for (redirects = 0; n != NULL; redirects++) {
         if (redis_node_connect(rs, n) != STORE_OK)
             return NULL;
-        if ((r = redis_send(n->ctx, argc, argv, argvlen, asking,
+        if ((r = redis_send(n, argc, argv, argvlen, asking,
             &err)) == NULL) {
             redis_node_fail(rs, n, argv[0], err, 0, 0);
             return NULL;

@@ -33,6 +33,7 @@ struct redis_node {
                                    probe */
     unsigned peer_len;          /* 0 = none yet */
     int needed;                 /* cluster: a check was sent to it */
+    void *tls;                  /* struct redis_tls over ctx, or NULL */
 };
 
 struct redis_store {
@@ -61,6 +62,8 @@ struct redis_store {
     int sentinel_at;            /* index in addrs of that sentinel */
     int master_known;           /* node[0] is the master the sentinels
                                    named (and still to be checked) */
+    void *sentinel_tls;         /* struct redis_tls over sentinel, or NULL */
+    void *tls_ctx;              /* SSL_CTX, made at the first TLS connect */
 };
 
 enum { STORE_OK = 0, STORE_UNAVAILABLE = -1, STORE_BAD_REPLY = -2 };
@@ -102,6 +105,41 @@ void redis_store_tick(struct redis_store *rs);
 struct redisReply;
 struct redisReply *redis_store_command(struct redis_store *rs,
     const char *key, int argc, const char **argv, const size_t *argvlen);
+
+/* ------------------------------------------------------------------ */
+/* redis_tls.c: TLS under hiredis 0.14's protocol code */
+
+struct redis_tls;
+struct redisContext;
+
+/*
+ * Starts TLS on c, a hiredis context whose connect succeeded: the
+ * handshake, non-blocking and bounded by deadline_ms (monotonic, as
+ * util_now_ms).  *ctxp is the process's TLS settings (an SSL_CTX, made
+ * from cfg's redis_tls_* keys when NULL; redis_tls_context_free() it).
+ * server_name is sent as SNI (unless an address) and verified against the
+ * certificate (redis_tls_verify).  Returns the connection (free it with
+ * redis_tls_free() before redisFree(c)), or NULL when out of memory; when
+ * it failed, c->err is set and redis_tls_error() says why.
+ */
+struct redis_tls *redis_tls_start(void **ctxp, const struct rl_config *cfg,
+    struct redisContext *c, const char *server_name, int64_t deadline_ms);
+
+/* The TLS failure of t, short and without addresses ("certificate verify
+ * failed (hostname mismatch)", "handshake timed out"); "" when none (or t
+ * is NULL). */
+const char *redis_tls_error(const struct redis_tls *t);
+
+/* redisGetReply() for a context under TLS: writes c->obuf with SSL_write,
+ * reads with SSL_read into c's reader until a reply is complete.  Returns
+ * REDIS_OK with *reply set, or REDIS_ERR with c->err and errno as
+ * redisGetReply() leaves them (a closed connection, a timeout), or
+ * REDIS_ERR_OTHER for a TLS failure (redis_tls_error()). */
+int redis_tls_get_reply(struct redis_tls *t, struct redisContext *c,
+    void **reply);
+
+void redis_tls_free(struct redis_tls *t);
+void redis_tls_context_free(void *ctx);
 
 /* ------------------------------------------------------------------ */
 /* pg_store.c */
