@@ -26,7 +26,7 @@ new_tenant "$tenant"
 key=$(new_key "$tenant")
 new_sw_rule "$tenant" '/al/*' 2 3600
 rule=$(ctl rule list "$tenant" --json |
-    python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["rules"][0]["id"])')
 
 # al.py send ADDRESS KEY PHASE: five requests of hostile bytes (checks, and
 #   an authorizer request as al4); prints their

@@ -62,7 +62,7 @@ b_check=$(new_key "$tb")
 new_sw_rule "$ta" '/exa/*' 1 3600
 new_sw_rule "$tb" '/exb/*' 1 3600
 rule_b=$(ctl rule list "$tb" --json |
-    python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["rules"][0]["id"])')
 # The routes that only the authorizer requests name.
 route_a=/exa/$(uniq_name route-a)
 route_b=/exb/$(uniq_name route-b)

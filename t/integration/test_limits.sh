@@ -328,7 +328,7 @@ check "counter show: the per-key counter of k1 holds 5 ($(tail -n 1 "$T_TMP/coun
     matches "$(tail -n 1 "$T_TMP/counter.out")" ' sliding_window +key +[0-9]+ +.*cur=5'
 ctl counter show "$tenant" /scope/key --key "$k1id" --json >"$T_TMP/counter.json"
 check "counter show --json: the key and the state" \
-    eq "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))[0]; print(r["count"], r["state"]["cur"], r["key"].startswith("rl:{"))' "$T_TMP/counter.json")" \
+    eq "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["counters"][0]; print(r["count"], r["state"]["cur"], r["key"].startswith("rl:{"))' "$T_TMP/counter.json")" \
     "key 5 True"
 seq_checks 1 "$k1" "$(check_body /scope/key u1)"
 check "before the reset k1 is denied on /scope/key" eq "$(statuses)" "429 "

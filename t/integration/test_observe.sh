@@ -39,7 +39,7 @@ new_tenant "$tenant"
 key=$(new_key "$tenant")
 new_sw_rule "$tenant" /obs/limited 3 3600
 rule=$(ctl rule list "$tenant" --json |
-    python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["rules"][0]["id"])')
 SUBJECT=$(uniq_name s)
 
 # ------------------------------------------------------------ /status
