@@ -1,0 +1,305 @@
+#!/bin/sh
+# TLS to Redis (redis_tls = on) against Debian's redis-server with TLS on,
+# certificates made here with openssl: a CA, a server certificate for
+# 127.0.0.1 and localhost, a client certificate, and for the failures an
+# expired server certificate and a second CA.  Private Redis servers
+# listen on TLS ports only (--port 0):
+#   R1 (REDIS_PORT + 220)  the good certificate, no client certificate asked
+#   R2 (REDIS_PORT + 221)  the expired certificate
+#   R3 (REDIS_PORT + 222)  tls-auth-clients yes: a client certificate needed
+#   HANG (REDIS_PORT + 223) accepts TCP and never answers the handshake
+# Through private pools:
+#   1. checks over TLS: 200 then 429; 500 concurrent checks against a limit
+#      of 100 allow exactly 100; a Redis restart costs no 503;
+#      ratelimitctl counter show and usage over TLS; mutual TLS with R3
+#   2. each failure -- the wrong CA, a host name mismatch, an expired
+#      certificate, no client certificate where one is needed, a handshake
+#      never finished -- is a 503 within the connect timeout, with
+#      /health/ready saying why, one log line per worker, and -C saying it
+#   3. -t refuses TLS with a unix: address, a certificate without its key
+#      and a file it cannot read, at their lines; redis_tls_verify = off is
+#      a warning
+set -u
+# shellcheck source-path=SCRIPTDIR
+. "$(dirname "$0")/lib.sh"
+require_stack
+
+serve_dir ratelimit-tls
+C=$D/certs
+mkdir -p "$C"
+R1=$((REDIS_PORT + 220))
+R2=$((REDIS_PORT + 221))
+R3=$((REDIS_PORT + 222))
+HANG=$((REDIS_PORT + 223))
+P1=$((PORT + 220))
+P2=$((PORT + 221))
+REDIS_PIDS=
+
+# ---------------------------------------------------------------- certificates
+
+# ca NAME: a self-signed CA, $C/NAME.crt and $C/NAME.key.
+ca() {
+    openssl req -x509 -new -nodes -newkey ec \
+        -pkeyopt ec_paramgen_curve:prime256v1 -keyout "$C/$1.key" \
+        -out "$C/$1.crt" -days 2 -subj "/CN=$1" 2>>"$C/openssl.log"
+}
+
+# cert NAME CA SAN [START END]: a certificate for SAN signed by CA; with
+# START and END (YYYYMMDDHHMMSSZ) valid only then (openssl ca).
+cert() {
+    openssl req -new -nodes -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 \
+        -keyout "$C/$1.key" -out "$C/$1.csr" -subj "/CN=$1" \
+        2>>"$C/openssl.log"
+    printf 'subjectAltName = %s\n' "$3" >"$C/$1.ext"
+    if [ $# -ge 5 ]; then
+        : >"$C/index.txt"
+        echo 01 >"$C/serial"
+        printf '%s\n' '[ca]' 'default_ca = d' '[d]' "database = $C/index.txt" \
+            "new_certs_dir = $C" "serial = $C/serial" 'default_md = sha256' \
+            'policy = p' '[p]' 'commonName = supplied' >"$C/ca.cnf"
+        openssl ca -batch -notext -config "$C/ca.cnf" -cert "$C/$2.crt" \
+            -keyfile "$C/$2.key" -in "$C/$1.csr" -out "$C/$1.crt" \
+            -startdate "$4" -enddate "$5" -extfile "$C/$1.ext" \
+            >>"$C/openssl.log" 2>&1
+    else
+        openssl x509 -req -in "$C/$1.csr" -CA "$C/$2.crt" \
+            -CAkey "$C/$2.key" -CAcreateserial -days 2 \
+            -extfile "$C/$1.ext" -out "$C/$1.crt" 2>>"$C/openssl.log"
+    fi
+}
+
+not_valid() {
+    ! openssl x509 -in "$1" -noout -checkend 0 >/dev/null 2>&1
+}
+
+ca ca
+ca otherca
+cert server ca "IP:127.0.0.1, DNS:localhost"
+cert client ca "DNS:ratelimit-client"
+cert expired ca "IP:127.0.0.1, DNS:localhost" 20200101000000Z 20200102000000Z
+chmod 644 "$C"/*
+check "openssl made the certificates" test -s "$C/expired.crt" -a \
+    -s "$C/client.crt" -a -s "$C/server.crt"
+check "the expired certificate has expired" not_valid "$C/expired.crt"
+
+# ---------------------------------------------------------------- servers
+
+# tls_redis PORT CERT AUTH: a redis-server on TLS port PORT only.
+tls_redis() {
+    redis-server --port 0 --tls-port "$1" --bind 127.0.0.1 \
+        --tls-cert-file "$C/$2.crt" --tls-key-file "$C/$2.key" \
+        --tls-ca-cert-file "$C/ca.crt" --tls-auth-clients "$3" \
+        --save '' --appendonly no --dir "$D" --dbfilename "r$1.rdb" \
+        --logfile "$D/redis-$1.log" >/dev/null 2>&1 &
+    REDIS_PIDS="$REDIS_PIDS $!"
+    PIDS="$PIDS $!"
+    eval "REDIS_PID_$1=$!"
+}
+
+# tls_cli PORT ARG...: redis-cli over TLS with the client certificate.
+tls_cli() {
+    tc_port=$1
+    shift
+    redis-cli -h 127.0.0.1 -p "$tc_port" --tls --cacert "$C/ca.crt" \
+        --cert "$C/client.crt" --key "$C/client.key" "$@" 2>/dev/null
+}
+
+# up PORT: the Redis on PORT answers PING over TLS (within 5 s).
+up() {
+    retry 50 sh -c "[ \"\$(redis-cli -h 127.0.0.1 -p $1 --tls \
+        --cacert $C/ca.crt --cert $C/client.crt --key $C/client.key \
+        ping 2>/dev/null)\" = PONG ]"
+}
+
+tls_redis "$R1" server no
+tls_redis "$R2" expired no
+tls_redis "$R3" server yes
+# HANG: a listener that accepts and then says nothing.
+python3 -c '
+import socket, sys, time
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen(64)
+held = []
+while True:
+    held.append(s.accept()[0])
+' "$HANG" &
+PIDS="$PIDS $!"
+check "Redis answers over TLS on $R1" up "$R1"
+check "Redis with the expired certificate runs on $R2" \
+    retry 50 sh -c "grep -q 'Ready to accept' $D/redis-$R2.log"
+check "Redis asking for client certificates answers on $R3" up "$R3"
+check "no plain TCP port: redis-cli without TLS gets no PONG" \
+    ne "$(redis-cli -h 127.0.0.1 -p "$R1" ping 2>/dev/null)" PONG
+
+# The settings every pool here shares: TLS, 2 workers; and the CA.
+TLS="redis_tls=on workers=2"
+CA="redis_tls_ca_file=$C/ca.crt"
+
+tenant=$(uniq_name tls)
+new_tenant "$tenant"
+KEY=$(new_key "$tenant")
+new_sw_rule "$tenant" /tls/five 5 3600
+new_sw_rule "$tenant" /tls/mtls 1000 3600
+new_sw_rule "$tenant" /tls/fail 1000 3600
+
+# with_url PORT CMD...: CMD with the batch helpers aimed at 127.0.0.1:PORT.
+with_url() {
+    wu_saved=$BASE_URL
+    BASE_URL=http://127.0.0.1:$1
+    shift
+    "$@"
+    BASE_URL=$wu_saved
+}
+
+# ---------------------------------------------------------------- 1. working
+
+# shellcheck disable=SC2086 # TLS is a list of words
+private_app tls1 "$P1" redis="127.0.0.1:$R1" $TLS "$CA"
+check "pool over TLS: /health/ready 200" retry 50 ready_on "$P1"
+subj=$(uniq_name s)
+codes=
+i=0
+while [ "$i" -lt 6 ]; do
+    codes="$codes $(pcheck "$P1" "$KEY" /tls/five "$subj" | cut -d' ' -f1)"
+    i=$((i + 1))
+done
+check "over TLS: 5 checks allowed, the 6th denied ($codes)" \
+    eq "$codes" " 200 200 200 200 200 429"
+check "the counter is in the TLS Redis" \
+    ne "$(tls_cli "$R1" --scan --pattern "rl:{*" | head -n 1)" ""
+
+route=/tls/conc/$(uniq_name r)
+new_sw_rule "$tenant" "$route" 100 3600
+with_url "$P1" par_checks 500 50 "$KEY" "$(check_body "$route" "$(uniq_name s)")"
+check "over TLS: 500 concurrent checks, limit 100: 100 allowed ($(count_status 200))" \
+    eq "$(count_status 200)" 100
+check "over TLS: 500 concurrent checks, limit 100: 400 denied ($(count_status 429))" \
+    eq "$(count_status 429)" 400
+
+# ratelimitctl reaches the counters over TLS with the pool's file.
+shown=$("$BUILD/ratelimitctl" -c "$D/tls1.conf" counter show "$tenant" \
+    /tls/five --subject "$subj" 2>&1)
+check "ratelimitctl counter show over TLS: 5 used ($(echo "$shown" | tr '\n' ' ' | cut -c1-160))" \
+    contains "$shown" "cur=5 "
+usage=$("$BUILD/ratelimitctl" -c "$D/tls1.conf" usage "$tenant" 2>&1)
+rc=$?
+check "ratelimitctl usage over TLS answers ($rc: $(echo "$usage" | head -n 3 | tr '\n' ' ' | cut -c1-160))" \
+    eq "$rc" 0
+
+# A Redis restart: the workers' TLS connections are closed under them;
+# each reconnects (a new handshake) with no 503.
+body=$(check_body /tls/restart "$(uniq_name s)")
+with_url "$P1" par_checks 8 2 "$DEMO_KEY" "$body"
+stop_process "$(eval echo "\$REDIS_PID_$R1")" TERM
+tls_redis "$R1" server no
+check "Redis restarted over TLS" up "$R1"
+with_url "$P1" par_checks 12 2 "$DEMO_KEY" "$body"
+check "after a Redis restart over TLS: all 12 answered 200 ($(tr '\n' ' ' <"$T_TMP/statuses"))" \
+    eq "$(count_status 200)" 12
+# NOSCRIPT over TLS: one EVAL loads the script again.
+tls_cli "$R1" SCRIPT FLUSH >/dev/null
+with_url "$P1" par_checks 6 2 "$DEMO_KEY" "$body"
+check "after SCRIPT FLUSH over TLS: all 6 answered 200" \
+    eq "$(count_status 200)" 6
+stop_private
+
+# Mutual TLS: R3 wants a client certificate; with one, it works.
+# shellcheck disable=SC2086
+private_app tls3 "$P1" redis="127.0.0.1:$R3" $TLS "$CA" \
+    redis_tls_cert_file="$C/client.crt" redis_tls_key_file="$C/client.key"
+check "mutual TLS: /health/ready 200" retry 50 ready_on "$P1"
+check "mutual TLS: a check answers 200" \
+    eq "$(pcheck "$P1" "$KEY" /tls/mtls "$(uniq_name s)" | cut -d' ' -f1)" 200
+stop_private
+
+# ---------------------------------------------------------------- 2. failures
+
+# failure NAME REASON KEY=VALUE...: a pool with the KEY=VALUEs; a check
+# answers 503 within the connect timeout (200 ms here) plus the request's
+# own cost, /health/ready says REASON, each worker logs it once, and
+# ratelimit-fcgi -C says it.
+failure() {
+    f_name=$1
+    f_reason=$2
+    shift 2
+    # shellcheck disable=SC2086
+    private_app "f$f_name" "$P2" $TLS redis_connect_timeout_ms=200 \
+        redis_backoff_ms=1000 "$@"
+    retry 50 sh -c "curl -s -o /dev/null http://127.0.0.1:$P2/health/live" \
+        >/dev/null
+    f_t0=$(now_ms)
+    f_st=$(pcheck "$P2" "$KEY" /tls/fail "$(uniq_name s)" | cut -d' ' -f1)
+    f_ms=$(($(now_ms) - f_t0))
+    check "$f_name: a check answers 503 ($f_st)" eq "$f_st" 503
+    check "$f_name: within the connect timeout ($f_ms ms, < 600)" \
+        lt_num "$f_ms" 600
+    ready_on "$P2" 503
+    check "$f_name: /health/ready says \"$f_reason\" ($(cat "$T_TMP/ready"))" \
+        contains "$(cat "$T_TMP/ready")" "$f_reason"
+    # A few more checks: the back-off answers them at once, no new line.
+    f_t0=$(now_ms)
+    with_url "$P2" par_checks 10 2 "$KEY" "$(check_body /tls/fail x)"
+    f_ms=$(($(now_ms) - f_t0))
+    check "$f_name: 10 more checks, all 503 ($(count_status 503)), in $f_ms ms" \
+        eq "$(count_status 503)" 10
+    f_lines=$(grep -c "TLS: $f_reason" "$D/f$f_name.log")
+    check "$f_name: one log line per worker ($f_lines for 2 workers)" \
+        le "$f_lines" 2
+    check "$f_name: and at least one ($f_lines)" ge "$f_lines" 1
+    grep -m 1 "TLS: " "$D/f$f_name.log" | sed 's/^/    log: /'
+    "$BUILD/ratelimit-fcgi" -C -c "$D/f$f_name.conf" >"$T_TMP/selftest" 2>&1
+    f_rc=$?
+    check "$f_name: -C fails ($f_rc) naming the reason ($(grep redis "$T_TMP/selftest" | head -n 1))" \
+        sh -c "[ $f_rc != 0 ] && grep -q \"$f_reason\" \"$T_TMP/selftest\""
+    stop_private
+}
+
+failure wrong_ca "certificate verify failed (self-signed certificate in certificate chain)" \
+    redis="127.0.0.1:$R1" redis_tls_ca_file="$C/otherca.crt"
+failure hostname "certificate verify failed (hostname mismatch)" \
+    redis="127.0.0.1:$R1" "$CA" redis_tls_server_name=redis.example.net
+failure expired "certificate verify failed (certificate has expired)" \
+    redis="127.0.0.1:$R2" "$CA"
+failure no_client_cert "the server wants a client certificate" \
+    redis="127.0.0.1:$R3" "$CA"
+failure handshake_hangs "handshake timed out" redis="127.0.0.1:$HANG" "$CA"
+
+# ---------------------------------------------------------------- 3. -t
+
+cp "$C/client.key" "$D/secret.key"
+chmod 000 "$D/secret.key"
+printf '%s\n' 'redis_tls = on' 'redis = unix:/run/redis/redis.sock' \
+    "redis_tls_cert_file = $C/client.crt" \
+    "redis_tls_ca_file = $D/no-such-ca.pem" >"$D/bad.conf"
+out=$("$BUILD/ratelimit-fcgi" -t -c "$D/bad.conf" 2>&1)
+rc=$?
+check "-t refuses the TLS misconfigurations ($rc)" eq "$rc" 1
+check "-t: TLS with a unix: address, at line 2" \
+    contains "$out" "bad.conf:2: redis: \"unix:/run/redis/redis.sock\": redis_tls = on (line 1) needs TCP addresses"
+check "-t: a certificate without its key, at line 3" \
+    contains "$out" "bad.conf:3: redis_tls_cert_file needs redis_tls_key_file"
+check "-t: a CA file that does not exist, at line 4" \
+    contains "$out" "bad.conf:4: redis_tls_ca_file: $D/no-such-ca.pem: No such file or directory"
+if [ "$(id -u)" != 0 ]; then
+    printf '%s\n' 'redis_tls = on' "redis_tls_cert_file = $C/client.crt" \
+        "redis_tls_key_file = $D/secret.key" >"$D/bad2.conf"
+    out=$("$BUILD/ratelimit-fcgi" -t -c "$D/bad2.conf" 2>&1)
+    check "-t: a key file it cannot read, at line 3" \
+        contains "$out" "bad2.conf:3: redis_tls_key_file: $D/secret.key: Permission denied"
+fi
+printf '%s\n' 'redis_tls_ca_file = /etc/ssl/certs/ca-certificates.crt' \
+    >"$D/bad3.conf"
+out=$("$BUILD/ratelimit-fcgi" -t -c "$D/bad3.conf" 2>&1)
+check "-t: a TLS file with TLS off, at line 1" \
+    contains "$out" "bad3.conf:1: redis_tls_ca_file applies only with redis_tls = on"
+printf '%s\n' 'redis_tls = on' 'redis_tls_verify = off' >"$D/warn.conf"
+out=$("$BUILD/ratelimit-fcgi" -t -c "$D/warn.conf" 2>&1)
+rc=$?
+check "-t: redis_tls_verify = off passes ($rc) with a warning" \
+    sh -c "[ $rc = 0 ] && echo \"\$1\" | grep -q 'warning: .*redis_tls_verify = off'" \
+    - "$out"
+
+stop_process "$(eval echo "\$REDIS_PID_$R1")" TERM
+finish
