@@ -6,7 +6,8 @@
  * came of it, the time spent in PostgreSQL and Redis); the worker hands it
  * here with the answer and the total time.  Everything counted goes to
  * the shared segment (stats.c), so /metrics, /status and /dashboard show
- * the pool, not one worker.
+ * the pool, not one worker: a check's outcome and latency, and its time in
+ * Redis and PostgreSQL, by second.
  *
  * Denials are logged at info, at most denial_log_rate lines a second
  * across the pool; the lines held back are counted and said in one line
@@ -325,6 +326,7 @@ observe_request(struct service *svc, const struct http_request *req,
     stats_hist_add(&st->check, (uint64_t)total_us);
     if ((outcome = observe_outcome(t, resp->status)) >= 0)
         stats_record(st, now_s, outcome, (uint64_t)total_us);
+    stats_record_stores(st, now_s, (uint64_t)t->redis_us, (uint64_t)t->pg_us);
     if (t->rule > 0 && (outcome == OUT_ALLOWED || outcome == OUT_DENIED))
         stats_pair_count(st, t->tenant_id, t->tenant, t->rule,
             outcome == OUT_DENIED, t->remaining, now_s);

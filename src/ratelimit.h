@@ -943,6 +943,8 @@ struct stats_second {
     uint64_t second;                    /* wall clock; 0 = never used */
     uint32_t outcome[OUT_N];
     uint32_t bucket[STATS_BUCKETS];     /* check latency */
+    uint32_t redis[STATS_BUCKETS];      /* checks' script calls */
+    uint32_t pg[STATS_BUCKETS];         /* checks' lookups, when any */
 };
 
 struct stats_pair {
@@ -954,9 +956,10 @@ struct stats_pair {
     char tenant[129];
     uint64_t allowed;
     uint64_t denied;
-    int64_t remaining;                  /* at the last denial */
+    int64_t remaining;                  /* after the last decision */
     uint32_t win_second[STATS_WINDOW];  /* which second a count is of */
     uint32_t win_denied[STATS_WINDOW];
+    uint32_t win_checks[STATS_WINDOW];  /* decisions, denials included */
 };
 
 /*
@@ -991,6 +994,11 @@ void stats_hist_add(struct stats_hist *h, uint64_t us);
 void stats_record(struct rl_stats *st, int64_t now_s, int outcome,
     uint64_t us);
 
+/* Counts a check's time in the Redis script call and in PostgreSQL
+ * lookups (0: it made none) at wall second now_s. */
+void stats_record_stores(struct rl_stats *st, int64_t now_s,
+    uint64_t redis_us, uint64_t pg_us);
+
 /* The history row of second s, or NULL when nothing was counted then. */
 const struct stats_second *stats_second_at(const struct rl_stats *st,
     int64_t s);
@@ -999,14 +1007,19 @@ const struct stats_second *stats_second_at(const struct rl_stats *st,
  * within its bucket; -1 when there are no observations. */
 double stats_quantile(const uint32_t bucket[STATS_BUCKETS], double q);
 
-/* Counts a decision for (tenant, rule) at wall second now_s; remaining is
- * recorded with a denial.  Returns 0, or -1 when the table is full. */
+/* Counts a decision for (tenant, rule) at wall second now_s, and keeps
+ * remaining as the pair's.  Returns 0, or -1 when the table is full. */
 int stats_pair_count(struct rl_stats *st, const char *tenant_id,
     const char *tenant, long long rule, int denied, long long remaining,
     int64_t now_s);
 
 /* Denials of a pair over the STATS_WINDOW seconds up to now_s. */
 uint64_t stats_pair_recent(const struct stats_pair *p, int64_t now_s);
+
+/* Adds a pair's decisions and denials in each of the STATS_WINDOW seconds
+ * up to now_s to checks[] and denied[] (index 0: the oldest second). */
+void stats_pair_window(const struct stats_pair *p, int64_t now_s,
+    uint64_t checks[STATS_WINDOW], uint64_t denied[STATS_WINDOW]);
 
 /* Retires slot (of pairs[]) if it still holds the pair of hash: the pair
  * is no longer shown, and the slot may be taken by another. */

@@ -16,7 +16,9 @@
  * starts pairs of its new name.  A pair claims a free slot by
  * compare-and-swap of its hash, then writes its names and sets ready.
  * Readers skip slots not ready.  A pair that finds no slot in STATS_PROBE
- * places is counted in pairs_full only.
+ * places is counted in pairs_full only.  Each pair keeps what was left
+ * after its last decision, and its decisions and denials of each of the
+ * last STATS_WINDOW seconds (what the dashboard's tenant view draws).
  *
  * /metrics names a pair by its tenant's name and rule, so two pairs that
  * share them (a tenant removed and created again under its name) must not
@@ -97,6 +99,8 @@ stats_row(struct rl_stats *st, int64_t s)
         __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
         memset(row->outcome, 0, sizeof(row->outcome));
         memset(row->bucket, 0, sizeof(row->bucket));
+        memset(row->redis, 0, sizeof(row->redis));
+        memset(row->pg, 0, sizeof(row->pg));
     }
     return row;
 }
@@ -114,6 +118,23 @@ stats_record(struct rl_stats *st, int64_t now_s, int outcome, uint64_t us)
     ADD(&row->outcome[outcome], 1);
     ADD(&row->bucket[stats_bucket(us)], 1);
     stats_row(st, now_s + 1);
+}
+
+void
+stats_record_stores(struct rl_stats *st, int64_t now_s, uint64_t redis_us,
+    uint64_t pg_us)
+{
+    struct stats_second *row;
+
+    if (now_s <= 0 || (redis_us == 0 && pg_us == 0))
+        return;
+    row = stats_row(st, now_s);
+    if (__atomic_load_n(&row->second, __ATOMIC_ACQUIRE) != (uint64_t)now_s)
+        return;
+    if (redis_us > 0)
+        ADD(&row->redis[stats_bucket(redis_us)], 1);
+    if (pg_us > 0)
+        ADD(&row->pg[stats_bucket(pg_us)], 1);
 }
 
 const struct stats_second *
@@ -196,6 +217,7 @@ stats_pair_claim(struct stats_pair *p, uint64_t *was, uint64_t h,
         __atomic_store_n(&p->remaining, 0, __ATOMIC_RELAXED);
         memset(p->win_second, 0, sizeof(p->win_second));
         memset(p->win_denied, 0, sizeof(p->win_denied));
+        memset(p->win_checks, 0, sizeof(p->win_checks));
     }
     p->rule = rule;
     snprintf(p->tenant_id, sizeof(p->tenant_id), "%s", tenant_id);
@@ -256,18 +278,20 @@ stats_pair_count(struct rl_stats *st, const char *tenant_id,
         ADD(&st->pairs_full, 1);
         return -1;
     }
-    if (!denied) {
-        ADD(&p->allowed, 1);
-        return 0;
-    }
-    ADD(&p->denied, 1);
+    /* What is left after every decision, not only a denial's (which is
+     * what the denying limit has left: mostly 0). */
     __atomic_store_n(&p->remaining, (int64_t)remaining, __ATOMIC_RELAXED);
+    ADD(denied ? &p->denied : &p->allowed, 1);
     was = __atomic_load_n(&p->win_second[i], __ATOMIC_ACQUIRE);
     if (was != (uint32_t)now_s && __atomic_compare_exchange_n(
         &p->win_second[i], &was, (uint32_t)now_s, 0, __ATOMIC_ACQ_REL,
-        __ATOMIC_ACQUIRE))
+        __ATOMIC_ACQUIRE)) {
         __atomic_store_n(&p->win_denied[i], 0, __ATOMIC_RELAXED);
-    ADD(&p->win_denied[i], 1);
+        __atomic_store_n(&p->win_checks[i], 0, __ATOMIC_RELAXED);
+    }
+    ADD(&p->win_checks[i], 1);
+    if (denied)
+        ADD(&p->win_denied[i], 1);
     return 0;
 }
 
@@ -284,6 +308,24 @@ stats_pair_recent(const struct stats_pair *p, int64_t now_s)
             n += __atomic_load_n(&p->win_denied[i], __ATOMIC_RELAXED);
     }
     return n;
+}
+
+void
+stats_pair_window(const struct stats_pair *p, int64_t now_s,
+    uint64_t checks[STATS_WINDOW], uint64_t denied[STATS_WINDOW])
+{
+    int64_t first = now_s - STATS_WINDOW + 1, s;
+    int i;
+
+    for (i = 0; i < STATS_WINDOW; i++) {
+        s = __atomic_load_n(&p->win_second[i], __ATOMIC_ACQUIRE);
+        if (s == 0 || s < first || s > now_s)
+            continue;
+        checks[s - first] += __atomic_load_n(&p->win_checks[i],
+            __ATOMIC_RELAXED);
+        denied[s - first] += __atomic_load_n(&p->win_denied[i],
+            __ATOMIC_RELAXED);
+    }
 }
 
 void

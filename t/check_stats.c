@@ -1,8 +1,9 @@
 /*
  * check_stats.c -- tests of src/stats.c: latency buckets and quantiles,
- * the per-second history ring, the (tenant, rule) table and its minute
- * window, the tenants /metrics shows (one series a name, whoever had it
- * before), and the pool-wide bound on denial log lines.
+ * the per-second history ring (with Redis and PostgreSQL times), the
+ * (tenant, rule) table, its minute window and what a rule had left, the
+ * tenants /metrics shows (one series a name, whoever had it before), and
+ * the pool-wide bound on denial log lines.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -136,6 +137,69 @@ START_TEST(test_pairs)
         ck_assert_uint_eq(stats_pair_recent(p, t + 200), 0);
     }
     ck_assert_int_eq(found, 1);
+    free(st);
+}
+END_TEST
+
+/* What a pair keeps for the dashboard: what was left after its last
+ * decision, allowed or denied, and its decisions and denials by second. */
+START_TEST(test_pairs_window_remaining)
+{
+    struct rl_stats *st = stats_new();
+    const char *id = "00000000-0000-0000-0000-000000000001";
+    uint64_t checks[STATS_WINDOW], denied[STATS_WINDOW];
+    const struct stats_pair *p = NULL;
+    int64_t t = 1800000000;
+    int i;
+
+    stats_pair_count(st, id, "acme", 7, 1, 0, t);
+    stats_pair_count(st, id, "acme", 7, 1, 0, t);
+    stats_pair_count(st, id, "acme", 7, 0, 4, t + 10);
+    for (i = 0; i < STATS_PAIRS; i++)
+        if (st->pairs[i].ready)
+            p = &st->pairs[i];
+    ck_assert_ptr_nonnull(p);
+    /* A denial's 0 does not stay once a check was allowed. */
+    ck_assert_int_eq(p->remaining, 4);
+    memset(checks, 0, sizeof(checks));
+    memset(denied, 0, sizeof(denied));
+    stats_pair_window(p, t + 10, checks, denied);
+    ck_assert_uint_eq(checks[STATS_WINDOW - 11], 2);
+    ck_assert_uint_eq(denied[STATS_WINDOW - 11], 2);
+    ck_assert_uint_eq(checks[STATS_WINDOW - 1], 1);
+    ck_assert_uint_eq(denied[STATS_WINDOW - 1], 0);
+    /* A minute later the first second has left the window. */
+    memset(checks, 0, sizeof(checks));
+    memset(denied, 0, sizeof(denied));
+    stats_pair_window(p, t + STATS_WINDOW, checks, denied);
+    ck_assert_uint_eq(checks[STATS_WINDOW - 1 - (STATS_WINDOW - 10)], 1);
+    for (i = 0; i < STATS_WINDOW; i++)
+        ck_assert_uint_eq(denied[i], 0);
+    free(st);
+}
+END_TEST
+
+/* Redis and PostgreSQL times by second, a store not used left out. */
+START_TEST(test_history_stores)
+{
+    struct rl_stats *st = stats_new();
+    const struct stats_second *row;
+    int64_t t = 1800000000;
+
+    stats_record_stores(st, t, 120, 0);
+    stats_record_stores(st, t, 90, 2500);
+    stats_record_stores(st, t, 0, 0);
+    row = stats_second_at(st, t);
+    ck_assert_ptr_nonnull(row);
+    ck_assert_uint_eq(row->redis[1], 1);    /* 90 us */
+    ck_assert_uint_eq(row->redis[2], 1);    /* 120 us */
+    ck_assert_uint_eq(row->pg[9], 1);       /* (2000, 3000] */
+    ck_assert(stats_quantile(row->pg, 0.5) > 2000.0);
+    /* The row reused STATS_HISTORY seconds later starts from nothing. */
+    stats_record(st, t + STATS_HISTORY, OUT_ALLOWED, 10);
+    row = stats_second_at(st, t + STATS_HISTORY);
+    ck_assert_ptr_nonnull(row);
+    ck_assert_uint_eq(row->redis[1] + row->redis[2] + row->pg[9], 0);
     free(st);
 }
 END_TEST
@@ -367,6 +431,8 @@ stats_suite(void)
     tcase_add_test(tc, test_quantile);
     tcase_add_test(tc, test_history_ring);
     tcase_add_test(tc, test_pairs);
+    tcase_add_test(tc, test_pairs_window_remaining);
+    tcase_add_test(tc, test_history_stores);
     tcase_add_test(tc, test_pairs_full);
     tcase_add_test(tc, test_tenants_current_owner);
     tcase_add_test(tc, test_tenants_unknown_owner);
