@@ -11,9 +11,19 @@
  *   full                        one entry per worker as well
  *   history                     (json) the last STATS_HISTORY seconds of
  *                               checks by outcome and latency, the tenants
- *                               and rules denied most in the last minute,
- *                               and the health of Redis and PostgreSQL:
- *                               what /dashboard draws
+ *                               and rules denied most in the last minute
+ *                               (a rule by its route and limit names, with
+ *                               what it had left after its last decision),
+ *                               the tenants with the most checks in it,
+ *                               the latency of Redis and PostgreSQL in it,
+ *                               the caches' hits and misses, and the
+ *                               health of Redis and PostgreSQL: what
+ *                               /dashboard draws
+ *   tenant=NAME                 (json, with history) one tenant's rules
+ *                               with their checks and denials in the last
+ *                               minute, and its checks and denials in
+ *                               each second of it: the dashboard's tenant
+ *                               view (NAME percent-encoded)
  *
  * "listen queue" and its maximum are sampled by the master once a second
  * (as php-fpm does); "max children reached" counts the samples in which
@@ -21,7 +31,8 @@
  *
  * Who asks decides what is shown (api.c): the operator sees the pool; an
  * admin key sees the pool's fields and history, which name no tenant, and
- * of the workers' last requests and the top list only its own tenant's.
+ * of the workers' last requests, the top lists and the tenant view only
+ * its own tenant's.
  * Another tenant's entries keep pid, state and times, with method, URI,
  * content length and tenant blanked.  Texts a request chose (method, URI)
  * have their control bytes escaped in the text and HTML formats.
@@ -41,23 +52,51 @@ struct status_query {
     int format;
     int full;
     int history;
+    int has_tenant;
+    char tenant[129];           /* tenant=, decoded; cut to a pair's name */
 };
+
+/* Decodes the n bytes of a query value at p (%XX, and '+' as a space)
+ * into out, cut to size - 1 bytes.  A '%' not followed by two hex digits
+ * is kept as it is. */
+static void
+status_query_value(const char *p, size_t n, char *out, size_t size)
+{
+    size_t i, o = 0;
+    int hi, lo;
+
+    for (i = 0; i < n && o + 1 < size; i++) {
+        if (p[i] == '%' && i + 2 < n &&
+            (hi = util_hex_digit((unsigned char)p[i + 1])) >= 0 &&
+            (lo = util_hex_digit((unsigned char)p[i + 2])) >= 0) {
+            out[o++] = (char)(hi << 4 | lo);
+            i += 2;
+        } else
+            out[o++] = p[i] == '+' ? ' ' : p[i];
+    }
+    out[o] = '\0';
+}
 
 /* The parameters of the query string; unknown ones are ignored, as
  * php-fpm does. */
 static void
 status_query_parse(const char *q, struct status_query *sq)
 {
-    const char *p = q, *end;
-    size_t n;
+    const char *p = q, *end, *eq;
+    size_t n, len;
 
     memset(sq, 0, sizeof(*sq));
     while (*p != '\0') {
         end = strchr(p, '&');
-        n = end != NULL ? (size_t)(end - p) : strlen(p);
+        len = n = end != NULL ? (size_t)(end - p) : strlen(p);
         /* "json=1" counts as "json". */
-        if (memchr(p, '=', n) != NULL)
-            n = (size_t)((const char *)memchr(p, '=', n) - p);
+        if ((eq = memchr(p, '=', n)) != NULL)
+            n = (size_t)(eq - p);
+        if (n == 6 && memcmp(p, "tenant", 6) == 0 && eq != NULL) {
+            sq->has_tenant = 1;
+            status_query_value(eq + 1, len - n - 1, sq->tenant,
+                sizeof(sq->tenant));
+        }
         if (n == 4 && memcmp(p, "json", 4) == 0)
             sq->format = FMT_JSON;
         else if (n == 4 && memcmp(p, "html", 4) == 0)
@@ -471,6 +510,64 @@ status_latency(const struct rl_stats *st, int64_t end, double q)
     return a;
 }
 
+/* Room for the names of a rule's limits, joined by ", ". */
+#define STATUS_LIMITS_MAX (RL_MAX_LIMITS * (RL_NAME_MAX + 2))
+
+/*
+ * The route pattern of a tenant's rule and the names of its limits, as a
+ * check would see them now (the worker's rule cache, else PostgreSQL);
+ * both empty when the rule is no longer the tenant's or its rules cannot
+ * be read.  These lookups are the page's, not a check's: they are left
+ * out of the caches' hits and misses and of PostgreSQL's latency.
+ */
+static void
+status_rule_names(struct service *svc, const char *tenant_id, long long rule,
+    char route[RL_ROUTE_MAX + 1], char limit[STATUS_LIMITS_MAX])
+{
+    struct decider *dc = &svc->decider;
+    struct rl_stats *counted = dc->stats;
+    const struct tenant_rules *tr;
+    const struct rl_rule *r;
+    size_t n = 0;
+    int i, j;
+
+    route[0] = limit[0] = '\0';
+    dc->stats = NULL;
+    tr = decide_rules(dc, tenant_id);
+    dc->stats = counted;
+    for (i = 0; tr != NULL && i < tr->n; i++) {
+        r = &tr->rules[i];
+        if (r->id != rule)
+            continue;
+        util_copy(route, RL_ROUTE_MAX + 1, r->pattern);
+        for (j = 0; j < r->nlimits && n < STATUS_LIMITS_MAX; j++)
+            n += (size_t)snprintf(limit + n, STATUS_LIMITS_MAX - n, "%s%s",
+                j > 0 ? ", " : "", r->limits[j].name);
+        return;
+    }
+}
+
+/* Adds "rule", "route" and "limit" of a pair's rule to o. */
+static void
+status_add_rule(struct service *svc, struct json_object *o,
+    const char *tenant_id, long long rule)
+{
+    char route[RL_ROUTE_MAX + 1], limit[STATUS_LIMITS_MAX];
+
+    status_rule_names(svc, tenant_id, rule, route, limit);
+    status_add_int(o, "rule", rule);
+    json_object_object_add(o, "route", json_object_new_string(route));
+    json_object_object_add(o, "limit", json_object_new_string(limit));
+}
+
+/* Whether the viewer (NULL: the operator) may see pair p. */
+static int
+status_pair_visible(const struct stats_pair *p, const struct key_info *viewer)
+{
+    return __atomic_load_n(&p->ready, __ATOMIC_ACQUIRE) &&
+        (viewer == NULL || strcmp(p->tenant_id, viewer->tenant_id) == 0);
+}
+
 struct status_top {
     const struct stats_pair *p;
     uint64_t recent;
@@ -485,21 +582,20 @@ status_top_cmp(const void *a, const void *b)
 }
 
 /* The pairs denied most over the last STATS_WINDOW seconds: of the
- * whole pool, or of the viewer's tenant only (by id). */
+ * whole pool, or of the viewer's tenant only (by id).  remaining is what
+ * the rule had left after its last decision. */
 static struct json_object *
-status_top(const struct rl_stats *st, int64_t now,
-    const struct key_info *viewer)
+status_top(struct service *svc, int64_t now, const struct key_info *viewer)
 {
     static struct status_top top[STATS_PAIRS];
+    const struct rl_stats *st = &svc->board->stats;
     struct json_object *a = json_object_new_array(), *o;
     const struct stats_pair *p;
     int i, n = 0;
 
     for (i = 0; i < STATS_PAIRS; i++) {
         p = &st->pairs[i];
-        if (!__atomic_load_n(&p->ready, __ATOMIC_ACQUIRE))
-            continue;
-        if (viewer != NULL && strcmp(p->tenant_id, viewer->tenant_id) != 0)
+        if (!status_pair_visible(p, viewer))
             continue;
         top[n].p = p;
         if ((top[n].recent = stats_pair_recent(p, now)) > 0)
@@ -512,12 +608,254 @@ status_top(const struct rl_stats *st, int64_t now,
         json_object_object_add(o, "tenant", json_object_new_string(p->tenant));
         json_object_object_add(o, "tenant_id",
             json_object_new_string(p->tenant_id));
-        status_add_int(o, "rule", p->rule);
+        status_add_rule(svc, o, p->tenant_id, p->rule);
         status_add_int(o, "denied", (int64_t)top[i].recent);
-        status_add_int(o, "remaining", p->remaining);
+        status_add_int(o, "remaining", __atomic_load_n(&p->remaining,
+            __ATOMIC_RELAXED));
         json_object_array_add(a, o);
     }
     return a;
+}
+
+/* A tenant's checks and denials over the last STATS_WINDOW seconds. */
+struct status_busy {
+    const struct stats_pair *p;     /* one of its pairs, for the names */
+    uint64_t checks, denied;
+};
+
+static int
+status_busy_name_cmp(const void *a, const void *b)
+{
+    const struct status_busy *x = a, *y = b;
+    int c = strcmp(x->p->tenant_id, y->p->tenant_id);
+
+    return c != 0 ? c : strcmp(x->p->tenant, y->p->tenant);
+}
+
+static int
+status_busy_cmp(const void *a, const void *b)
+{
+    const struct status_busy *x = a, *y = b;
+
+    if (x->checks != y->checks)
+        return (y->checks > x->checks) - (y->checks < x->checks);
+    return (y->denied > x->denied) - (y->denied < x->denied);
+}
+
+/* The ten tenants (a tenant: an id and a name) with the most checks over
+ * the last STATS_WINDOW seconds, with their denials. */
+static struct json_object *
+status_tenants(const struct rl_stats *st, int64_t now,
+    const struct key_info *viewer)
+{
+    static struct status_busy t[STATS_PAIRS];
+    uint64_t checks[STATS_WINDOW], denied[STATS_WINDOW], c, d;
+    struct json_object *a = json_object_new_array(), *o;
+    const struct stats_pair *p;
+    int i, j, n = 0, m = 0;
+
+    for (i = 0; i < STATS_PAIRS; i++) {
+        p = &st->pairs[i];
+        if (!status_pair_visible(p, viewer))
+            continue;
+        memset(checks, 0, sizeof(checks));
+        memset(denied, 0, sizeof(denied));
+        stats_pair_window(p, now, checks, denied);
+        for (c = d = 0, j = 0; j < STATS_WINDOW; j++) {
+            c += checks[j];
+            d += denied[j];
+        }
+        if (c == 0)
+            continue;
+        t[n].p = p;
+        t[n].checks = c;
+        t[n++].denied = d;
+    }
+    /* One entry a tenant: its pairs added up. */
+    qsort(t, (size_t)n, sizeof(t[0]), status_busy_name_cmp);
+    for (i = 0; i < n; i++) {
+        if (m > 0 && status_busy_name_cmp(&t[m - 1], &t[i]) == 0) {
+            t[m - 1].checks += t[i].checks;
+            t[m - 1].denied += t[i].denied;
+        } else
+            t[m++] = t[i];
+    }
+    qsort(t, (size_t)m, sizeof(t[0]), status_busy_cmp);
+    for (i = 0; i < m && i < 10; i++) {
+        o = json_object_new_object();
+        json_object_object_add(o, "tenant",
+            json_object_new_string(t[i].p->tenant));
+        json_object_object_add(o, "tenant_id",
+            json_object_new_string(t[i].p->tenant_id));
+        status_add_int(o, "checks", (int64_t)t[i].checks);
+        status_add_int(o, "denied", (int64_t)t[i].denied);
+        json_object_array_add(a, o);
+    }
+    return a;
+}
+
+/* A rule of the tenant view. */
+struct status_rule {
+    const struct stats_pair *p;
+    uint64_t checks, denied;        /* in the window */
+    uint64_t allowed_total, denied_total;
+    int64_t remaining;
+};
+
+static int
+status_rule_cmp(const void *a, const void *b)
+{
+    const struct status_rule *x = a, *y = b;
+
+    if (x->denied != y->denied)
+        return (y->denied > x->denied) - (y->denied < x->denied);
+    if (x->checks != y->checks)
+        return (y->checks > x->checks) - (y->checks < x->checks);
+    return (x->p->rule > y->p->rule) - (x->p->rule < y->p->rule);
+}
+
+/*
+ * The tenant view of the tenant called name (of the viewer's tenant only):
+ * its rules with their route and limit names, checks and denials over the
+ * STATS_WINDOW seconds up to end, totals since the pool started and what
+ * was left after the last decision; and the tenant's checks and denials
+ * in each of those seconds.  Should the name be another tenant's as well
+ * (one removed and created again), both are shown.
+ */
+static struct json_object *
+status_tenant_view(struct service *svc, const char *name, int64_t end,
+    const struct key_info *viewer)
+{
+    static struct status_rule r[STATS_PAIRS];
+    const struct rl_stats *st = &svc->board->stats;
+    uint64_t checks[STATS_WINDOW], denied[STATS_WINDOW],
+        pc[STATS_WINDOW], pd[STATS_WINDOW];
+    struct json_object *o = json_object_new_object(), *a, *ro, *cs, *ds;
+    const struct stats_pair *p;
+    int i, j, k, n = 0;
+
+    memset(checks, 0, sizeof(checks));
+    memset(denied, 0, sizeof(denied));
+    for (i = 0; i < STATS_PAIRS; i++) {
+        p = &st->pairs[i];
+        if (!status_pair_visible(p, viewer) || strcmp(p->tenant, name) != 0)
+            continue;
+        memset(pc, 0, sizeof(pc));
+        memset(pd, 0, sizeof(pd));
+        stats_pair_window(p, end, pc, pd);
+        /* A pair two workers placed at once has two slots: one rule. */
+        for (k = 0; k < n && (r[k].p->rule != p->rule ||
+            strcmp(r[k].p->tenant_id, p->tenant_id) != 0); k++)
+            ;
+        if (k == n) {
+            memset(&r[n], 0, sizeof(r[n]));
+            r[n++].p = p;
+        }
+        for (j = 0; j < STATS_WINDOW; j++) {
+            checks[j] += pc[j];
+            denied[j] += pd[j];
+            r[k].checks += pc[j];
+            r[k].denied += pd[j];
+        }
+        r[k].allowed_total += __atomic_load_n(&p->allowed, __ATOMIC_RELAXED);
+        r[k].denied_total += __atomic_load_n(&p->denied, __ATOMIC_RELAXED);
+        r[k].remaining = __atomic_load_n(&p->remaining, __ATOMIC_RELAXED);
+    }
+    if (n > 0)
+        json_object_object_add(o, "tenant", json_object_new_string(name));
+    status_add_int(o, "end", end);
+    qsort(r, (size_t)n, sizeof(r[0]), status_rule_cmp);
+    a = json_object_new_array();
+    for (i = 0; i < n; i++) {
+        ro = json_object_new_object();
+        json_object_object_add(ro, "tenant_id",
+            json_object_new_string(r[i].p->tenant_id));
+        status_add_rule(svc, ro, r[i].p->tenant_id, r[i].p->rule);
+        status_add_int(ro, "checks", (int64_t)r[i].checks);
+        status_add_int(ro, "denied", (int64_t)r[i].denied);
+        status_add_int(ro, "allowed_total", (int64_t)r[i].allowed_total);
+        status_add_int(ro, "denied_total", (int64_t)r[i].denied_total);
+        status_add_int(ro, "remaining", r[i].remaining);
+        json_object_array_add(a, ro);
+    }
+    json_object_object_add(o, "rules", a);
+    cs = json_object_new_array();
+    ds = json_object_new_array();
+    for (j = 0; j < STATS_WINDOW; j++) {
+        json_object_array_add(cs, json_object_new_int64((int64_t)checks[j]));
+        json_object_array_add(ds, json_object_new_int64((int64_t)denied[j]));
+    }
+    json_object_object_add(o, "checks", cs);
+    json_object_object_add(o, "denied", ds);
+    return o;
+}
+
+/* The checks' Redis script calls (pg 0) or PostgreSQL lookups (pg 1) over
+ * the STATS_WINDOW seconds up to now: how many, their p50 and p99 in ms
+ * (null when there were none). */
+static struct json_object *
+status_store(const struct rl_stats *st, int64_t now, int pg)
+{
+    struct json_object *o = json_object_new_object();
+    const struct stats_second *row;
+    uint32_t bucket[STATS_BUCKETS];
+    const uint32_t *b;
+    uint64_t count = 0;
+    double v;
+    int64_t s;
+    int i;
+
+    memset(bucket, 0, sizeof(bucket));
+    for (s = now - STATS_WINDOW + 1; s <= now; s++) {
+        if ((row = stats_second_at(st, s)) == NULL)
+            continue;
+        b = pg ? row->pg : row->redis;
+        for (i = 0; i < STATS_BUCKETS; i++) {
+            bucket[i] += __atomic_load_n(&b[i], __ATOMIC_RELAXED);
+            count += __atomic_load_n(&b[i], __ATOMIC_RELAXED);
+        }
+    }
+    status_add_int(o, "count", (int64_t)count);
+    v = stats_quantile(bucket, 0.5);
+    json_object_object_add(o, "p50_ms", v < 0 ? NULL :
+        json_object_new_double((double)(int64_t)(v + 0.5) / 1000.0));
+    v = stats_quantile(bucket, 0.99);
+    json_object_object_add(o, "p99_ms", v < 0 ? NULL :
+        json_object_new_double((double)(int64_t)(v + 0.5) / 1000.0));
+    return o;
+}
+
+static struct json_object *
+status_stores(const struct rl_stats *st, int64_t now)
+{
+    struct json_object *o = json_object_new_object();
+
+    status_add_int(o, "seconds", STATS_WINDOW);
+    json_object_object_add(o, "redis", status_store(st, now, 0));
+    json_object_object_add(o, "postgresql", status_store(st, now, 1));
+    return o;
+}
+
+/* The key and rule caches' hits and misses since the pool started (as
+ * ratelimit_cache_lookups_total). */
+static struct json_object *
+status_caches(const struct rl_stats *st)
+{
+    struct json_object *o = json_object_new_object(), *c;
+
+    c = json_object_new_object();
+    status_add_int(c, "hit", (int64_t)__atomic_load_n(&st->key_hits,
+        __ATOMIC_RELAXED));
+    status_add_int(c, "miss", (int64_t)__atomic_load_n(&st->key_misses,
+        __ATOMIC_RELAXED));
+    json_object_object_add(o, "key", c);
+    c = json_object_new_object();
+    status_add_int(c, "hit", (int64_t)__atomic_load_n(&st->rule_hits,
+        __ATOMIC_RELAXED));
+    status_add_int(c, "miss", (int64_t)__atomic_load_n(&st->rule_misses,
+        __ATOMIC_RELAXED));
+    json_object_object_add(o, "rule", c);
+    return o;
 }
 
 static struct json_object *
@@ -584,7 +922,13 @@ status_json(struct service *svc, const struct status_pool *p,
         json_object_object_add(h, "p99_ms", status_latency(st, now - 1,
             0.99));
         json_object_object_add(o, "history", h);
-        json_object_object_add(o, "top", status_top(st, now, viewer));
+        json_object_object_add(o, "top", status_top(svc, now, viewer));
+        json_object_object_add(o, "tenants", status_tenants(st, now, viewer));
+        json_object_object_add(o, "stores", status_stores(st, now));
+        json_object_object_add(o, "caches", status_caches(st));
+        if (sq->has_tenant)
+            json_object_object_add(o, "tenant", status_tenant_view(svc,
+                sq->tenant, now - 1, viewer));
     }
     if (sq->full) {
         arr = json_object_new_array();
