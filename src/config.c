@@ -1134,12 +1134,17 @@ config_check_redis_tls(const struct rl_config *cfg, const unsigned *seen,
             }
     }
     if (!tls && !stls) {
+        /* (Set to what is not the default: the shipped file sets every
+         * key to its default.) */
         static const char *const keys[] = { "redis_tls_ca_file",
             "redis_tls_cert_file", "redis_tls_key_file",
             "redis_tls_server_name", "redis_tls_verify" };
+        const int set[] = { fval[0][0] != '\0', fval[1][0] != '\0',
+            fval[2][0] != '\0', cfg->redis_tls_server_name[0] != '\0',
+            strcmp(cfg->redis_tls_verify, "on") != 0 };
 
         for (i = 0; i < 5; i++)
-            if (config_line(seen, keys[i]) != 0)
+            if (set[i])
                 config_error(err, errlen, nerr, "%s:%u: %s applies only "
                     "with redis_tls = on%s", path, config_line(seen,
                     keys[i]), keys[i], sentinel ? " (or redis_sentinel_tls "

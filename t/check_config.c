@@ -427,6 +427,36 @@ static const struct {
       "redis_sentinel_master = mymaster\nredis_db = 2\n"
       "redis_sentinel_username = su\nredis_sentinel_password = sp\n", NULL },
     { "redis = unix:/run/redis.sock\nredis_db = 15\n", NULL },
+    /* TLS (redis_tls*) */
+    { "redis_tls = on\nredis = unix:/run/redis.sock\n", ":2: redis: "
+      "\"unix:/run/redis.sock\": redis_tls = on (line 1) needs TCP "
+      "addresses" },
+    { "redis_type = cluster\nredis_tls = on\nredis = a:1, b:2, unix:/r\n",
+      ":3: redis: \"unix:/r\": redis_tls = on (line 2)" },
+    { "redis_type = sentinel\nredis_sentinel_master = m\n"
+      "redis_sentinel_tls = on\nredis = unix:/s.sock\n", ":4: redis: "
+      "\"unix:/s.sock\": redis_sentinel_tls = on (line 3)" },
+    { "redis_tls = on\nredis_tls_cert_file = /dev/null\n", ":2: "
+      "redis_tls_cert_file needs redis_tls_key_file" },
+    { "redis_tls = on\nredis_tls_key_file = /dev/null\n", ":2: "
+      "redis_tls_key_file needs redis_tls_cert_file" },
+    { "redis_tls = on\nredis_tls_ca_file = /nonexistent/ca.pem\n", ":2: "
+      "redis_tls_ca_file: /nonexistent/ca.pem: No such file or directory" },
+    { "redis_tls_server_name = r.example\n", ":1: redis_tls_server_name "
+      "applies only with redis_tls = on" },
+    { "redis_tls_verify = off\n", ":1: redis_tls_verify applies only with "
+      "redis_tls = on" },
+    { "redis_sentinel_tls = on\n", ":1: redis_sentinel_tls applies only to "
+      "redis_type = sentinel" },
+    { "redis_tls = yes\n", ":1: redis_tls: \"yes\" is not one of off|on" },
+    /* These load: the sentinels without TLS at a unix: address, the data
+     * nodes (named by the sentinels) with it. */
+    { "redis_type = sentinel\nredis_sentinel_master = m\nredis_tls = on\n"
+      "redis_sentinel_tls = off\nredis = unix:/s.sock\n"
+      "redis_tls_ca_file = /dev/null\n", NULL },
+    { "redis_tls = on\nredis = r.example:6380\nredis_tls_cert_file = "
+      "/dev/null\nredis_tls_key_file = /dev/null\nredis_tls_verify = off\n"
+      "redis_tls_server_name = r.example\n", NULL },
 };
 
 START_TEST(test_load_redis_combinations)
@@ -444,6 +474,35 @@ START_TEST(test_load_redis_combinations)
     snprintf(want, sizeof(want), "%s%s", path, redis_combos[_i].want);
     ck_assert_msg(strstr(err, want) != NULL, "\"%s\": got \"%s\"",
         redis_combos[_i].text, err);
+}
+END_TEST
+
+/* Which connections are TLS, and the warning of redis_tls_verify = off. */
+START_TEST(test_redis_tls_insecure)
+{
+    struct rl_config cfg;
+    char msg[512];
+
+    config_defaults(&cfg);
+    ck_assert_int_eq(config_redis_tls(&cfg, 0), 0);
+    ck_assert_int_eq(config_redis_tls(&cfg, 1), 0);
+    ck_assert_int_eq(config_check_insecure(&cfg, msg, sizeof(msg)), 0);
+    set_ok(&cfg, "redis_tls", "on");
+    ck_assert_int_eq(config_redis_tls(&cfg, 0), 1);
+    ck_assert_int_eq(config_redis_tls(&cfg, 1), 1);
+    set_ok(&cfg, "redis_sentinel_tls", "off");
+    ck_assert_int_eq(config_redis_tls(&cfg, 1), 0);
+    ck_assert_int_eq(config_check_insecure(&cfg, msg, sizeof(msg)), 0);
+    set_ok(&cfg, "redis_tls_verify", "off");
+    ck_assert_int_eq(config_check_insecure(&cfg, msg, sizeof(msg)), 1);
+    ck_assert_ptr_nonnull(strstr(msg, "redis_tls_verify = off"));
+    set_ok(&cfg, "redis_tls", "off");
+    ck_assert_int_eq(config_check_insecure(&cfg, msg, sizeof(msg)), 0);
+    /* Only the sentinels over TLS, unverified: warned in sentinel mode. */
+    set_ok(&cfg, "redis_sentinel_tls", "on");
+    ck_assert_int_eq(config_check_insecure(&cfg, msg, sizeof(msg)), 0);
+    set_ok(&cfg, "redis_type", "sentinel");
+    ck_assert_int_eq(config_check_insecure(&cfg, msg, sizeof(msg)), 1);
 }
 END_TEST
 
@@ -946,6 +1005,7 @@ config_suite(void)
         (int)(sizeof(conninfo_masks) / sizeof(conninfo_masks[0])));
     tcase_add_test(tc, test_conninfo_mask_too_long);
     tcase_add_test(tc, test_allow_defaults);
+    tcase_add_test(tc, test_redis_tls_insecure);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("secrets");
