@@ -34,6 +34,10 @@
 
 #include "ctl.h"
 
+/* The version of the file tenant export writes; a file without one is
+ * read as this version. */
+#define APPLY_FILE_VERSION 1
+
 #define APPLY_MAX_RULES RL_MAX_RULES
 
 struct apply_limit {
@@ -156,6 +160,8 @@ ctl_tenant_export(struct ctl *ctl, const struct ctl_command *cmd,
     if ((n = apply_load(ctl, id, rules, APPLY_MAX_RULES)) == -1)
         return ctl_db_fail(ctl);
     o = json_object_new_object();
+    json_object_object_add(o, "version",
+        json_object_new_int(APPLY_FILE_VERSION));
     json_object_object_add(o, "tenant", json_object_new_string(a->pos[0]));
     rs = json_object_new_array();
     for (i = 0; i < n; i++)
@@ -187,7 +193,8 @@ ctl_tenant_export(struct ctl *ctl, const struct ctl_command *cmd,
 
 /* The known keys of a rule and of the file; a limit's are made from the
  * algorithms (apply_limit_keys). */
-static const char *const apply_file_keys[] = { "tenant", "rules", NULL };
+static const char *const apply_file_keys[] = { "version", "tenant", "rules",
+    NULL };
 static const char *const apply_rule_keys[] = { "route", "priority",
     "enabled", "always", "shadow", "failure_mode", "per", "limits", NULL };
 static const char *const apply_limit_base_keys[] = { "name", "algorithm",
@@ -751,8 +758,9 @@ apply_read_file(const char *path, struct json_object **doc,
     const char **tenant, struct apply_rule *want, int *rc)
 {
     char err[768], e2[512], at[APPLY_PATH_MAX];
-    struct json_object *rs;
+    struct json_object *rs, *ver;
     size_t i, n;
+    int has;
 
     if ((*rc = apply_parse(path, doc, err, sizeof(err))) != 0) {
         ctl_warn("%s", err);
@@ -765,7 +773,16 @@ apply_read_file(const char *path, struct json_object **doc,
         goto bad;
     }
     if (apply_known_keys(*doc, "$", apply_file_keys, e2, sizeof(e2)) == -1 ||
-        (*tenant = apply_string(*doc, "$", "tenant", NULL, e2,
+        (has = apply_member(*doc, "$", "version", json_type_int, 0, &ver, e2,
+        sizeof(e2))) == -1)
+        goto bad;
+    if (has && json_object_get_int64(ver) != APPLY_FILE_VERSION) {
+        snprintf(e2, sizeof(e2), "$.version: this ratelimitctl reads "
+            "version %d, not %lld", APPLY_FILE_VERSION,
+            (long long)json_object_get_int64(ver));
+        goto bad;
+    }
+    if ((*tenant = apply_string(*doc, "$", "tenant", NULL, e2,
         sizeof(e2))) == NULL ||
         validate_tenant_name("$.tenant", *tenant, e2, sizeof(e2)) == -1 ||
         apply_member(*doc, "$", "rules", json_type_array, 1, &rs, e2,

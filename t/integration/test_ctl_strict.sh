@@ -76,6 +76,21 @@ unchanged() {
     eq "$(ctl tenant export "$T")" "$BEFORE"
 }
 
+# The export names its format's version, and apply reads that version
+# only (a file without one is read as version 1).
+check "export: the file's version is 1" \
+    eq "$(python3 -c 'import json,sys; v=json.load(open(sys.argv[1]))["version"]; print(type(v).__name__, v)' "$T_TMP/good.json")" "int 1"
+sed 's/"version": 1,/"version": 2,/' "$T_TMP/good.json" >"$T_TMP/v2.json"
+run tenant apply "$T_TMP/v2.json"
+check "apply: a file of another version exits 2" eq "$RC" 2
+check "apply: it says which version it reads" \
+    has_err '$.version: this ratelimitctl reads version 1, not 2'
+check "apply: and nothing changed" unchanged
+grep -v '"version": 1,' "$T_TMP/good.json" >"$T_TMP/noversion.json"
+run tenant apply "$T_TMP/noversion.json"
+check "apply: a file without a version (an older export) is read ($RC)" \
+    eq "$RC" 0
+
 # A typing mistake in a key of the second rule (whose failure_mode, open,
 # would differ from the rule's closed: the old code ignored the key).
 sed '/"route": "\/api\/search"/,/"failure_mode"/s/"failure_mode": "closed"/"failur_mode": "open"/' \
