@@ -19,6 +19,13 @@
 #   3. -t refuses TLS with a unix: address, a certificate without its key
 #      and a file it cannot read, at their lines; redis_tls_verify = off is
 #      a warning
+#   4. a Redis Cluster over TLS (tls-cluster, tls-replication; 3 primaries,
+#      3 replicas on 12400-12405): exactly 100 of 500 concurrent checks
+#      against a limit of 100; the tenant's primary killed, fast 503s and
+#      200 again by itself once its replica is promoted
+#   5. Sentinel over TLS (master, replica and three sentinels, all TLS):
+#      checks through the master the sentinels name; after SENTINEL
+#      FAILOVER, 200 on the new master
 set -u
 # shellcheck source-path=SCRIPTDIR
 . "$(dirname "$0")/lib.sh"
@@ -302,4 +309,182 @@ check "-t: redis_tls_verify = off passes ($rc) with a warning" \
     - "$out"
 
 stop_process "$(eval echo "\$REDIS_PID_$R1")" TERM
+
+# ---------------------------------------------------------------- 4. cluster
+
+# A Redis Cluster on TLS only (tls-cluster, tls-replication): 3 primaries
+# and 3 replicas on CB..CB+5 (their bus ports, +10000, stay below 22768).
+CB=${TLS_CLUSTER_PORT:-12400}
+TID=$(psql_q "SELECT id FROM tenants WHERE name = '$tenant'")
+i=0
+cluster_nodes=
+while [ "$i" -lt 6 ]; do
+    port=$((CB + i))
+    redis-server --port 0 --tls-port "$port" --bind 127.0.0.1 \
+        --tls-cluster yes --tls-replication yes \
+        --tls-cert-file "$C/server.crt" --tls-key-file "$C/server.key" \
+        --tls-ca-cert-file "$C/ca.crt" --tls-auth-clients no \
+        --cluster-enabled yes --cluster-config-file "$D/nodes-$port.conf" \
+        --cluster-node-timeout 1000 --cluster-replica-validity-factor 0 \
+        --save '' --appendonly no --dir "$D" --dbfilename "c$port.rdb" \
+        --logfile "$D/cluster-$port.log" >/dev/null 2>&1 &
+    PIDS="$PIDS $!"
+    eval "REDIS_PID_$port=$!"
+    cluster_nodes="$cluster_nodes 127.0.0.1:$port"
+    i=$((i + 1))
+done
+i=0
+while [ "$i" -lt 6 ]; do
+    up $((CB + i)) || echo "    cluster node $((CB + i)) does not answer"
+    i=$((i + 1))
+done
+# shellcheck disable=SC2086 # a list of addresses
+redis-cli --tls --cacert "$C/ca.crt" --cluster create $cluster_nodes \
+    --cluster-replicas 1 --cluster-yes >"$D/cluster-create.log" 2>&1
+cluster_ok() {
+    for co_port in $(seq "$CB" $((CB + 5))); do
+        tls_cli "$co_port" CLUSTER INFO | grep -q cluster_state:ok || return 1
+    done
+}
+check "a Redis Cluster over TLS forms (6 nodes)" retry 100 cluster_ok
+
+# owner SLOT: the port of the primary serving SLOT, as node CB sees it.
+owner() {
+    tls_cli "$CB" CLUSTER NODES | awk -v s="$1" '
+        $3 ~ /master/ && $3 !~ /fail/ {
+            for (i = 9; i <= NF; i++) {
+                n = split($i, r, "-")
+                if (n == 1) r[2] = r[1]
+                if (s + 0 >= r[1] + 0 && s + 0 <= r[2] + 0) {
+                    split($2, a, "[:@]")
+                    print a[2]
+                }
+            }
+        }'
+}
+
+# shellcheck disable=SC2086
+private_app tlsc "$P1" redis_type=cluster \
+    redis="127.0.0.1:$CB,127.0.0.1:$((CB + 1)),127.0.0.1:$((CB + 2))" \
+    $TLS "$CA"
+check "cluster over TLS: /health/ready 200" retry 50 ready_on "$P1"
+route=/tls/cconc/$(uniq_name r)
+new_sw_rule "$tenant" "$route" 100 3600
+with_url "$P1" par_checks 500 50 "$KEY" "$(check_body "$route" "$(uniq_name s)")"
+check "cluster over TLS: 500 concurrent checks, limit 100: 100 allowed ($(count_status 200))" \
+    eq "$(count_status 200)" 100
+check "cluster over TLS: and 400 denied ($(count_status 429))" \
+    eq "$(count_status 429)" 400
+slot=$(tls_cli "$CB" CLUSTER KEYSLOT "{$TID}")
+primary=$(owner "$slot")
+check "the tenant's slot $slot has a primary ($primary)" is_int "$primary"
+check "its counters are on that primary" \
+    ne "$(tls_cli "$primary" --scan --pattern "rl:{$TID}:*" | head -n 1)" ""
+
+# Failover: the tenant's primary killed; fast 503s, then 200 by itself.
+# shellcheck disable=SC2034 # read back through eval
+kill -KILL "$(eval echo "\$REDIS_PID_$primary")"
+t0=$(now_ms)
+codes=
+slow=0
+back=
+while [ "$(($(now_ms) - t0))" -lt 15000 ]; do
+    c0=$(now_ms)
+    st=$(pcheck "$P1" "$KEY" /tls/five "$(uniq_name s)" | cut -d' ' -f1)
+    [ "$(($(now_ms) - c0))" -lt 1000 ] || slow=$((slow + 1))
+    codes="$codes $st"
+    if [ "$st" = 200 ]; then
+        back=$(($(now_ms) - t0))
+        break
+    fi
+    sleep 0.05
+done
+odd=$(echo "$codes" | tr ' ' '\n' | grep -cvx '200\|503\|')
+check "cluster over TLS: the primary killed, 200 again by itself (after ${back:-never} ms)" \
+    is_int "$back"
+check "cluster over TLS: meanwhile only 503s ($odd others), none slower than 1 s ($slow)" \
+    eq "$odd $slow" "0 0"
+echo "    cluster over TLS failover: $(echo "$codes" | wc -w) checks, 200 again after ${back:-?} ms"
+stop_private
+
+# ---------------------------------------------------------------- 5. sentinel
+
+# A master (S0), its replica (S0 + 1) and three sentinels (S0 + 2..4),
+# all on TLS ports only; the sentinels reach the data nodes over TLS.
+S0=$((REDIS_PORT + 224))
+tls_redis "$S0" server no
+redis-server --port 0 --tls-port $((S0 + 1)) --bind 127.0.0.1 \
+    --tls-replication yes --replicaof 127.0.0.1 "$S0" \
+    --tls-cert-file "$C/server.crt" --tls-key-file "$C/server.key" \
+    --tls-ca-cert-file "$C/ca.crt" --tls-auth-clients no \
+    --save '' --appendonly no --dir "$D" --dbfilename "r$((S0 + 1)).rdb" \
+    --logfile "$D/redis-$((S0 + 1)).log" >/dev/null 2>&1 &
+PIDS="$PIDS $!"
+for port in $((S0 + 2)) $((S0 + 3)) $((S0 + 4)); do
+    printf '%s\n' "port 0" "tls-port $port" "bind 127.0.0.1" \
+        "tls-cert-file $C/server.crt" "tls-key-file $C/server.key" \
+        "tls-ca-cert-file $C/ca.crt" "tls-auth-clients no" \
+        "tls-replication yes" "dir $D" "logfile $D/sentinel-$port.log" \
+        "sentinel monitor tlsmaster 127.0.0.1 $S0 2" \
+        "sentinel down-after-milliseconds tlsmaster 1000" \
+        "sentinel failover-timeout tlsmaster 5000" >"$D/sentinel-$port.conf"
+    redis-server "$D/sentinel-$port.conf" --sentinel >/dev/null 2>&1 &
+    PIDS="$PIDS $!"
+done
+sentinel_master() {
+    tls_cli $((S0 + 2)) SENTINEL get-master-addr-by-name tlsmaster |
+        tail -n 1
+}
+replica_synced() {
+    tls_cli $((S0 + 1)) INFO replication | grep -q master_link_status:up
+}
+# master_field NAME: a field of SENTINEL MASTER tlsmaster.
+master_field() {
+    tls_cli $((S0 + 2)) SENTINEL master tlsmaster | tr -d '\r' |
+        awk -v f="$1" 'p { print; exit } $0 == f { p = 1 }'
+}
+sentinels_know() {
+    [ "$(master_field num-other-sentinels) $(master_field num-slaves)" = \
+        "2 1" ]
+}
+check "sentinel set-up over TLS: the replica syncs" retry 100 replica_synced
+check "sentinel set-up over TLS: the sentinels know each other and the replica" \
+    retry 150 sentinels_know
+check "the sentinels name the master ($(sentinel_master))" \
+    eq "$(sentinel_master)" "$S0"
+
+# shellcheck disable=SC2086
+private_app tlss "$P1" redis_type=sentinel redis_sentinel_master=tlsmaster \
+    redis="127.0.0.1:$((S0 + 2)),127.0.0.1:$((S0 + 3)),127.0.0.1:$((S0 + 4))" \
+    $TLS "$CA"
+check "sentinel over TLS: /health/ready 200" retry 50 ready_on "$P1"
+check "sentinel over TLS: a check answers 200" \
+    eq "$(pcheck "$P1" "$KEY" /tls/five "$(uniq_name s)" | cut -d' ' -f1)" 200
+tls_cli $((S0 + 2)) SENTINEL FAILOVER tlsmaster >"$T_TMP/failover.out"
+t0=$(now_ms)
+moved=
+while [ "$(($(now_ms) - t0))" -lt 15000 ]; do
+    if [ "$(sentinel_master)" = $((S0 + 1)) ]; then
+        moved=$(($(now_ms) - t0))
+        break
+    fi
+    sleep 0.1
+done
+check "SENTINEL FAILOVER over TLS: the replica is named master (${moved:-never} ms; $(tr -d '\r\n' <"$T_TMP/failover.out"))" \
+    is_int "$moved"
+codes=
+i=0
+while [ "$i" -lt 20 ]; do
+    codes="$codes $(pcheck "$P1" "$KEY" /tls/five "$(uniq_name s)" | cut -d' ' -f1)"
+    i=$((i + 1))
+    sleep 0.05
+done
+check "after the failover over TLS: only 200 and 503 ($codes)" \
+    eq "$(echo "$codes" | tr ' ' '\n' | grep -cvx '200\|503\|')" 0
+check "after the failover over TLS: the last 10 answered 200 on the new master" \
+    eq "$(echo "$codes" | tr ' ' '\n' | tail -n 10 | grep -cx 200)" 10
+check "the new master holds counters" \
+    ne "$(tls_cli $((S0 + 1)) --scan --pattern 'rl:{*' | head -n 1)" ""
+stop_private
+
 finish
