@@ -18,7 +18,7 @@ LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm
 # unit tests.
 CORE = config log util buf request algo rules cache limiter response addr fcgi shm keyfilter arena decide authorizer validate cluster stats
 SERVICE = main master worker api service views status redis_store redis_tls pg_store listen scoreboard observe
-CTL = ctl ctl_args ctl_db ctl_migrate ctl_tenant ctl_rule ctl_counter ctl_apply ctl_usage
+CTL = ctl ctl_args ctl_db ctl_migrate ctl_tenant ctl_guard ctl_rule ctl_limit ctl_counter ctl_apply ctl_usage
 
 # The Redis script, in this order: the algorithms, the clock and the driver
 # (see lua/check.lua). $(BUILD)/check.lua, the script embedded, reads only

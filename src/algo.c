@@ -7,7 +7,7 @@
  * four script arguments of lua/check.lua, the quota and window it announces
  * in RateLimit-Policy, and which limits loaded from PostgreSQL can be
  * decided at all.  The service (limiter.c, response.c, views.c,
- * pg_store.c) and the admin tool (ctl_rule.c) read this table; adding an
+ * pg_store.c) and the admin tool (ctl_limit.c) read this table; adding an
  * algorithm means a row here, its Lua file and its CHECK in the schema.
  * The calendars of fixed windows live here too, with the longest length
  * of each.
@@ -168,7 +168,7 @@ static const struct algo algo_table[] = {
       algo_token_bucket_policy, NULL },
     { RL_ALGO_SLIDING_WINDOW, "sliding_window", 2, {
         ALGO_PARAM_LIMIT,
-        { "window", "SECONDS", "window_seconds", "window_seconds",
+        { "window", "DURATION", "window_seconds", "window_seconds",
           ALGO_KIND_COUNT, 1, VALIDATE_WINDOW_MAX, 0,
           ALGO_FIELD(window_seconds) },
       }, "%s per %s s",

@@ -117,17 +117,16 @@ static const struct ctl_option ctl_key_create_options[] = {
     { NULL, 0 },
 };
 
-/* The parameter options of the algorithms (algo.c's table names the ones
- * each takes; ctl_rule.c refuses the others). */
-#define CTL_ALGORITHM_OPTIONS \
-    { "capacity", 1 }, { "refill-rate", 1 }, { "limit", 1 }, \
-    { "window", 1 }, { "period", 1 }, { "burst", 1 }, { "calendar", 1 }, \
-    { "count", 1 }
-
-static const struct ctl_option ctl_rule_add_options[] = {
+/*
+ * rule add and limit add take their own options and the parameter options
+ * of every algorithm, which algo.c's table names (ctl_limit.c refuses those
+ * of another algorithm than the one chosen); ctl_derive_options() fills
+ * these at start, and the part of their synopsis that describes a limit.
+ */
+static const struct ctl_option ctl_rule_add_own[] = {
     { "route", 1 },
     { "algorithm", 1 },
-    CTL_ALGORITHM_OPTIONS,
+    { "count", 1 },
     { "priority", 1 },
     { "name", 1 },
     { "shadow", 0 },
@@ -137,6 +136,16 @@ static const struct ctl_option ctl_rule_add_options[] = {
     { "force", 0 },
     { NULL, 0 },
 };
+
+static const struct ctl_option ctl_limit_add_own[] = {
+    { "name", 1 },
+    { "algorithm", 1 },
+    { "count", 1 },
+    { NULL, 0 },
+};
+
+static struct ctl_option ctl_rule_add_options[CTL_MAX_OPTIONS + 1];
+static struct ctl_option ctl_limit_add_options[CTL_MAX_OPTIONS + 1];
 
 static const struct ctl_option ctl_rule_set_options[] = {
     { "route", 1 },
@@ -149,17 +158,84 @@ static const struct ctl_option ctl_rule_set_options[] = {
     { NULL, 0 },
 };
 
-static const struct ctl_option ctl_limit_add_options[] = {
-    { "name", 1 },
-    { "algorithm", 1 },
-    CTL_ALGORITHM_OPTIONS,
-    { NULL, 0 },
-};
+/* "--algorithm ALGORITHM (--capacity N --refill-rate R | ...)
+ * [--count subject|key|tenant]", from algo.c's table, in the synopses of
+ * rule add and limit add. */
+static char ctl_rule_add_synopsis[512];
+static char ctl_limit_add_synopsis[512];
 
-#define CTL_LIMIT_SYNOPSIS "--algorithm ALGORITHM (--capacity N " \
-    "--refill-rate R | --limit N --window DURATION | --limit N --period " \
-    "DURATION [--burst B] | --limit N --calendar minute|hour|day|month) " \
-    "[--count subject|key|tenant]"
+/* out: own's options, then every algorithm's parameter options (each once),
+ * at most CTL_MAX_OPTIONS in all (main() refuses to run past that). */
+static void
+ctl_options_with_params(struct ctl_option *out, const struct ctl_option *own)
+{
+    const struct algo *alg;
+    int i, j, k, n = 0;
+
+    for (i = 0; own[i].name != NULL && n < CTL_MAX_OPTIONS + 1; i++)
+        out[n++] = own[i];
+    for (i = 0; (alg = algo_at(i)) != NULL; i++)
+        for (j = 0; j < alg->nparams; j++) {
+            for (k = 0; k < n && strcmp(out[k].name,
+                alg->param[j].option) != 0; k++)
+                ;
+            if (k == n && n < CTL_MAX_OPTIONS + 1) {
+                out[n].name = alg->param[j].option;
+                out[n++].has_value = 1;
+            }
+        }
+    out[n < CTL_MAX_OPTIONS + 1 ? n : CTL_MAX_OPTIONS].name = NULL;
+}
+
+/* "--algorithm ALGORITHM (--capacity N --refill-rate R | --limit N
+ * --window DURATION | ...) [--count subject|key|tenant]" into buf. */
+static void
+ctl_limit_synopsis(char *buf, size_t len)
+{
+    const struct algo *alg;
+    const struct algo_param *p;
+    size_t used;
+    int i, j, c;
+
+    snprintf(buf, len, "--algorithm ALGORITHM (");
+    for (i = 0; (alg = algo_at(i)) != NULL; i++)
+        for (j = 0; j < alg->nparams; j++) {
+            p = &alg->param[j];
+            used = strlen(buf);
+            snprintf(buf + used, len - used, "%s%s--%s ",
+                i > 0 && j == 0 ? " | " : j > 0 ? " " : "",
+                p->optional ? "[" : "", p->option);
+            if (p->metavar != NULL)
+                snprintf(buf + strlen(buf), len - strlen(buf), "%s",
+                    p->metavar);
+            else
+                for (c = 1; strcmp(algo_calendar_name(c), "unknown") != 0;
+                    c++)
+                    snprintf(buf + strlen(buf), len - strlen(buf), "%s%s",
+                        c == 1 ? "" : "|", algo_calendar_name(c));
+            if (p->optional)
+                snprintf(buf + strlen(buf), len - strlen(buf), "]");
+        }
+    used = strlen(buf);
+    snprintf(buf + used, len - used, ") [--count subject|key|tenant]");
+}
+
+/* Fills what rule add and limit add take from algo.c's table. */
+static void
+ctl_derive_options(void)
+{
+    char limit[384];
+
+    ctl_options_with_params(ctl_rule_add_options, ctl_rule_add_own);
+    ctl_options_with_params(ctl_limit_add_options, ctl_limit_add_own);
+    ctl_limit_synopsis(limit, sizeof(limit));
+    snprintf(ctl_rule_add_synopsis, sizeof(ctl_rule_add_synopsis),
+        "TENANT --route PATTERN %s [--name LIMITNAME] [--priority N] "
+        "[--always] [--shadow] [--failure-mode closed|open] "
+        "[--per rule|route] [--force]", limit);
+    snprintf(ctl_limit_add_synopsis, sizeof(ctl_limit_add_synopsis),
+        "RULE_ID --name LIMITNAME %s", limit);
+}
 
 static const struct ctl_command ctl_commands[] = {
     { "migrate", NULL, "", { NULL }, ctl_no_options, ctl_migrate_run },
@@ -187,9 +263,7 @@ static const struct ctl_command ctl_commands[] = {
       ctl_json_options, ctl_tenant_key_list },
     { "key", "revoke", "KEY_ID|KEY|PREFIX", { "KEY_ID|KEY|PREFIX", NULL },
       ctl_no_options, ctl_tenant_key_revoke },
-    { "rule", "add", "TENANT --route PATTERN " CTL_LIMIT_SYNOPSIS
-      " [--name LIMITNAME] [--priority N] [--always] [--shadow] "
-      "[--failure-mode closed|open] [--per rule|route] [--force]",
+    { "rule", "add", ctl_rule_add_synopsis,
       { "TENANT", NULL }, ctl_rule_add_options, ctl_rule_add },
     { "rule", "list", "TENANT [--json]", { "TENANT", NULL },
       ctl_json_options, ctl_rule_list },
@@ -202,13 +276,13 @@ static const struct ctl_command ctl_commands[] = {
       ctl_rule_set },
     { "rule", "remove", "RULE_ID", { "RULE_ID", NULL }, ctl_no_options,
       ctl_rule_remove },
-    { "limit", "add", "RULE_ID --name LIMITNAME " CTL_LIMIT_SYNOPSIS,
-      { "RULE_ID", NULL }, ctl_limit_add_options, ctl_rule_limit_add },
+    { "limit", "add", ctl_limit_add_synopsis,
+      { "RULE_ID", NULL }, ctl_limit_add_options, ctl_limit_add },
     { "limit", "set", "LIMIT_ID [--name LIMITNAME] [--algorithm ALGORITHM] "
       "[its parameters] [--count subject|key|tenant]", { "LIMIT_ID", NULL },
-      ctl_limit_add_options, ctl_rule_limit_set },
+      ctl_limit_add_options, ctl_limit_set },
     { "limit", "remove", "LIMIT_ID", { "LIMIT_ID", NULL }, ctl_no_options,
-      ctl_rule_limit_remove },
+      ctl_limit_remove },
     { "counter", "show", "TENANT ROUTE [--subject S] [--key KEY_ID | "
       "--address IP] [--json]", { "TENANT", "ROUTE", NULL },
       ctl_counter_options, ctl_counter_show },
@@ -367,6 +441,7 @@ main(int argc, char **argv)
 
     memset(&ctl, 0, sizeof(ctl));
     ctl.config_path = CTL_DEFAULT_CONFIG;
+    ctl_derive_options();
     /* A command with more options than struct ctl_args holds would read
      * past it: refuse to run at all, so that any test shows it. */
     for (i = 0; i < (int)CTL_NCOMMANDS; i++) {

@@ -13,9 +13,11 @@
  *
  * The files: ctl.c (the command table, global options, messages, main),
  * ctl_args.c (one command's arguments), ctl_db.c (connection, queries,
- * transactions, output), ctl_migrate.c, ctl_tenant.c (tenants and keys)
- * and ctl_rule.c (rules and limits, and the guard that keeps every check
- * within RL_MAX_LIMITS).  The checks of typed values are validate.c's,
+ * transactions, output), ctl_migrate.c, ctl_tenant.c (tenants and keys),
+ * ctl_rule.c (rules), ctl_limit.c (a limit's options and the limit
+ * commands), ctl_guard.c (the plan guard, which keeps every check within
+ * RL_MAX_LIMITS), ctl_counter.c, ctl_apply.c (export and apply) and
+ * ctl_usage.c.  The checks of typed values are validate.c's,
  * shared with the service.  Functions return an exit status (CTL_EXIT_*)
  * after printing why, unless their comment says otherwise.
  */
@@ -282,7 +284,8 @@ int ctl_db_print_tenant_query(struct ctl *ctl, const struct ctl_command *cmd,
     const char *tenant, const struct ctl_db_listing *l);
 
 /* ------------------------------------------------------------------ */
-/* The commands (ctl_run_fn): ctl_migrate.c, ctl_tenant.c, ctl_rule.c */
+/* The commands (ctl_run_fn): ctl_migrate.c, ctl_tenant.c, ctl_rule.c,
+ * ctl_limit.c, ctl_counter.c, ctl_apply.c, ctl_usage.c */
 
 int ctl_migrate_run(struct ctl *ctl, const struct ctl_command *cmd,
     const struct ctl_args *a);
@@ -312,51 +315,65 @@ int ctl_tenant_key_list(struct ctl *ctl, const struct ctl_command *cmd,
 int ctl_tenant_key_revoke(struct ctl *ctl, const struct ctl_command *cmd,
     const struct ctl_args *a);
 
-/* ctl_rule.c's plan guard (see there): a change of a tenant's rules in one
- * transaction, refused when a check would need too many limits. */
-struct ctl_rule_guard {
+/* ctl_guard.c, the plan guard (see there): a change of a tenant's rules in
+ * one transaction, refused when a check would need too many limits. */
+struct ctl_guard {
     char tenant_id[RL_UUID_LEN + 1];
     struct rl_rule *before;
     int nbefore;
 };
 
-int ctl_rule_guard_begin_tenant(struct ctl *ctl, struct ctl_rule_guard *g,
+int ctl_guard_begin_tenant(struct ctl *ctl, struct ctl_guard *g,
     const char *name);
-void ctl_rule_guard_abort(struct ctl *ctl, struct ctl_rule_guard *g);
+/* The same for the rule with id rule_id and its tenant. */
+int ctl_guard_begin_rule(struct ctl *ctl, struct ctl_guard *g,
+    long long rule_id);
+void ctl_guard_abort(struct ctl *ctl, struct ctl_guard *g);
 /* Commits, or rolls back and explains; an exit status. */
-int ctl_rule_guard_end(struct ctl *ctl, struct ctl_rule_guard *g);
+int ctl_guard_end(struct ctl *ctl, struct ctl_guard *g);
+/* Ends a change whose statement returned res (no rows: the rule is gone):
+ * CTL_EXIT_OK with res the caller's, or res cleared and an exit status. */
+int ctl_guard_finish(struct ctl *ctl, struct ctl_guard *g, PGresult *res,
+    long long rule_id);
 
 /*
  * One limit's checked parameters.  Its algorithm (algo.c) says which of
  * them are set; the others stay 0 and their columns NULL.
  */
-struct ctl_rule_limit_spec {
+struct ctl_limit_spec {
     const char *name;
     const char *count;          /* "subject", "key" or "tenant" */
     const struct algo *algorithm;
     struct rl_limit limit;
 };
 
+/* ctl_limit.c.  Checks the options of one limit (--name, --algorithm, the
+ * algorithm's parameters) into spec; default_name stands in for a missing
+ * --name (NULL: required).  0, or CTL_EXIT_USAGE after printing why. */
+int ctl_limit_spec_parse(const struct ctl_command *cmd,
+    const struct ctl_args *a, const char *default_name,
+    struct ctl_limit_spec *spec);
+
 /* Inserts a limit into the rule rule_id (decimal); a result with its id
  * (PQclear it), none when there is no such rule, or NULL (error in ctl). */
-PGresult *ctl_rule_insert_limit(struct ctl *ctl, const char *rule_id,
-    const struct ctl_rule_limit_spec *s);
+PGresult *ctl_limit_insert(struct ctl *ctl, const char *rule_id,
+    const struct ctl_limit_spec *s);
 
 /* "name: algorithm parameters, counted per X", as rule add prints it. */
-void ctl_rule_limit_describe(const struct ctl_rule_limit_spec *s, char *buf,
+void ctl_limit_describe(const struct ctl_limit_spec *s, char *buf,
     size_t len);
 
 /* Rewrites limit limit_id: name and count unless NULL, the algorithm and
  * its parameters from l (the other algorithms' columns NULL).  0, -1 (a
  * database error, in ctl) or -2 (a parameter that cannot be written). */
-int ctl_rule_write_limit(struct ctl *ctl, const char *limit_id,
+int ctl_limit_write(struct ctl *ctl, const char *limit_id,
     const char *name, const char *count, const struct algo *alg,
     const struct rl_limit *l);
 
 /* The rules of tenant_id the service would use, with what matching needs
  * (id, pattern, priority, always, number of limits).  *out is calloc()ed
  * (free it).  0, or -1 with the error in ctl. */
-int ctl_rule_guard_load(struct ctl *ctl, const char *tenant_id,
+int ctl_guard_load(struct ctl *ctl, const char *tenant_id,
     struct rl_rule **out, int *n);
 
 int ctl_counter_show(struct ctl *ctl, const struct ctl_command *cmd,
@@ -377,11 +394,11 @@ int ctl_rule_set(struct ctl *ctl, const struct ctl_command *cmd,
     const struct ctl_args *a);
 int ctl_rule_remove(struct ctl *ctl, const struct ctl_command *cmd,
     const struct ctl_args *a);
-int ctl_rule_limit_add(struct ctl *ctl, const struct ctl_command *cmd,
+int ctl_limit_add(struct ctl *ctl, const struct ctl_command *cmd,
     const struct ctl_args *a);
-int ctl_rule_limit_set(struct ctl *ctl, const struct ctl_command *cmd,
+int ctl_limit_set(struct ctl *ctl, const struct ctl_command *cmd,
     const struct ctl_args *a);
-int ctl_rule_limit_remove(struct ctl *ctl, const struct ctl_command *cmd,
+int ctl_limit_remove(struct ctl *ctl, const struct ctl_command *cmd,
     const struct ctl_args *a);
 
 #endif /* CTL_H */

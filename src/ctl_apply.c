@@ -21,7 +21,7 @@
  * file twice changes nothing the second time.  The file is checked whole
  * first (see "Reading the file"): a mistake in it exits 2, and nothing
  * is written.  Everything happens in one
- * transaction under the plan guard (ctl_rule.c); --dry-run prints the
+ * transaction under the plan guard (ctl_guard.c); --dry-run prints the
  * same changes and rolls back.
  */
 #include <errno.h>
@@ -812,14 +812,14 @@ bad:
 static void
 apply_describe(const struct apply_limit *al, char *buf, size_t len)
 {
-    struct ctl_rule_limit_spec s;
+    struct ctl_limit_spec s;
 
     memset(&s, 0, sizeof(s));
     s.name = al->name;
     s.count = algo_count_name(al->l.count);
     s.algorithm = al->alg;
     s.limit = al->l;
-    ctl_rule_limit_describe(&s, buf, len);
+    ctl_limit_describe(&s, buf, len);
 }
 
 /* Whether two limits decide alike (algorithm, parameters, count). */
@@ -846,7 +846,7 @@ static int
 apply_insert_limit(struct ctl *ctl, long long rule_id,
     const struct apply_limit *al)
 {
-    struct ctl_rule_limit_spec s;
+    struct ctl_limit_spec s;
     char rule[24];
     PGresult *res;
 
@@ -856,7 +856,7 @@ apply_insert_limit(struct ctl *ctl, long long rule_id,
     s.algorithm = al->alg;
     s.limit = al->l;
     snprintf(rule, sizeof(rule), "%lld", rule_id);
-    if ((res = ctl_rule_insert_limit(ctl, rule, &s)) == NULL)
+    if ((res = ctl_limit_insert(ctl, rule, &s)) == NULL)
         return -1;
     PQclear(res);
     return 0;
@@ -913,7 +913,7 @@ apply_update_rule(struct ctl *ctl, struct apply_rule *have,
         printf("~ rule %s (%s): limit %lld %s -> %s\n", id, want->route,
             hl->id, d1, d2);
         snprintf(lid, sizeof(lid), "%lld", hl->id);
-        if (ctl_rule_write_limit(ctl, lid, NULL,
+        if (ctl_limit_write(ctl, lid, NULL,
             algo_count_name(want->limits[i].l.count), want->limits[i].alg,
             &want->limits[i].l) != 0)
             return -1;
@@ -981,7 +981,7 @@ ctl_tenant_apply(struct ctl *ctl, const struct ctl_command *cmd,
     struct json_object *doc;
     const char *tenant = NULL, *params[1];
     char id[24];
-    struct ctl_rule_guard g;
+    struct ctl_guard g;
     int i, j, nwant, nhave, changes = 0, rc;
     size_t n;
 
@@ -1018,7 +1018,7 @@ ctl_tenant_apply(struct ctl *ctl, const struct ctl_command *cmd,
     }
     if (n == 0)
         printf("+ tenant %s\n", tenant);
-    if ((rc = ctl_rule_guard_begin_tenant(ctl, &g, tenant)) != 0)
+    if ((rc = ctl_guard_begin_tenant(ctl, &g, tenant)) != 0)
         goto out;
     if ((nhave = apply_load(ctl, g.tenant_id, have, APPLY_MAX_RULES)) == -1)
         goto db_err;
@@ -1050,18 +1050,18 @@ ctl_tenant_apply(struct ctl *ctl, const struct ctl_command *cmd,
             changes++;
         }
     if (dry || changes == 0) {
-        ctl_rule_guard_abort(ctl, &g);
+        ctl_guard_abort(ctl, &g);
         printf("%s: %d change%s%s\n", tenant, changes, changes == 1 ? "" :
             "s", dry && changes > 0 ? " (dry run: nothing written)" : "");
         rc = CTL_EXIT_OK;
         goto out;
     }
-    if ((rc = ctl_rule_guard_end(ctl, &g)) == CTL_EXIT_OK)
+    if ((rc = ctl_guard_end(ctl, &g)) == CTL_EXIT_OK)
         printf("%s: %d change%s applied\n", tenant, changes,
             changes == 1 ? "" : "s");
     goto out;
 db_err:
-    ctl_rule_guard_abort(ctl, &g);
+    ctl_guard_abort(ctl, &g);
     rc = ctl_db_fail(ctl);
 out:
     json_object_put(doc);

@@ -141,12 +141,13 @@ static const struct {
 
 #define CTL_ARGS_NUNITS (sizeof(ctl_args_units) / sizeof(ctl_args_units[0]))
 
-/* Whether p is a duration counted in whole seconds (--window). */
+/* Whether p is a duration counted in whole seconds (--window): a count
+ * that algo.c's table shows as a DURATION. */
 static int
 ctl_args_in_seconds(const struct algo_param *p)
 {
     return p->kind == ALGO_KIND_COUNT && p->metavar != NULL &&
-        strcmp(p->metavar, "SECONDS") == 0;
+        strcmp(p->metavar, "DURATION") == 0;
 }
 
 const char *

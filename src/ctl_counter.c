@@ -82,7 +82,7 @@ ctl_counter_find(struct ctl *ctl, const struct ctl_command *cmd,
         return rc;
     if ((rc = ctl_db_tenant_id(ctl, a->pos[0], id)) != 0)
         return rc;
-    if (ctl_rule_guard_load(ctl, id, &rules, &n) == -1)
+    if (ctl_guard_load(ctl, id, &rules, &n) == -1)
         return ctl_db_fail(ctl);
     if ((best = rules_match(rules, n, req.route)) < 0) {
         free(rules);

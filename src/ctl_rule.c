@@ -1,15 +1,14 @@
 /*
- * ctl_rule.c -- the rule and limit commands of ratelimitctl.
+ * ctl_rule.c -- the rule commands of ratelimitctl: rule add, set, list,
+ * match and remove.
  *
  * A rule is a route pattern of a tenant with its switches (enabled,
- * always, shadow, failure mode, per) and one to RL_MAX_LIMITS limits; a
- * limit is a name, an algorithm and exactly that algorithm's parameters
- * (schema/002_limits.sql enforces the same, whoever writes to the tables).
- * The algorithms, their options, columns and bounds are algo.c's table.
+ * always, shadow, failure mode, per) and one to RL_MAX_LIMITS limits
+ * (ctl_limit.c: a limit's options and the limit commands).
  *
  * A change of the rules after which some route's check would need more
  * limits than one check decides (RL_MAX_LIMITS) is refused with status 2
- * and nothing changed: see "The plan guard" below.
+ * and nothing changed: the plan guard (ctl_guard.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,270 +17,6 @@
 #include <json-c/json.h>
 
 #include "ctl.h"
-
-/* ------------------------------------------------------------------ */
-/* The plan guard */
-
-/*
- * One check decides the limits of the most specific matching rule and of
- * every other matching "always" rule together, at most RL_MAX_LIMITS of
- * them; the service answers a route that needs more 503 "misconfigured"
- * rather than drop one.  So every command that can give a route more
- * limits -- rule add, rule set (--enabled, --always, --priority: another
- * rule may win), rule remove (another rule of the same pattern may take
- * over) and limit add -- runs in one transaction that locks the tenant's
- * row (two such commands for one tenant take turns), reads the tenant's
- * rules the way the service does, makes the change, reads them again and
- * asks rules_overflow() whether some route now needs more than
- * RL_MAX_LIMITS, and more than before.  If so, nothing is committed and
- * the command exits 2, naming the routes and the rules.  A change that
- * leaves a plan too big but no bigger (a step towards repairing rules
- * written with psql) goes through.
- */
-
-/*
- * Reads the rules of tenant_id that the service would use -- enabled, with
- * at least one limit, at most RL_MAX_LIMITS limits each (pg_store.c), and
- * RL_MAX_RULES + 1 at most (more than RL_MAX_RULES: the service answers
- * every check of the tenant 503) -- with what matching needs: id, pattern,
- * priority, always and the number of limits.  *out is calloc()ed (free it)
- * and may be NULL when *n is 0.  Returns 0, or -1 with the error in ctl.
- */
-int
-ctl_rule_guard_load(struct ctl *ctl, const char *tenant_id,
-    struct rl_rule **out, int *n)
-{
-    char max_rules[16];
-    const char *params[2] = { tenant_id, max_rules };
-    struct rl_rule *rules;
-    PGresult *res;
-    long long nlimits;
-    int i;
-
-    *out = NULL;
-    *n = 0;
-    /* One more than the service loads: a tenant past the bound is told
-     * apart (the service then decides none of its checks). */
-    snprintf(max_rules, sizeof(max_rules), "%d", RL_MAX_RULES + 1);
-    res = ctl_db_query(ctl, "SELECT r.id, r.route_pattern, r.priority, "
-        "  r.always, count(*) "
-        "FROM rules r JOIN limits l ON l.rule_id = r.id "
-        "WHERE r.tenant_id = $1::uuid AND r.enabled "
-        "GROUP BY r.id ORDER BY r.id LIMIT $2::integer", 2, params);
-    if (res == NULL)
-        return -1;
-    if (PQntuples(res) == 0) {
-        PQclear(res);
-        return 0;
-    }
-    if ((rules = calloc((size_t)PQntuples(res), sizeof(*rules))) == NULL) {
-        PQclear(res);
-        ctl_db_set_error(ctl, "out of memory");
-        return -1;
-    }
-    for (i = 0; i < PQntuples(res); i++) {
-        rules[i].id = strtoll(PQgetvalue(res, i, 0), NULL, 10);
-        snprintf(rules[i].pattern, sizeof(rules[i].pattern), "%s",
-            PQgetvalue(res, i, 1));
-        rules[i].priority = atoi(PQgetvalue(res, i, 2));
-        rules[i].always = PQgetvalue(res, i, 3)[0] == 't';
-        nlimits = strtoll(PQgetvalue(res, i, 4), NULL, 10);
-        rules[i].nlimits = nlimits > RL_MAX_LIMITS ? RL_MAX_LIMITS :
-            (int)nlimits;
-    }
-    *out = rules;
-    *n = PQntuples(res);
-    PQclear(res);
-    return 0;
-}
-
-/*
- * Opens the guarded transaction for the tenant with id tenant_id, which
- * the caller has looked up inside it: locks the tenant's row and reads
- * its rules.  Returns 0, or CTL_EXIT_FAIL after rolling back and printing
- * why.
- */
-static int
-ctl_rule_guard_lock(struct ctl *ctl, struct ctl_rule_guard *g,
-    const char *tenant_id)
-{
-    const char *params[1] = { tenant_id };
-
-    snprintf(g->tenant_id, sizeof(g->tenant_id), "%s", tenant_id);
-    if (ctl_db_command(ctl, "SELECT 1 FROM tenants WHERE id = $1::uuid "
-        "FOR NO KEY UPDATE", 1, params) == -1 ||
-        ctl_rule_guard_load(ctl, g->tenant_id, &g->before,
-        &g->nbefore) == -1) {
-        ctl_db_rollback(ctl);
-        return ctl_db_fail(ctl);
-    }
-    return 0;
-}
-
-/*
- * Begins a guarded change of the tenant that sql (with one parameter)
- * finds.  Returns 0, or CTL_EXIT_FAIL after printing why (missing when it
- * finds nothing, or the database error), with nothing left open.
- */
-static int
-ctl_rule_guard_begin_by(struct ctl *ctl, struct ctl_rule_guard *g,
-    const char *sql, const char *param, const char *missing)
-{
-    const char *params[1] = { param };
-    char id[RL_UUID_LEN + 1];
-    PGresult *res;
-
-    memset(g, 0, sizeof(*g));
-    if (ctl_db_begin(ctl) == -1)
-        return ctl_db_fail(ctl);
-    if ((res = ctl_db_query(ctl, sql, 1, params)) == NULL) {
-        ctl_db_rollback(ctl);
-        return ctl_db_fail(ctl);
-    }
-    if (PQntuples(res) == 0) {
-        PQclear(res);
-        ctl_db_rollback(ctl);
-        return ctl_fail("%s", missing);
-    }
-    util_copy(id, sizeof(id), PQgetvalue(res, 0, 0));
-    PQclear(res);
-    return ctl_rule_guard_lock(ctl, g, id);
-}
-
-/* Begins a guarded change of the tenant named name. */
-int
-ctl_rule_guard_begin_tenant(struct ctl *ctl, struct ctl_rule_guard *g,
-    const char *name)
-{
-    char missing[RL_NAME_MAX * 2 + 64];
-
-    snprintf(missing, sizeof(missing), "no tenant named \"%s\" (see '"
-        CTL_NAME " tenant list')", name);
-    return ctl_rule_guard_begin_by(ctl, g,
-        "SELECT id FROM tenants WHERE name = $1", name, missing);
-}
-
-/* Begins a guarded change of the rule with id rule_id and its tenant. */
-static int
-ctl_rule_guard_begin_rule(struct ctl *ctl, struct ctl_rule_guard *g,
-    long long rule_id)
-{
-    char rule[24], missing[64];
-
-    snprintf(rule, sizeof(rule), "%lld", rule_id);
-    snprintf(missing, sizeof(missing), "no rule with id %lld", rule_id);
-    return ctl_rule_guard_begin_by(ctl, g,
-        "SELECT tenant_id FROM rules WHERE id = $1::bigint", rule, missing);
-}
-
-/* Abandons a guarded change (after a failed statement, say). */
-void
-ctl_rule_guard_abort(struct ctl *ctl, struct ctl_rule_guard *g)
-{
-    ctl_db_rollback(ctl);
-    free(g->before);
-    g->before = NULL;
-}
-
-/* Prints why a change was refused: the routes, the limits, the rules. */
-static void
-ctl_rule_guard_explain(const struct rl_overflow *o,
-    const struct rl_rule *rules)
-{
-    const struct rl_rule *r;
-    int i;
-
-    if (!o->prefix)
-        ctl_warn("refused: after this change a check of the route \"%s\" "
-            "would need %d limits, more than the %d one check decides "
-            "(it needs %d now):", o->route, o->needed, RL_MAX_LIMITS,
-            o->before);
-    else if (o->route[0] == '\0')
-        ctl_warn("refused: after this change a check of a route that only "
-            "\"*\" rules match would need %d limits, more than the %d one "
-            "check decides (it needs %d now):", o->needed, RL_MAX_LIMITS,
-            o->before);
-    else
-        ctl_warn("refused: after this change a check of a route beginning "
-            "with \"%s\" would need %d limits, more than the %d one check "
-            "decides (it needs %d now):", o->route, o->needed,
-            RL_MAX_LIMITS, o->before);
-    for (i = 0; i < o->nrules; i++) {
-        r = &rules[o->rule[i]];
-        fprintf(stderr, "    rule %lld  %s  %d limit%s  (%s)\n", r->id,
-            r->pattern, r->nlimits, r->nlimits == 1 ? "" : "s",
-            i == 0 ? "the most specific rule" : "always");
-    }
-    fputs(CTL_NAME ": the service would answer such a check 503 "
-        "\"misconfigured\"; nothing was changed (give the rules fewer "
-        "limits, or fewer \"always\" rules that match the same routes)\n",
-        stderr);
-}
-
-/*
- * Ends a guarded change: reads the tenant's rules again and commits, or,
- * when some route's check would now need too many limits, rolls back and
- * explains.  Returns 0, CTL_EXIT_USAGE (refused) or CTL_EXIT_FAIL
- * (database error), having printed why.
- */
-int
-ctl_rule_guard_end(struct ctl *ctl, struct ctl_rule_guard *g)
-{
-    struct rl_overflow *o;
-    struct rl_rule *after;
-    int nafter, rc = 0;
-
-    if (ctl_rule_guard_load(ctl, g->tenant_id, &after, &nafter) == -1) {
-        ctl_rule_guard_abort(ctl, g);
-        return ctl_db_fail(ctl);
-    }
-    if ((o = malloc(sizeof(*o))) == NULL) {
-        free(after);
-        ctl_rule_guard_abort(ctl, g);
-        return ctl_fail("out of memory");
-    }
-    if (rules_overflow(g->before, g->nbefore, after, nafter, o)) {
-        ctl_rule_guard_abort(ctl, g);
-        ctl_rule_guard_explain(o, after);
-        rc = CTL_EXIT_USAGE;
-    } else if (ctl_db_commit(ctl) == -1) {
-        ctl_rule_guard_abort(ctl, g);
-        rc = ctl_db_fail(ctl);
-    }
-    free(o);
-    free(after);
-    free(g->before);
-    g->before = NULL;
-    return rc;
-}
-
-/*
- * Ends a guarded change whose statement returned res: none of its rows
- * when the rule was removed by someone else since the first look.  On
- * CTL_EXIT_OK the change is committed and res is the caller's to read and
- * clear; otherwise res is cleared, the change rolled back and why printed.
- */
-static int
-ctl_rule_guard_finish(struct ctl *ctl, struct ctl_rule_guard *g,
-    PGresult *res, long long rule_id)
-{
-    int rc;
-
-    if (PQntuples(res) == 0) {
-        PQclear(res);
-        ctl_rule_guard_abort(ctl, g);
-        return ctl_fail("no rule with id %lld", rule_id);
-    }
-    if ((rc = ctl_rule_guard_end(ctl, g)) != 0) {
-        PQclear(res);
-        return rc;
-    }
-    return CTL_EXIT_OK;
-}
-
-/* ------------------------------------------------------------------ */
-/* rule and limit */
-
 
 /* What "rule add" stores in rules, and its first limit. */
 struct ctl_rule_spec {
@@ -292,7 +27,7 @@ struct ctl_rule_spec {
     int shadow;
     int always;
     char priority[24];
-    struct ctl_rule_limit_spec limit;
+    struct ctl_limit_spec limit;
 };
 
 /* validate_on_off() into "true" or "false" (query parameters of boolean
@@ -307,208 +42,6 @@ ctl_rule_on_off(const char *what, const char *s, const char **out,
         return -1;
     *out = on ? "true" : "false";
     return 0;
-}
-
-/* Writes the names of the algorithms as "a, b, c or d" into buf, for
- * messages. */
-static void
-ctl_rule_algorithm_names(char *buf, size_t len)
-{
-    size_t used = 0;
-    int i, n = algo_count();
-
-    buf[0] = '\0';
-    for (i = 0; i < n && used < len; i++) {
-        snprintf(buf + used, len - used, "%s%s",
-            i == 0 ? "" : i == n - 1 ? " or " : ", ", algo_at(i)->name);
-        used += strlen(buf + used);
-    }
-}
-
-/* 1 when the option named opt sets a parameter of a. */
-static int
-ctl_rule_takes(const struct algo *a, const char *opt)
-{
-    int i;
-
-    for (i = 0; i < a->nparams; i++)
-        if (strcmp(a->param[i].option, opt) == 0)
-            return 1;
-    return 0;
-}
-
-/*
- * Refuses a parameter option of another algorithm than alg: so a mistyped
- * command never stores something other than what was meant.  The options
- * are looked at in the order of the table.  Returns 0, or CTL_EXIT_USAGE
- * after printing why.
- */
-static int
-ctl_rule_foreign_options(const struct ctl_command *cmd,
-    const struct ctl_args *a, const struct algo *alg)
-{
-    const struct algo *other;
-    const char *opt;
-    char takes[160];
-    int i, j, k, seen;
-
-    for (i = 0; (other = algo_at(i)) != NULL; i++)
-        for (j = 0; j < other->nparams; j++) {
-            opt = other->param[j].option;
-            /* Each option once, where the table names it first. */
-            seen = 0;
-            for (k = 0; k < i && !seen; k++)
-                seen = ctl_rule_takes(algo_at(k), opt);
-            if (seen || ctl_args_value(cmd, a, opt) == NULL ||
-                ctl_rule_takes(alg, opt))
-                continue;
-            algo_takes(alg, takes, sizeof(takes));
-            return ctl_usage_error(cmd, "--%s: not an option of %s (it "
-                "takes %s)", opt, alg->name, takes);
-        }
-    return 0;
-}
-
-/*
- * Checks the options that describe one limit (--name, --algorithm and the
- * algorithm's parameters) into spec.  default_name stands in for a missing
- * --name; when it is NULL, --name is required.  Returns 0, or
- * CTL_EXIT_USAGE after printing why.
- */
-static int
-ctl_rule_limit_spec(const struct ctl_command *cmd, const struct ctl_args *a,
-    const char *default_name, struct ctl_rule_limit_spec *spec)
-{
-    const char *algorithm = ctl_args_value(cmd, a, "algorithm");
-    const char *typed[ALGO_MAX_PARAMS], *v;
-    const struct algo_param *p;
-    const struct algo *alg;
-    char err[256], names[128], takes[160], text[ALGO_TEXT_MAX];
-    int i, rc;
-
-    memset(spec, 0, sizeof(*spec));
-    spec->name = ctl_args_value(cmd, a, "name");
-    if (spec->name == NULL) {
-        if (default_name == NULL)
-            return ctl_usage_error(cmd, "missing --name LIMITNAME (the "
-                "limits of a rule need names of their own)");
-        spec->name = default_name;
-    }
-    if (validate_limit_name("--name", spec->name, err, sizeof(err)) == -1)
-        return ctl_usage_error(cmd, "%s", err);
-
-    ctl_rule_algorithm_names(names, sizeof(names));
-    if (algorithm == NULL)
-        return ctl_usage_error(cmd, "missing --algorithm (%s)", names);
-    if ((alg = algo_find(algorithm)) == NULL)
-        return ctl_usage_error(cmd, "--algorithm: \"%s\" is not %s",
-            algorithm, names);
-    spec->algorithm = alg;
-    spec->limit.algorithm = alg->id;
-
-    if ((rc = ctl_rule_foreign_options(cmd, a, alg)) != 0)
-        return rc;
-    for (i = 0; i < alg->nparams; i++) {
-        p = &alg->param[i];
-        if (!p->optional && ctl_args_value(cmd, a, p->option) == NULL) {
-            algo_takes(alg, takes, sizeof(takes));
-            return ctl_usage_error(cmd, "%s needs %s (--%s is missing)",
-                alg->name, takes, p->option);
-        }
-    }
-
-    /* Only the algorithm's own options are left; parse those given (an
-     * optional one left out stays 0). */
-    for (i = 0; i < alg->nparams; i++) {
-        p = &alg->param[i];
-        typed[i] = ctl_args_value(cmd, a, p->option);
-        if (typed[i] != NULL && ((v = ctl_args_param_text(p, typed[i], text,
-            sizeof(text), err, sizeof(err))) == NULL ||
-            algo_param_parse(p, v, &spec->limit, err, sizeof(err)) == -1))
-            return ctl_usage_error(cmd, "%s", err);
-    }
-    if (alg->check != NULL && alg->check(&spec->limit, typed, err,
-        sizeof(err)) == -1)
-        return ctl_usage_error(cmd, "%s", err);
-    spec->count = ctl_args_value(cmd, a, "count");
-    if (spec->count == NULL)
-        spec->count = "subject";
-    if (validate_count("--count", spec->count, err, sizeof(err)) == -1)
-        return ctl_usage_error(cmd, "%s", err);
-    spec->limit.count = algo_count_parse(spec->count);
-    return 0;
-}
-
-/* Describes a checked limit the way "rule list" shows it. */
-void
-ctl_rule_limit_describe(const struct ctl_rule_limit_spec *s, char *buf,
-    size_t len)
-{
-    const struct algo *alg = s->algorithm;
-    char text[ALGO_MAX_PARAMS][ALGO_TEXT_MAX];
-    int i, n;
-
-    for (i = 0; i < ALGO_MAX_PARAMS; i++) {
-        text[i][0] = '\0';
-        if (i < alg->nparams)
-            algo_param_text(&alg->param[i], &s->limit, ALGO_TEXT_HUMAN,
-                text[i], sizeof(text[i]));
-    }
-    n = snprintf(buf, len, "%s: %s ", s->name, alg->name);
-    if (n < 0 || (size_t)n >= len)
-        return;
-    snprintf(buf + n, len - (size_t)n, alg->describe, text[0], text[1],
-        text[2]);
-    n = (int)strlen(buf);
-    snprintf(buf + n, len - (size_t)n, ", counted per %s", s->count);
-}
-
-/*
- * Inserts a checked limit into the rule with id rule_id (decimal): the
- * columns of its algorithm's parameters, the others left NULL.  Returns
- * the result, with one row holding the new limit's id, or none when there
- * is no such rule (the caller PQclear()s it); or NULL with the error in
- * ctl.
- */
-PGresult *
-ctl_rule_insert_limit(struct ctl *ctl, const char *rule_id,
-    const struct ctl_rule_limit_spec *s)
-{
-    static const char *const cast[] = { "", "bigint", "double precision",
-        "bigint", "text" };
-    const struct algo *alg = s->algorithm;
-    const char *params[4 + ALGO_MAX_PARAMS];
-    char text[ALGO_MAX_PARAMS][ALGO_TEXT_MAX];
-    char columns[256], values[256];
-    char sql[768];
-    size_t cu = 0, vu = 0;
-    int i;
-
-    params[0] = rule_id;
-    params[1] = s->name;
-    params[2] = alg->name;
-    params[3 + alg->nparams] = s->count;
-    columns[0] = values[0] = '\0';
-    for (i = 0; i < alg->nparams; i++) {
-        if (algo_param_text(&alg->param[i], &s->limit, ALGO_TEXT_SQL,
-            text[i], sizeof(text[i])) == -1) {
-            ctl_db_set_error(ctl, "limit parameter out of range");
-            ctl->constraint[0] = '\0';
-            return NULL;
-        }
-        params[3 + i] = text[i];
-        snprintf(columns + cu, sizeof(columns) - cu, ", %s",
-            alg->param[i].column);
-        cu += strlen(columns + cu);
-        snprintf(values + vu, sizeof(values) - vu, ", $%d::%s", 4 + i,
-            cast[alg->param[i].kind]);
-        vu += strlen(values + vu);
-    }
-    snprintf(sql, sizeof(sql), "INSERT INTO limits (rule_id, name, "
-        "algorithm%s, count_scope) SELECT r.id, $2, $3%s, $%d FROM rules r "
-        "WHERE r.id = $1::bigint RETURNING id", columns, values,
-        4 + alg->nparams);
-    return ctl_db_query(ctl, sql, 4 + alg->nparams, params);
 }
 
 /* Checks "rule add"'s arguments into spec.  Returns 0 or CTL_EXIT_USAGE
@@ -537,7 +70,7 @@ ctl_rule_spec(const struct ctl_command *cmd, const struct ctl_args *a,
         return ctl_usage_error(cmd, "missing --route PATTERN");
     if (validate_route("--route", spec->route, err, sizeof(err)) == -1)
         return ctl_usage_error(cmd, "%s", err);
-    if ((rc = ctl_rule_limit_spec(cmd, a, "default", &spec->limit)) != 0)
+    if ((rc = ctl_limit_spec_parse(cmd, a, "default", &spec->limit)) != 0)
         return rc;
 
     v = 0;
@@ -564,7 +97,7 @@ ctl_rule_add(struct ctl *ctl, const struct ctl_command *cmd,
     const struct ctl_args *a)
 {
     struct ctl_rule_spec s;
-    struct ctl_rule_guard g;
+    struct ctl_guard g;
     const char *params[7];
     const char *names[5] = { "id", "tenant", "route", "always", "limit" };
     const char *values[5];
@@ -577,7 +110,7 @@ ctl_rule_add(struct ctl *ctl, const struct ctl_command *cmd,
     if ((rc = ctl_db_connect(ctl)) != 0)
         return rc;
 
-    if ((rc = ctl_rule_guard_begin_tenant(ctl, &g, s.tenant)) != 0)
+    if ((rc = ctl_guard_begin_tenant(ctl, &g, s.tenant)) != 0)
         return rc;
     params[0] = g.tenant_id;
     params[1] = s.route;
@@ -589,13 +122,13 @@ ctl_rule_add(struct ctl *ctl, const struct ctl_command *cmd,
             "$1::uuid AND route_pattern = $2 AND priority = $3::integer "
             "AND enabled ORDER BY id LIMIT 1", 3, params);
         if (res == NULL) {
-            ctl_rule_guard_abort(ctl, &g);
+            ctl_guard_abort(ctl, &g);
             return ctl_db_fail(ctl);
         }
         if (PQntuples(res) > 0) {
             snprintf(rule_id, sizeof(rule_id), "%s", PQgetvalue(res, 0, 0));
             PQclear(res);
-            ctl_rule_guard_abort(ctl, &g);
+            ctl_guard_abort(ctl, &g);
             fprintf(stderr, CTL_NAME ": rule add: rule %s of %s already has "
                 "route '%s' and priority %s and is chosen first: this rule "
                 "would never apply. Give one of them another --priority, "
@@ -616,22 +149,22 @@ ctl_rule_add(struct ctl *ctl, const struct ctl_command *cmd,
         "VALUES ($1::uuid, $2, $3::integer, $4::boolean, $5, $6, "
         "        $7::boolean) RETURNING id", 7, params);
     if (res == NULL) {
-        ctl_rule_guard_abort(ctl, &g);
+        ctl_guard_abort(ctl, &g);
         return ctl_db_fail(ctl);
     }
     snprintf(rule_id, sizeof(rule_id), "%s", PQgetvalue(res, 0, 0));
     PQclear(res);
 
-    res = ctl_rule_insert_limit(ctl, rule_id, &s.limit);
+    res = ctl_limit_insert(ctl, rule_id, &s.limit);
     if (res == NULL) {
-        ctl_rule_guard_abort(ctl, &g);
+        ctl_guard_abort(ctl, &g);
         return ctl_db_fail(ctl);
     }
     PQclear(res);
-    if ((rc = ctl_rule_guard_end(ctl, &g)) != 0)
+    if ((rc = ctl_guard_end(ctl, &g)) != 0)
         return rc;
 
-    ctl_rule_limit_describe(&s.limit, desc, sizeof(desc));
+    ctl_limit_describe(&s.limit, desc, sizeof(desc));
     values[0] = rule_id;
     values[1] = s.tenant;
     values[2] = s.route;
@@ -657,7 +190,7 @@ ctl_rule_set(struct ctl *ctl, const struct ctl_command *cmd,
     const char *route = ctl_args_value(cmd, a, "route");
     const char *params[8], *values[8];
     char err[256], prio[24];
-    struct ctl_rule_guard g;
+    struct ctl_guard g;
     long long id, v;
     PGresult *res;
     int rc, i;
@@ -707,7 +240,7 @@ ctl_rule_set(struct ctl *ctl, const struct ctl_command *cmd,
     }
     if ((rc = ctl_db_connect(ctl)) != 0)
         return rc;
-    if ((rc = ctl_rule_guard_begin_rule(ctl, &g, id)) != 0)
+    if ((rc = ctl_guard_begin_rule(ctl, &g, id)) != 0)
         return rc;
 
     /* One statement: a NULL parameter keeps the column as it is.  A rule
@@ -728,10 +261,10 @@ ctl_rule_set(struct ctl *ctl, const struct ctl_command *cmd,
         "  CASE WHEN shadow THEN 'on' ELSE 'off' END, "
         "  failure_mode, per, priority, route_pattern", 8, params);
     if (res == NULL) {
-        ctl_rule_guard_abort(ctl, &g);
+        ctl_guard_abort(ctl, &g);
         return ctl_db_fail(ctl);
     }
-    if ((rc = ctl_rule_guard_finish(ctl, &g, res, id)) != CTL_EXIT_OK)
+    if ((rc = ctl_guard_finish(ctl, &g, res, id)) != CTL_EXIT_OK)
         return rc;
     for (i = 0; i < 8; i++)
         values[i] = PQgetvalue(res, 0, i);
@@ -969,7 +502,7 @@ ctl_rule_match(struct ctl *ctl, const struct ctl_command *cmd,
         return rc;
     if ((rc = ctl_db_tenant_id(ctl, tenant, id)) != 0)
         return rc;
-    if (ctl_rule_guard_load(ctl, id, &rules, &n) == -1)
+    if (ctl_guard_load(ctl, id, &rules, &n) == -1)
         return ctl_db_fail(ctl);
     if (n > RL_MAX_RULES) {
         free(rules);
@@ -1061,7 +594,7 @@ ctl_rule_remove(struct ctl *ctl, const struct ctl_command *cmd,
     const struct ctl_args *a)
 {
     const char *params[1] = { a->pos[0] };
-    struct ctl_rule_guard g;
+    struct ctl_guard g;
     long long id;
     int rc, n;
 
@@ -1070,322 +603,19 @@ ctl_rule_remove(struct ctl *ctl, const struct ctl_command *cmd,
         return rc;
     /* Guarded too: when two rules tie for a route, removing the winner
      * hands the route to the other one, which may have more limits. */
-    if ((rc = ctl_rule_guard_begin_rule(ctl, &g, id)) != 0)
+    if ((rc = ctl_guard_begin_rule(ctl, &g, id)) != 0)
         return rc;
     /* The rule's limits go with it (ON DELETE CASCADE), atomically. */
     n = ctl_db_query_rows(ctl, "DELETE FROM rules WHERE id = $1::bigint "
         "RETURNING id", 1, params);
     if (n <= 0) {
-        ctl_rule_guard_abort(ctl, &g);
+        ctl_guard_abort(ctl, &g);
         if (n == -1)
             return ctl_db_fail(ctl);
         return ctl_fail("no rule with id %lld", id);
     }
-    if ((rc = ctl_rule_guard_end(ctl, &g)) != 0)
+    if ((rc = ctl_guard_end(ctl, &g)) != 0)
         return rc;
     printf("rule %lld removed\n", id);
     return CTL_EXIT_OK;
-}
-
-int
-ctl_rule_limit_add(struct ctl *ctl, const struct ctl_command *cmd,
-    const struct ctl_args *a)
-{
-    struct ctl_rule_limit_spec s;
-    struct ctl_rule_guard g;
-    const char *names[3] = { "id", "rule", "limit" };
-    const char *values[3];
-    char err[256], desc[160], rule[24];
-    long long rule_id;
-    PGresult *res;
-    int rc;
-
-    if (validate_id("RULE_ID", a->pos[0], &rule_id, err, sizeof(err)) == -1)
-        return ctl_usage_error(cmd, "%s", err);
-    snprintf(rule, sizeof(rule), "%lld", rule_id);
-    if ((rc = ctl_rule_limit_spec(cmd, a, NULL, &s)) != 0)
-        return rc;
-    if ((rc = ctl_db_connect(ctl)) != 0)
-        return rc;
-
-    /* The trigger limits_per_rule_max counts the rule's limits under a
-     * lock on the rule; the guard looks at the checks the rule is in. */
-    if ((rc = ctl_rule_guard_begin_rule(ctl, &g, rule_id)) != 0)
-        return rc;
-    res = ctl_rule_insert_limit(ctl, rule, &s);
-    if (res == NULL) {
-        ctl_rule_guard_abort(ctl, &g);
-        if (strcmp(ctl->constraint, "limits_name_unique") == 0)
-            return ctl_fail("rule %lld already has a limit named \"%s\" "
-                "(see '" CTL_NAME " rule list TENANT')", rule_id, s.name);
-        if (strcmp(ctl->constraint, "limits_per_rule_max") == 0)
-            return ctl_fail("%s: remove one first ('" CTL_NAME
-                " limit remove LIMIT_ID')", ctl->err);
-        return ctl_db_fail(ctl);
-    }
-    if ((rc = ctl_rule_guard_finish(ctl, &g, res, rule_id)) != CTL_EXIT_OK)
-        return rc;
-    ctl_rule_limit_describe(&s, desc, sizeof(desc));
-    values[0] = PQgetvalue(res, 0, 0);
-    values[1] = rule;
-    values[2] = desc;
-    ctl_db_print_fields(names, values, 3);
-    PQclear(res);
-    return CTL_EXIT_OK;
-}
-
-/*
- * limit remove: a rule keeps at least one limit.  The rule's row is locked
- * before its limits are counted, so two removals of a rule's last two
- * limits cannot both succeed.
- */
-int
-ctl_rule_limit_remove(struct ctl *ctl, const struct ctl_command *cmd,
-    const struct ctl_args *a)
-{
-    const char *params[2];
-    char rule_id[24], name[RL_NAME_MAX + 1];
-    long long id, nlimits;
-    PGresult *res;
-    int rc;
-
-    if ((rc = ctl_db_parse_id_connect(ctl, cmd, "LIMIT_ID", a->pos[0],
-        &id)) != 0)
-        return rc;
-
-    params[0] = a->pos[0];
-    if (ctl_db_begin(ctl) == -1)
-        return ctl_db_fail(ctl);
-    res = ctl_db_query(ctl, "SELECT rule_id FROM limits WHERE id = $1::bigint",
-        1, params);
-    if (res == NULL)
-        goto db_err;
-    if (PQntuples(res) == 0) {
-        PQclear(res);
-        ctl_db_rollback(ctl);
-        return ctl_fail("no limit with id %lld", id);
-    }
-    snprintf(rule_id, sizeof(rule_id), "%s", PQgetvalue(res, 0, 0));
-    PQclear(res);
-
-    params[1] = rule_id;
-    if (ctl_db_command(ctl, "SELECT 1 FROM rules WHERE id = $1::bigint "
-        "FOR NO KEY UPDATE", 1, &params[1]) == -1 ||
-        (res = ctl_db_query(ctl, "SELECT count(*) FROM limits "
-        "WHERE rule_id = $1::bigint", 1, &params[1])) == NULL)
-        goto db_err;
-    nlimits = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
-    PQclear(res);
-    if (nlimits <= 1) {
-        ctl_db_rollback(ctl);
-        return ctl_fail("limit %lld is the last limit of rule %s, and a rule "
-            "needs at least one: remove the whole rule with '" CTL_NAME
-            " rule remove %s'", id, rule_id, rule_id);
-    }
-
-    res = ctl_db_query(ctl, "DELETE FROM limits "
-        "WHERE id = $1::bigint AND rule_id = $2::bigint RETURNING name",
-        2, params);
-    if (res == NULL)
-        goto db_err;
-    if (PQntuples(res) == 0) {
-        /* Removed or moved by someone else since the first look. */
-        PQclear(res);
-        ctl_db_rollback(ctl);
-        return ctl_fail("no limit with id %lld in rule %s", id, rule_id);
-    }
-    snprintf(name, sizeof(name), "%s", PQgetvalue(res, 0, 0));
-    PQclear(res);
-    if (ctl_db_commit(ctl) == -1)
-        goto db_err;
-    printf("limit %lld (%s) removed from rule %s\n", id, name, rule_id);
-    return CTL_EXIT_OK;
-
-db_err:
-    ctl_db_rollback(ctl);
-    return ctl_db_fail(ctl);
-}
-
-
-int
-ctl_rule_write_limit(struct ctl *ctl, const char *limit_id, const char *name,
-    const char *count, const struct algo *alg, const struct rl_limit *l)
-{
-    const char *params[4 + 8];
-    char sqlv[8][ALGO_TEXT_MAX], sql[1024], set[512], mark[64];
-    const struct algo *other;
-    const struct algo_param *mine;
-    size_t used = 0;
-    int i, j, k, np = 4;
-
-    params[0] = limit_id;
-    params[1] = name;
-    params[2] = count;
-    params[3] = alg->name;
-    set[0] = '\0';
-    /* Every parameter column of every algorithm: this one's values, the
-     * others NULL. */
-    for (i = 0; (other = algo_at(i)) != NULL; i++)
-        for (j = 0; j < other->nparams; j++) {
-            snprintf(mark, sizeof(mark), " %s = ", other->param[j].column);
-            if (strstr(set, mark) != NULL)
-                continue;       /* a column shared by algorithms */
-            for (mine = NULL, k = 0; k < alg->nparams; k++)
-                if (strcmp(alg->param[k].column,
-                    other->param[j].column) == 0)
-                    mine = &alg->param[k];
-            if (mine == NULL) {
-                used += (size_t)snprintf(set + used, sizeof(set) - used,
-                    ",%sNULL", mark);
-                continue;
-            }
-            if (np - 4 >= 8 || algo_param_text(mine, l, ALGO_TEXT_SQL,
-                sqlv[np - 4], sizeof(sqlv[0])) == -1)
-                return -2;
-            params[np] = sqlv[np - 4];
-            used += (size_t)snprintf(set + used, sizeof(set) - used,
-                ",%s$%d::%s", mark, np + 1,
-                mine->kind == ALGO_KIND_RATE ? "double precision" :
-                mine->kind == ALGO_KIND_CALENDAR ? "text" : "bigint");
-            np++;
-        }
-    snprintf(sql, sizeof(sql), "UPDATE limits SET name = coalesce($2, name), "
-        "count_scope = coalesce($3, count_scope), algorithm = $4%s "
-        "WHERE id = $1::bigint", set);
-    return ctl_db_command(ctl, sql, np, params) == -1 ? -1 : 0;
-}
-
-/*
- * limit set LIMIT_ID [--name N] [--count C] [--algorithm A] [parameters]:
- * changes a limit in place (its counters in Redis stay, under the same
- * id).  Parameters not given keep their values; with another --algorithm,
- * that algorithm's parameters are required and the old ones are cleared.
- */
-int
-ctl_rule_limit_set(struct ctl *ctl, const struct ctl_command *cmd,
-    const struct ctl_args *a)
-{
-    static const char *const names[] = { "id", "rule", "limit" };
-    const char *name = ctl_args_value(cmd, a, "name");
-    const char *count = ctl_args_value(cmd, a, "count");
-    const char *algorithm = ctl_args_value(cmd, a, "algorithm");
-    const char *typed[ALGO_MAX_PARAMS], *values[3], *params[1], *v;
-    char text[ALGO_MAX_PARAMS][ALGO_TEXT_MAX];
-    char err[256], desc[256], rule[24];
-    char old_name[RL_NAME_MAX + 1], old_count[16], old_alg[32];
-    struct ctl_rule_limit_spec s;
-    const struct algo *alg, *other;
-    const struct algo_param *p;
-    long long id;
-    PGresult *res;
-    int i, j, rc, given = 0, changed_alg;
-
-    if (validate_id("LIMIT_ID", a->pos[0], &id, err, sizeof(err)) == -1)
-        return ctl_usage_error(cmd, "%s", err);
-    if (name != NULL && validate_limit_name("--name", name, err,
-        sizeof(err)) == -1)
-        return ctl_usage_error(cmd, "%s", err);
-    if (count != NULL && validate_count("--count", count, err,
-        sizeof(err)) == -1)
-        return ctl_usage_error(cmd, "%s", err);
-    if (algorithm != NULL && algo_find(algorithm) == NULL) {
-        ctl_rule_algorithm_names(desc, sizeof(desc));
-        return ctl_usage_error(cmd, "--algorithm: \"%s\" is not %s",
-            algorithm, desc);
-    }
-    for (i = 0; (other = algo_at(i)) != NULL; i++)
-        for (j = 0; j < other->nparams; j++)
-            given |= ctl_args_value(cmd, a, other->param[j].option) != NULL;
-    if (name == NULL && count == NULL && algorithm == NULL && !given)
-        return ctl_usage_error(cmd, "nothing to set: give --name, --count, "
-            "--algorithm or parameters of the limit's algorithm");
-    if ((rc = ctl_db_connect(ctl)) != 0)
-        return rc;
-    if (ctl_db_begin(ctl) == -1)
-        return ctl_db_fail(ctl);
-    params[0] = a->pos[0];
-    res = ctl_db_query(ctl, "SELECT l.rule_id, l.algorithm, "
-        CTL_LIMIT_PARAMS_SQL ", l.name, l.count_scope "
-        "FROM limits l WHERE l.id = $1::bigint FOR UPDATE", 1, params);
-    if (res == NULL)
-        goto db_err;
-    if (PQntuples(res) == 0) {
-        PQclear(res);
-        ctl_db_rollback(ctl);
-        return ctl_fail("no limit with id %lld", id);
-    }
-    memset(&s, 0, sizeof(s));
-    snprintf(rule, sizeof(rule), "%s", PQgetvalue(res, 0, 0));
-    snprintf(old_alg, sizeof(old_alg), "%s", PQgetvalue(res, 0, 1));
-    snprintf(old_name, sizeof(old_name), "%s", PQgetvalue(res, 0, 9));
-    snprintf(old_count, sizeof(old_count), "%s", PQgetvalue(res, 0, 10));
-    changed_alg = algorithm != NULL && strcmp(algorithm, old_alg) != 0;
-    if (!changed_alg) {
-        ctl_db_limit_params(res, 0, 2, &s.limit);
-    }
-    PQclear(res);
-    if ((alg = algo_find(changed_alg ? algorithm : old_alg)) == NULL) {
-        ctl_db_rollback(ctl);
-        return ctl_fail("limit %lld has an unknown algorithm", id);
-    }
-    s.algorithm = alg;
-    s.limit.algorithm = alg->id;
-    if ((rc = ctl_rule_foreign_options(cmd, a, alg)) != 0) {
-        ctl_db_rollback(ctl);
-        return rc;
-    }
-    for (i = 0; i < alg->nparams; i++) {
-        p = &alg->param[i];
-        typed[i] = ctl_args_value(cmd, a, p->option);
-        if (typed[i] == NULL && changed_alg && !p->optional) {
-            ctl_db_rollback(ctl);
-            algo_takes(alg, err, sizeof(err));
-            return ctl_usage_error(cmd, "%s needs %s (--%s is missing)",
-                alg->name, err, p->option);
-        }
-        if (typed[i] != NULL) {
-            if ((v = ctl_args_param_text(p, typed[i], text[i],
-                sizeof(text[i]), err, sizeof(err))) == NULL ||
-                algo_param_parse(p, v, &s.limit, err, sizeof(err)) == -1) {
-                ctl_db_rollback(ctl);
-                return ctl_usage_error(cmd, "%s", err);
-            }
-        } else {
-            algo_param_text(p, &s.limit, ALGO_TEXT_HUMAN, text[i],
-                sizeof(text[i]));
-            typed[i] = text[i];
-        }
-    }
-    if (alg->check != NULL && alg->check(&s.limit, typed, err,
-        sizeof(err)) == -1) {
-        ctl_db_rollback(ctl);
-        return ctl_usage_error(cmd, "%s", err);
-    }
-
-    if ((rc = ctl_rule_write_limit(ctl, a->pos[0], name, count, alg,
-        &s.limit)) != 0) {
-        if (rc == -1 && strcmp(ctl->constraint, "limits_name_unique") == 0) {
-            ctl_db_rollback(ctl);
-            return ctl_fail("rule %s already has a limit named \"%s\"",
-                rule, name);
-        }
-        if (rc == -1)
-            goto db_err;
-        ctl_db_rollback(ctl);
-        return ctl_fail("limit parameter out of range");
-    }
-    if (ctl_db_commit(ctl) == -1)
-        return ctl_db_fail(ctl);
-    s.name = name != NULL ? name : old_name;
-    s.count = count != NULL ? count : old_count;
-    s.limit.count = algo_count_parse(s.count);
-    ctl_rule_limit_describe(&s, desc, sizeof(desc));
-    values[0] = a->pos[0];
-    values[1] = rule;
-    values[2] = desc;
-    ctl_db_print_fields(names, values, 3);
-    return CTL_EXIT_OK;
-db_err:
-    ctl_db_rollback(ctl);
-    return ctl_db_fail(ctl);
 }

@@ -461,7 +461,7 @@ START_TEST(test_takes)
         const char *takes;
     } cases[] = {
         { RL_ALGO_TOKEN_BUCKET, "--capacity N and --refill-rate R" },
-        { RL_ALGO_SLIDING_WINDOW, "--limit N and --window SECONDS" },
+        { RL_ALGO_SLIDING_WINDOW, "--limit N and --window DURATION" },
         { RL_ALGO_GCRA,
           "--limit N and --period DURATION, optionally --burst B" },
         { RL_ALGO_FIXED_WINDOW,
