@@ -308,33 +308,6 @@ config_error(char *err, size_t errlen, int *nerr, const char *fmt, ...)
     va_end(ap);
 }
 
-/* Levenshtein distance, small and bounded: used only for the hint. */
-static size_t
-edit_distance(const char *a, const char *b)
-{
-    size_t la = strlen(a), lb = strlen(b), i, j;
-    size_t row[64], prev, tmp;
-
-    if (la >= 63 || lb >= 63)
-        return SIZE_MAX;
-    for (j = 0; j <= lb; j++)
-        row[j] = j;
-    for (i = 1; i <= la; i++) {
-        prev = row[0];
-        row[0] = i;
-        for (j = 1; j <= lb; j++) {
-            tmp = row[j];
-            row[j] = prev + (a[i - 1] != b[j - 1]);
-            if (row[j - 1] + 1 < row[j])
-                row[j] = row[j - 1] + 1;
-            if (tmp + 1 < row[j])
-                row[j] = tmp + 1;
-            prev = tmp;
-        }
-    }
-    return row[lb];
-}
-
 static const struct config_key *
 config_find(const char *name)
 {
@@ -1062,7 +1035,7 @@ config_set(struct rl_config *cfg, const char *key, const char *value,
 
     if (k == NULL) {
         for (i = 0; i < NKEYS; i++) {
-            d = edit_distance(key, config_keys[i].name);
+            d = util_edit_distance(key, config_keys[i].name);
             if (d < best) {
                 best = d;
                 hint = config_keys[i].name;

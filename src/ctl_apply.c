@@ -26,6 +26,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -223,34 +224,6 @@ apply_type_name(enum json_type t, int expected)
     return "an unknown type";
 }
 
-/* Levenshtein distance between a and b, for the hint of an unknown key;
- * keys longer than 63 bytes are simply far from everything. */
-static size_t
-apply_distance(const char *a, const char *b)
-{
-    size_t la = strlen(a), lb = strlen(b), i, j, diag, up;
-    size_t d[64];
-
-    if (la > 63 || lb > 63)
-        return (size_t)-1;
-    for (j = 0; j <= lb; j++)
-        d[j] = j;
-    for (i = 1; i <= la; i++) {
-        diag = d[0];
-        d[0] = i;
-        for (j = 1; j <= lb; j++) {
-            up = d[j];
-            d[j] = diag + (a[i - 1] == b[j - 1] ? 0 : 1);
-            if (up + 1 < d[j])
-                d[j] = up + 1;
-            if (d[j - 1] + 1 < d[j])
-                d[j] = d[j - 1] + 1;
-            diag = up;
-        }
-    }
-    return d[lb];
-}
-
 /* A key of the file, fit to print: at most 40 bytes, anything but
  * printable ASCII shown as '?'. */
 static void
@@ -298,9 +271,9 @@ apply_known_keys(struct json_object *o, const char *at,
         if (apply_key_in(key, known))
             continue;
         best = NULL;
-        bestd = (size_t)-1;
+        bestd = SIZE_MAX;
         for (i = 0; known[i] != NULL; i++)
-            if ((d = apply_distance(key, known[i])) < bestd) {
+            if ((d = util_edit_distance(key, known[i])) < bestd) {
                 bestd = d;
                 best = known[i];
             }

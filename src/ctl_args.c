@@ -125,22 +125,6 @@ ctl_args_parse(const struct ctl_command *cmd, int argc, char **argv,
 /* ------------------------------------------------------------------ */
 /* Durations */
 
-/* The units of a duration option; "" is the bare number, in seconds. */
-static const struct {
-    const char *unit;
-    long long us;
-} ctl_args_units[] = {
-    { "", 1000000LL },
-    { "s", 1000000LL },
-    { "m", 60000000LL },
-    { "h", 3600000000LL },
-    { "d", 86400000000LL },
-    { "ms", 1000LL },
-    { "us", 1LL },
-};
-
-#define CTL_ARGS_NUNITS (sizeof(ctl_args_units) / sizeof(ctl_args_units[0]))
-
 /* Whether p is a duration counted in whole seconds (--window): a count
  * that algo.c's table shows as a DURATION. */
 static int
@@ -155,10 +139,10 @@ ctl_args_param_text(const struct algo_param *p, const char *value,
     char *buf, size_t len, char *err, size_t errlen)
 {
     int seconds = ctl_args_in_seconds(p);
-    size_t digits = strspn(value, "0123456789"), i;
+    size_t digits = strspn(value, "0123456789");
     const char *accepted, *typed = value;
     char low[24], high[24];
-    long long v = 0, lo, hi;
+    long long v = 0, lo, hi, unit;
 
     if (!seconds && p->kind != ALGO_KIND_DURATION)
         return value;
@@ -167,11 +151,8 @@ ctl_args_param_text(const struct algo_param *p, const char *value,
         "\"1d\")" : "a number of seconds (\"60\") or a whole number with "
         "the unit us, ms, s, m, h or d (\"500ms\", \"1s\", \"5m\", \"1h\", "
         "\"1d\")";
-    for (i = 0; i < CTL_ARGS_NUNITS; i++)
-        if (strcmp(value + digits, ctl_args_units[i].unit) == 0)
-            break;
-    if (digits == 0 || i == CTL_ARGS_NUNITS ||
-        (seconds && ctl_args_units[i].us < 1000000LL)) {
+    unit = validate_duration_unit(value + digits);
+    if (digits == 0 || unit < 0 || (seconds && unit < 1000000LL)) {
         snprintf(err, errlen, "--%s: \"%.40s\" is not a duration; it takes "
             "%s", p->option, value, accepted);
         return NULL;
@@ -181,7 +162,7 @@ ctl_args_param_text(const struct algo_param *p, const char *value,
     /* More than 15 digits is more than 366 days, whatever the unit. */
     for (; digits > 0 && digits <= 15; value++, digits--)
         v = v * 10 + (*value - '0');
-    v = digits > 0 ? -1 : v * ctl_args_units[i].us;
+    v = digits > 0 ? -1 : v * unit;
     lo = (long long)p->min * (seconds ? 1000000LL : 1);
     hi = (long long)p->max * (seconds ? 1000000LL : 1);
     if (v < lo || v > hi) {

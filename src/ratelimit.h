@@ -338,6 +338,10 @@ void util_hex(const void *in, size_t n, char *out);
 /* The value of hex digit c (either case), or -1. */
 int util_hex_digit(int c);
 
+/* The Levenshtein distance between a and b, for "did you mean" hints;
+ * SIZE_MAX when either is longer than 63 bytes. */
+size_t util_edit_distance(const char *a, const char *b);
+
 /* The n bytes whose 2n hex digits (either case) are hex[0..hexlen): 0, or
  * -1 when hexlen is not 2n or a character is not a hex digit. */
 int util_unhex(const char *hex, size_t hexlen, void *out, size_t n);
@@ -1366,6 +1370,10 @@ int validate_duration(const char *what, const char *s, long long *out_us,
 /* Writes us (> 0) in the largest unit that divides it: "500us", "2ms",
  * "1m"; what validate_duration() reads back as us. */
 void validate_duration_format(long long us, char *buf, size_t len);
+
+/* The microseconds of a duration's unit: "d", "h", "m", "s", "ms", "us",
+ * and "" (a bare number) for seconds; -1 for anything else. */
+long long validate_duration_unit(const char *unit);
 
 /* Whether GCRA can enforce count (>= 1) requests per period_us (>= 1)
  * with burst (>= 0): at most one request per microsecond, and (burst + 1)

@@ -5,6 +5,7 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -107,6 +108,32 @@ util_hex(const void *in, size_t n, char *out)
         out[2 * i + 1] = hex[p[i] & 15];
     }
     out[2 * n] = '\0';
+}
+
+size_t
+util_edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b), i, j;
+    size_t row[64], prev, up;
+
+    if (la > 63 || lb > 63)
+        return SIZE_MAX;
+    for (j = 0; j <= lb; j++)
+        row[j] = j;
+    for (i = 1; i <= la; i++) {
+        prev = row[0];
+        row[0] = i;
+        for (j = 1; j <= lb; j++) {
+            up = row[j];
+            row[j] = prev + (a[i - 1] != b[j - 1]);
+            if (row[j - 1] + 1 < row[j])
+                row[j] = row[j - 1] + 1;
+            if (up + 1 < row[j])
+                row[j] = up + 1;
+            prev = up;
+        }
+    }
+    return row[lb];
 }
 
 int

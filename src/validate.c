@@ -267,6 +267,19 @@ validate_duration(const char *what, const char *s, long long *out_us,
     return 0;
 }
 
+long long
+validate_duration_unit(const char *unit)
+{
+    size_t i;
+
+    if (unit[0] == '\0')
+        return 1000000LL;
+    for (i = 0; i < VALIDATE_NUNITS; i++)
+        if (strcmp(unit, validate_units[i].unit) == 0)
+            return validate_units[i].us;
+    return -1;
+}
+
 void
 validate_duration_format(long long us, char *buf, size_t len)
 {

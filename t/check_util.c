@@ -251,6 +251,22 @@ START_TEST(test_escape_cut)
 }
 END_TEST
 
+/* The hint's distance: edits, not positions; too long is far. */
+START_TEST(test_edit_distance)
+{
+    char longer[80];
+
+    ck_assert_uint_eq(util_edit_distance("workers", "workers"), 0);
+    ck_assert_uint_eq(util_edit_distance("wrokers", "workers"), 2);
+    ck_assert_uint_eq(util_edit_distance("failur_mode", "failure_mode"), 1);
+    ck_assert_uint_eq(util_edit_distance("", "abc"), 3);
+    ck_assert_uint_eq(util_edit_distance("kitten", "sitting"), 3);
+    memset(longer, 'a', 70);
+    longer[70] = '\0';
+    ck_assert(util_edit_distance(longer, "a") == SIZE_MAX);
+}
+END_TEST
+
 Suite *
 util_suite(void)
 {
@@ -276,6 +292,7 @@ util_suite(void)
     tcase_add_test(tc, test_random_fills);
     tcase_add_test(tc, test_random_fills_the_tail);
     tcase_add_test(tc, test_clocks);
+    tcase_add_test(tc, test_edit_distance);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -500,6 +500,18 @@ START_TEST(test_short_error_buffer)
 }
 END_TEST
 
+START_TEST(test_duration_unit)
+{
+    ck_assert_int_eq(validate_duration_unit(""), 1000000);
+    ck_assert_int_eq(validate_duration_unit("s"), 1000000);
+    ck_assert_int_eq(validate_duration_unit("ms"), 1000);
+    ck_assert_int_eq(validate_duration_unit("us"), 1);
+    ck_assert(validate_duration_unit("d") == 86400000000LL);
+    ck_assert_int_eq(validate_duration_unit("x"), -1);
+    ck_assert_int_eq(validate_duration_unit("sec"), -1);
+}
+END_TEST
+
 Suite *
 validate_suite(void)
 {
@@ -541,6 +553,7 @@ validate_suite(void)
     tcase_add_test(tc, test_on_off);
     tcase_add_test(tc, test_failure_mode_and_per);
     tcase_add_test(tc, test_short_error_buffer);
+    tcase_add_test(tc, test_duration_unit);
     suite_add_tcase(s, tc);
     return s;
 }
