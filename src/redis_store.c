@@ -284,7 +284,7 @@ redis_open(struct redis_store *rs, const char *addr, int sentinel,
     int port;
 
     *tls = NULL;
-
+    host[0] = '\0';
     if (strncmp(addr, "unix:", 5) == 0)
         c = redisConnectUnixWithTimeout(addr + 5,
             ms_to_tv(cfg->redis_connect_timeout_ms));
@@ -636,6 +636,7 @@ redis_sentinel_open(struct redis_store *rs, int i)
     struct redis_tls *tls;
     redisContext *c;
     redisReply *r;
+    int at = rs->sentinel_at;
 
     if (rs->sentinel != NULL && rs->sentinel_at == i)
         return 0;
@@ -649,23 +650,28 @@ redis_sentinel_open(struct redis_store *rs, int i)
     if (c->err) {
         log_warn("redis sentinel %s: %s%s", rs->addrs[i],
             redis_tls_error(tls)[0] ? "TLS: " : "", c->errstr);
-        return redis_sentinel_fail(rs);
+        goto fail;
     }
     if (redis_append_auth(c, cfg->redis_sentinel_username,
         cfg->redis_sentinel_password)) {
         if (redis_get_reply(c, tls, &r) != REDIS_OK) {
             log_warn("redis sentinel %s AUTH: %s%s", rs->addrs[i],
                 redis_tls_error(tls)[0] ? "TLS: " : "", c->errstr);
-            return redis_sentinel_fail(rs);
+            goto fail;
         }
         if (r->type == REDIS_REPLY_ERROR) {
             log_error("redis sentinel %s AUTH: %s", rs->addrs[i], r->str);
             freeReplyObject(r);
-            return redis_sentinel_fail(rs);
+            goto fail;
         }
         freeReplyObject(r);
     }
     return 0;
+fail:
+    /* The next sentinel to ask is still the one after the last that
+     * answered (the lookup's loop counts from it). */
+    rs->sentinel_at = at;
+    return redis_sentinel_fail(rs);
 }
 
 /*

@@ -26,7 +26,8 @@
 #      200 again by itself once its replica is promoted
 #   5. Sentinel over TLS (master, replica and three sentinels, all TLS):
 #      checks through the master the sentinels name; after SENTINEL
-#      FAILOVER, 200 on the new master
+#      FAILOVER, 200 on the new master; sentinels whose certificate is
+#      not verified: 503, and /health/ready says so
 set -u
 # shellcheck source-path=SCRIPTDIR
 . "$(dirname "$0")/lib.sh"
@@ -512,6 +513,17 @@ check "after the failover over TLS: the last 10 answered 200 on the new master" 
     eq "$(echo "$codes" | tr ' ' '\n' | tail -n 10 | grep -cx 200)" 10
 check "the new master holds counters" \
     ne "$(tls_cli $((S0 + 1)) --scan --pattern 'rl:{*' | head -n 1)" ""
+stop_private
+# The sentinels' certificate not verified: not ready, and why.
+# shellcheck disable=SC2086
+private_app tlss2 "$P1" redis_type=sentinel redis_sentinel_master=tlsmaster \
+    redis="127.0.0.1:$((S0 + 2)),127.0.0.1:$((S0 + 3)),127.0.0.1:$((S0 + 4))" \
+    $TLS workers=1 redis_tls_ca_file="$C/otherca.crt"
+check "sentinels under another CA: a check answers 503" \
+    eq "$(pcheck "$P1" "$KEY" /tls/five "$(uniq_name s)" | cut -d' ' -f1)" 503
+ready_on "$P1" 503
+check "sentinels under another CA: /health/ready says why ($(cat "$T_TMP/ready"))" \
+    contains "$(cat "$T_TMP/ready")" "redis sentinel tls: certificate verify failed"
 stop_private
 
 finish
