@@ -12,6 +12,7 @@
 #   1. checks over TLS: 200 then 429; 500 concurrent checks against a limit
 #      of 100 allow exactly 100; a Redis restart costs no 503; a stopped
 #      Redis (SIGSTOP) fast 503s within the timeouts, then 200 by itself;
+#      connections killed every 10 ms under 300 checks: none charged twice;
 #      ratelimitctl counter show and usage over TLS; mutual TLS with R3
 #   2. each failure -- the wrong CA, a host name mismatch, an expired
 #      certificate, no client certificate where one is needed, a handshake
@@ -239,6 +240,34 @@ check "Redis stopped under TLS: /health/ready says it timed out ($(cat "$T_TMP/r
     contains "$(cat "$T_TMP/ready")" "timed out"
 kill -CONT "$r1pid"
 check "Redis running again (SIGCONT): 200 by itself" retry 50 p1_200
+# Lost replies over TLS: while every client connection is killed every
+# 10 ms, 300 concurrent checks on one counter (a limit they cannot reach):
+# a check whose connection died with its call in flight is sent again and
+# replayed, never charged twice, so the counter is at least the 200s and
+# at most the 200s and the 503s (a 503 may have been charged).
+route=/tls/lost/$(uniq_name r)
+subj=$(uniq_name s)
+new_sw_rule "$tenant" "$route" 100000 3600
+(
+    end=$(($(now_ms) + 8000))
+    while [ "$(now_ms)" -lt "$end" ]; do
+        tls_cli "$R1" CLIENT KILL TYPE normal >/dev/null
+        sleep 0.01
+    done
+) &
+killer=$!
+with_url "$P1" par_checks 300 20 "$KEY" "$(check_body "$route" "$subj")"
+kill "$killer" 2>/dev/null
+wait "$killer" 2>/dev/null
+ok=$(count_status 200)
+failed=$(count_status 503)
+cur=$("$BUILD/ratelimitctl" -c "$D/tls1.conf" counter show "$tenant" \
+    "$route" --subject "$subj" 2>&1 | grep -o 'cur=[0-9]*' | cut -d= -f2)
+resent=$(grep -c "closed with a check in flight" "$D/tls1.log")
+check "lost replies over TLS: every check answered 200 or 503 ($ok, $failed)" \
+    eq $((ok + failed)) 300
+check "lost replies over TLS: none charged twice ($ok <= counter ${cur:-?} <= $((ok + failed)); $resent sent again)" \
+    sh -c "[ \"${cur:-x}\" -ge $ok ] && [ \"${cur:-x}\" -le $((ok + failed)) ]"
 stop_private
 
 # Mutual TLS: R3 wants a client certificate; with one, it works.
