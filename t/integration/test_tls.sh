@@ -29,6 +29,7 @@
 #      checks through the master the sentinels name; after SENTINEL
 #      FAILOVER, 200 on the new master; sentinels whose certificate is
 #      not verified: 503, and /health/ready says so
+# shellcheck disable=SC2317 # helpers called through check and retry
 set -u
 # shellcheck source-path=SCRIPTDIR
 . "$(dirname "$0")/lib.sh"
@@ -439,7 +440,6 @@ check "its counters are on that primary" \
     ne "$(tls_cli "$primary" --scan --pattern "rl:{$TID}:*" | head -n 1)" ""
 
 # Failover: the tenant's primary killed; fast 503s, then 200 by itself.
-# shellcheck disable=SC2034 # read back through eval
 kill -KILL "$(eval echo "\$REDIS_PID_$primary")"
 t0=$(now_ms)
 codes=
