@@ -23,8 +23,9 @@
 #      a warning
 #   4. a Redis Cluster over TLS (tls-cluster, tls-replication; 3 primaries,
 #      3 replicas on 12400-12405): exactly 100 of 500 concurrent checks
-#      against a limit of 100; the tenant's primary killed, fast 503s and
-#      200 again by itself once its replica is promoted
+#      against a limit of 100; the tenant's slot moved to another primary
+#      (MOVED followed, the count goes on); that primary killed, fast 503s
+#      and 200 again by itself once its replica is promoted
 #   5. Sentinel over TLS (master, replica and three sentinels, all TLS):
 #      checks through the master the sentinels name; after SENTINEL
 #      FAILOVER, 200 on the new master; sentinels whose certificate is
@@ -438,6 +439,41 @@ primary=$(owner "$slot")
 check "the tenant's slot $slot has a primary ($primary)" is_int "$primary"
 check "its counters are on that primary" \
     ne "$(tls_cli "$primary" --scan --pattern "rl:{$TID}:*" | head -n 1)" ""
+
+# MOVED over TLS: the tenant's slot moved to another primary (MIGRATE of
+# its keys between the nodes, over TLS too) after 3 checks of a subject
+# with a limit of 5: the next 2 are allowed, the 3rd denied, on the new
+# primary, and the redirections are counted.
+subj=$(uniq_name s)
+codes=
+for i in 1 2 3; do
+    codes="$codes $(pcheck "$P1" "$KEY" /tls/five "$subj" | cut -d' ' -f1)"
+done
+dst=$(tls_cli "$CB" CLUSTER NODES | awk -v p="$primary" '
+    $3 ~ /master/ && $3 !~ /fail/ { split($2, a, "[:@]")
+        if (a[2] != p) { print a[2]; exit } }')
+src_id=$(tls_cli "$primary" CLUSTER MYID)
+dst_id=$(tls_cli "$dst" CLUSTER MYID)
+tls_cli "$dst" CLUSTER SETSLOT "$slot" IMPORTING "$src_id" >/dev/null
+tls_cli "$primary" CLUSTER SETSLOT "$slot" MIGRATING "$dst_id" >/dev/null
+# shellcheck disable=SC2046 # the keys, one word each
+tls_cli "$primary" MIGRATE 127.0.0.1 "$dst" "" 0 5000 KEYS \
+    $(tls_cli "$primary" CLUSTER GETKEYSINSLOT "$slot" 1000) \
+    >"$T_TMP/migrate.out"
+for port in $(seq "$CB" $((CB + 5))); do
+    tls_cli "$port" CLUSTER SETSLOT "$slot" NODE "$dst_id" >/dev/null
+done
+for i in 4 5 6; do
+    codes="$codes $(pcheck "$P1" "$KEY" /tls/five "$subj" | cut -d' ' -f1)"
+done
+check "MOVED over TLS: the slot moved ($primary -> $dst: $(tr -d '\r\n' <"$T_TMP/migrate.out")), the count goes on ($codes)" \
+    eq "$codes" " 200 200 200 200 200 429"
+redirects=$(curl -s -m 5 "http://127.0.0.1:$P1/metrics" |
+    awk '$1 == "ratelimit_redis_redirects_total" { print $2 }')
+check "MOVED over TLS: redirections counted (${redirects:-none})" \
+    ge "${redirects:-0}" 1
+primary=$(owner "$slot")
+check "the slot's primary is now $dst ($primary)" eq "$primary" "$dst"
 
 # Failover: the tenant's primary killed; fast 503s, then 200 by itself.
 kill -KILL "$(eval echo "\$REDIS_PID_$primary")"
