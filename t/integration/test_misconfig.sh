@@ -189,8 +189,10 @@ check "ratelimitctl without the schema: run migrate ($out)" \
 check "ratelimitctl without the schema: names the file" \
     contains "$out" "(configuration $D/empty.conf)"
 out=$("$BUILD/ratelimitctl" -c "$D/pw.conf" tenant list 2>&1)
-check "ratelimitctl, a wrong password: the file and the fix ($out)" \
-    contains "$out" "(configuration $D/pw.conf); fix: check the password"
+check "ratelimitctl, a wrong password: the address and the file first ($out)" \
+    contains "$out" "cannot connect to PostgreSQL at 127.0.0.1:$PG_PORT (configuration $D/pw.conf)"
+check "ratelimitctl, a wrong password: and the fix" \
+    contains "$out" "password authentication failed for user \"$PW_ROLE\"; fix: check the password"
 out=$(cd "$T_TMP" && PGHOST=127.0.0.1 PGPORT=1 "$BUILD/ratelimitctl" \
     tenant list 2>&1)
 # (/etc/ratelimit-fcgi/ratelimit.conf when there is one, else none.)
