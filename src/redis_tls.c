@@ -167,7 +167,8 @@ redis_tls_handshake_failed(struct redis_tls *t, redisContext *c, int e,
     long v = SSL_get_verify_result(t->ssl);
 
     redis_tls_reason(reason, sizeof(reason));
-    if (v != X509_V_OK)
+    /* (Without verification the result is kept, but it is no reason.) */
+    if (v != X509_V_OK && (SSL_get_verify_mode(t->ssl) & SSL_VERIFY_PEER))
         redis_tls_fail(t, c, "certificate verify failed (%s)",
             X509_verify_cert_error_string(v));
     else if (e == SSL_ERROR_SSL && reason[0] != '\0')

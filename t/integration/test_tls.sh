@@ -13,7 +13,8 @@
 #      of 100 allow exactly 100; a Redis restart costs no 503; a stopped
 #      Redis (SIGSTOP) fast 503s within the timeouts, then 200 by itself;
 #      connections killed every 10 ms under 300 checks: none charged twice;
-#      ratelimitctl counter show and usage over TLS; mutual TLS with R3
+#      ratelimitctl counter show and usage over TLS; mutual TLS with R3;
+#      redis_tls_verify = off takes another CA's certificate, with a warning
 #   2. each failure -- the wrong CA, a host name mismatch, an expired
 #      certificate, no client certificate where one is needed, a handshake
 #      never finished -- is a 503 within the connect timeout, with
@@ -279,6 +280,17 @@ private_app tls3 "$P1" redis="127.0.0.1:$R3" $TLS $W2 "$CA" \
 check "mutual TLS: /health/ready 200" retry 50 ready_on "$P1"
 check "mutual TLS: a check answers 200" \
     eq "$(pcheck "$P1" "$KEY" /tls/mtls "$(uniq_name s)" | cut -d' ' -f1)" 200
+stop_private
+
+# Verification off: a certificate from another CA is taken, and the start
+# warns about it.
+# shellcheck disable=SC2086
+private_app tlsv "$P1" redis="127.0.0.1:$R1" $TLS $W2 \
+    redis_tls_ca_file="$C/otherca.crt" redis_tls_verify=off
+check "redis_tls_verify = off: a check answers 200 (another CA)" \
+    retry 50 p1_200
+check "redis_tls_verify = off: the start warns" \
+    grep -q "warn: .*redis_tls_verify = off" "$D/tlsv.log"
 stop_private
 
 # ---------------------------------------------------------------- 2. failures
