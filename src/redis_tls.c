@@ -100,6 +100,9 @@ redis_tls_context(const struct rl_config *cfg, char *why, size_t whylen)
      * closed connection, as without TLS. */
     SSL_CTX_set_options(ctx, SSL_OP_IGNORE_UNEXPECTED_EOF);
     SSL_CTX_set_mode(ctx, SSL_MODE_AUTO_RETRY);
+    /* One read() for a record's header and body, not two: a check's
+     * reply is one small record. */
+    SSL_CTX_set_read_ahead(ctx, 1);
     if (cfg->redis_tls_ca_file[0] != '\0') {
         step = "cannot load redis_tls_ca_file";
         if (SSL_CTX_load_verify_locations(ctx, cfg->redis_tls_ca_file,

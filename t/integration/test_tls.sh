@@ -31,6 +31,8 @@
 #      checks through the master the sentinels name; after SENTINEL
 #      FAILOVER, 200 on the new master; sentinels whose certificate is
 #      not verified: 503, and /health/ready says so
+#   6. with TLS_BENCH_SECONDS set: the CPU a check costs (the workers' and
+#      Redis's) over TLS and over plain TCP, in turns (printed)
 # shellcheck disable=SC2317 # helpers called through check and retry
 set -u
 # shellcheck source-path=SCRIPTDIR
@@ -602,5 +604,83 @@ ready_on "$P1" 503
 check "sentinels under another CA: /health/ready says why ($(cat "$T_TMP/ready"))" \
     contains "$(cat "$T_TMP/ready")" "redis sentinel tls: certificate verify failed"
 stop_private
+
+# ---------------------------------------------------------------- 6. cost
+
+# With TLS_BENCH_SECONDS set (not by default): what TLS costs per check,
+# against plain TCP, on one Redis that listens on both (R4, R4 + 1): wrk
+# (8 connections) through a pool of 2 workers on each in turn, for
+# TLS_BENCH_ROUNDS rounds [3]; the workers' CPU (utime + stime) and
+# Redis's (INFO cpu) divided by the checks answered.  It prints; it
+# asserts only that every check answered 200.
+if [ -n "${TLS_BENCH_SECONDS:-}" ] && command -v wrk >/dev/null; then
+    R4=$((REDIS_PORT + 230))
+    redis-server --port "$R4" --tls-port $((R4 + 1)) --bind 127.0.0.1 \
+        --tls-cert-file "$C/server.crt" --tls-key-file "$C/server.key" \
+        --tls-ca-cert-file "$C/ca.crt" --tls-auth-clients no \
+        --save '' --appendonly no --dir "$D" --dbfilename r4.rdb \
+        --logfile "$D/redis-bench.log" >/dev/null 2>&1 &
+    PIDS="$PIDS $!"
+    retry 50 sh -c "redis-cli -p $R4 ping 2>/dev/null | grep -q PONG"
+    new_sw_rule "$tenant" /tls/bench 1000000000 3600
+    printf '%s\n' 'wrk.method = "POST"' \
+        "wrk.headers[\"X-API-Key\"] = \"$KEY\"" \
+        'wrk.headers["Content-Type"] = "application/json"' \
+        "wrk.body = '{\"route\":\"/tls/bench\",\"subject\":\"b\"}'" \
+        >"$D/bench.lua"
+    # ticks PID: CPU clock ticks of PID's children (the workers).
+    ticks() {
+        tk_sum=0
+        for tk_pid in $(pgrep -P "$1"); do
+            tk_sum=$((tk_sum + $(cut -d')' -f2 "/proc/$tk_pid/stat" |
+                awk '{ print $12 + $13 }')))
+        done
+        echo "$tk_sum"
+    }
+    redis_cpu() {
+        redis-cli -p "$R4" INFO cpu | tr -d '\r' |
+            awk -F: '/^used_cpu_(user|sys):/ { s += $2 } END { printf "%.6f", s }'
+    }
+    hz=$(getconf CLK_TCK)
+    : >"$D/bench.out"
+    r=1
+    while [ "$r" -le "${TLS_BENCH_ROUNDS:-3}" ]; do
+        for mode in plain tls; do
+            if [ "$mode" = plain ]; then
+                private_app "b$mode$r" "$P1" redis="127.0.0.1:$R4" $W2 \
+                    max_requests=0
+            else
+                # shellcheck disable=SC2086
+                private_app "b$mode$r" "$P1" redis="127.0.0.1:$((R4 + 1))" \
+                    $TLS $W2 "$CA" max_requests=0
+            fi
+            wrk -t 2 -c 8 -d 2s -s "$D/bench.lua" \
+                "http://127.0.0.1:$P1/v1/check" >/dev/null 2>&1
+            a0=$(ticks "$APP_PID")
+            c0=$(redis_cpu)
+            wrk -t 2 -c 8 -d "${TLS_BENCH_SECONDS}s" -s "$D/bench.lua" \
+                "http://127.0.0.1:$P1/v1/check" >"$D/bench-$mode$r.wrk" 2>&1
+            a1=$(ticks "$APP_PID")
+            c1=$(redis_cpu)
+            stop_private
+            n=$(awk '/requests in/ { print $1 }' "$D/bench-$mode$r.wrk")
+            bad=$(awk '/Non-2xx/ { print $NF }' "$D/bench-$mode$r.wrk")
+            awk -v m="$mode" -v r="$r" -v n="${n:-0}" -v a=$((a1 - a0)) \
+                -v hz="$hz" -v c0="$c0" -v c1="$c1" -v bad="${bad:-0}" \
+                'BEGIN { if (n == 0) n = 1
+                    app = a / hz * 1e6 / n; red = (c1 - c0) * 1e6 / n
+                    printf "%s %d %d %.1f %.1f %.1f %d\n", m, r, n, app, red,
+                        app + red, bad }' >>"$D/bench.out"
+        done
+        r=$((r + 1))
+    done
+    echo "    TLS vs plain, CPU per check (us): mode round checks app redis total non-2xx"
+    sed 's/^/    /' "$D/bench.out"
+    awk '$1 == "plain" { p[$2] = $6 } $1 == "tls" { t[$2] = $6 }
+        END { for (r in p) printf "    round %s: TLS adds %.0f%%\n", r,
+            (t[r] / p[r] - 1) * 100 }' "$D/bench.out" | sort
+    check "cost runs: every check answered 200" \
+        eq "$(awk '{ s += $7 } END { print s + 0 }' "$D/bench.out")" 0
+fi
 
 finish
