@@ -22,7 +22,14 @@
  * command timeout is set again after every connect).  After any failure
  * the context is dropped -- hiredis contexts are dead after an I/O error.
  * A new connection sends AUTH (redis_password), SELECT (redis_db), ROLE
- * (sentinel) and SCRIPT LOAD in one round trip.
+ * (sentinel) and SCRIPT LOAD in one round trip.  With redis_tls (and
+ * redis_sentinel_tls for the sentinels) TLS is started on the context's
+ * socket right after the connect (redis_tls.c), the handshake within the
+ * connect timeout; every command of this file is sent and answered
+ * through redis_get_reply(), which is redisGetReply() without TLS, so
+ * everything above it works the same either way.  A TLS failure is a
+ * failed connect (the back-off, without the probe: the node listens), its
+ * reason "redis tls: ..." in rs->error.
  *
  * Connects that fail start a back-off for that node: no blocking connect
  * for redis_backoff_ms, and a check answers "unavailable" at once, so an
