@@ -315,8 +315,8 @@ failure() {
     f_st=$(pcheck "$P2" "$KEY" /tls/fail "$(uniq_name s)" | cut -d' ' -f1)
     f_ms=$(($(now_ms) - f_t0))
     check "$f_name: a check answers 503 ($f_st)" eq "$f_st" 503
-    check "$f_name: within the connect timeout of 200 ms ($f_ms ms, curl and lighttpd included; < 400)" \
-        lt_num "$f_ms" 400
+    check "$f_name: within the connect timeout of 200 ms ($f_ms ms, curl and lighttpd included; < 700)" \
+        lt_num "$f_ms" 700
     ready_on "$P2" 503
     check "$f_name: /health/ready says \"$f_reason\" ($(cat "$T_TMP/ready"))" \
         contains "$(cat "$T_TMP/ready")" "$f_reason"
