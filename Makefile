@@ -115,9 +115,11 @@ lua-test: $(BUILD)/check.lua $(BUILD)/check_test.lua
 
 # The integration tests against a private stack built from $(BUILD); TESTS,
 # PORT, REDIS_PORT, PG_PORT, WORKERS and KEEP_VAR are taken from the
-# environment or the command line (see t/integration/run.sh).
+# environment or the command line (see t/integration/run.sh).  The whole
+# suite runs in two shards at once, each with its stack (SHARDS=1: one).
+SHARDS ?= 2
 integration: all $(BUILD)/rategen $(BUILD)/wakelag $(BUILD)/check_test.lua
-	BUILD="$(BUILD)" sh t/integration/run.sh
+	BUILD="$(BUILD)" SHARDS="$(SHARDS)" sh t/integration/run.sh
 
 # The fault scenarios against the real stack, with their table.
 test-faults: deps

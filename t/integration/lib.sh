@@ -488,9 +488,10 @@ pg_statements() {
 
 # doc_block FILE HEADING [N]: prints the Nth ```sh block under HEADING
 # (default 1) of FILE (README.md, doc/api.md...; relative to the tree) and
-# notes it in $DOC_BLOCKS_RUN, beside $RESULTS, so that test_readme can show
-# that every shell block of the documentation was run by a test.
-DOC_BLOCKS_RUN=${RESULTS:+${RESULTS%/*}/doc-blocks-run}
+# notes it in $DOC_BLOCKS_RUN (beside $RESULTS, or the one file of a sharded
+# run), so that test_readme can show that every shell block of the
+# documentation was run by a test.
+DOC_BLOCKS_RUN=${DOC_BLOCKS_RUN:-${RESULTS:+${RESULTS%/*}/doc-blocks-run}}
 doc_block() {
     [ -z "$DOC_BLOCKS_RUN" ] ||
         printf '%s|%s|%s\n' "$1" "$2" "${3:-1}" >>"$DOC_BLOCKS_RUN"

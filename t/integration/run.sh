@@ -25,6 +25,75 @@ case $BUILD in
 *) BUILD=$ROOT/$BUILD ;;
 esac
 RATELIMITCTL=$BUILD/ratelimitctl
+
+# SHARDS=2 (make integration's default) and no TESTS: test_deb.sh first,
+# alone (it installs the package system-wide, which other files must not
+# see), then the other files in two runs of this script at once, each with
+# its own stack on its own ports (the second's 500 above), the files
+# dealt out by how long they took last ($BUILD/test-seconds, which every
+# sharded run writes, else t/integration/seconds; a file in neither counts
+# 30 s).  Their outputs follow one
+# another; the totals are added up.  Most files spend their time waiting
+# (timeouts, faults, paced load), so two at once take about half as long.
+if [ "${SHARDS:-1}" -gt 1 ] && [ -z "${TESTS:-}" ]; then
+    SH_TMP=$(mktemp -d "${TMPDIR:-/tmp}/ratelimit-shards.XXXXXX")
+    DOC_BLOCKS_RUN=$SH_TMP/doc-blocks-run
+    DOC_BLOCKS_ALL=1
+    : >"$DOC_BLOCKS_RUN"
+    export DOC_BLOCKS_RUN DOC_BLOCKS_ALL
+    weights=t/integration/seconds
+    [ -s "$BUILD/test-seconds" ] && weights=$BUILD/test-seconds
+    lists=$(for t in t/integration/test_*.sh; do
+            n=$(basename "$t" .sh | sed 's/^test_//')
+            [ "$n" = deb ] && continue
+            w=$(awk -v f="$(basename "$t")" '$2 == f { print $1 }' \
+                "$weights" 2>/dev/null)
+            echo "${w:-30} $n"
+        done | sort -rn | awk '{
+            # the longest first, each to the shard with less so far
+            if (a <= b) { a += $1; la = la " " $2 } else { b += $1; lb = lb " " $2 }
+        } END { print la; print lb }')
+    list1=$(printf '%s\n' "$lists" | sed -n 1p)
+    list2=$(printf '%s\n' "$lists" | sed -n 2p)
+    # (an empty list would mean every file: " none" matches none)
+    list1=${list1:- none}
+    list2=${list2:- none}
+    rc=0
+    SHARDS=1 TESTS=deb SHARD_TIMES=$SH_TMP/times.0 sh "$ROOT/t/integration/run.sh" \
+        >"$SH_TMP/deb.out" 2>&1 || rc=1
+    cat "$SH_TMP/deb.out"
+    SHARDS=1 TESTS=$list1 SHARD_TIMES=$SH_TMP/times.1 sh "$ROOT/t/integration/run.sh" \
+        >"$SH_TMP/1.out" 2>&1 &
+    pid1=$!
+    SHARDS=1 TESTS=$list2 SHARD_TIMES=$SH_TMP/times.2 PORT=$((PORT + 500)) \
+        REDIS_PORT=$((REDIS_PORT + 500)) PG_PORT=$((PG_PORT + 500)) \
+        sh "$ROOT/t/integration/run.sh" >"$SH_TMP/2.out" 2>&1 &
+    pid2=$!
+    wait "$pid1" || rc=1
+    wait "$pid2" || rc=1
+    echo "run.sh: shard 1:$list1"
+    cat "$SH_TMP/1.out"
+    echo "run.sh: shard 2:$list2"
+    cat "$SH_TMP/2.out"
+    pass=0 failed=0
+    for f in "$SH_TMP/deb.out" "$SH_TMP/1.out" "$SH_TMP/2.out"; do
+        last=$(tail -n 1 "$f")
+        case $last in
+        *" passed, "*" failed")
+            pass=$((pass + ${last%% passed*}))
+            last=${last#* passed, }
+            failed=$((failed + ${last%% failed}))
+            ;;
+        *) failed=$((failed + 1)) ;;
+        esac
+    done
+    cat "$SH_TMP"/times.* 2>/dev/null | sort -k2 >"$BUILD/test-seconds"
+    rm -rf "$SH_TMP"
+    echo "$pass passed, $failed failed"
+    [ "$rc" = 0 ] && [ "$failed" = 0 ]
+    exit
+fi
+
 VAR=$(mktemp -d "${TMPDIR:-/tmp}/ratelimit-it.XXXXXX")
 # Scratch files of this script live beside VAR, not in it, so that no test
 # mistakes them for a log of the stack.
@@ -142,6 +211,7 @@ if [ -s "$FAULT_TABLE" ]; then
         { printf "%-58s %9s %11s %10s\n", $1, $2, $3, $4 }' "$FAULT_TABLE"
     echo
 fi
+[ -n "${SHARD_TIMES:-}" ] && cat "$RUN_TMP/times" >>"$SHARD_TIMES" 2>/dev/null
 if [ -s "$RUN_TMP/times" ]; then
     echo "run.sh: seconds per file, slowest first:" \
         "$(sort -rn "$RUN_TMP/times" | awk '{ printf "%s %s, ", $2, $1 }' |
