@@ -60,6 +60,7 @@ cleanup_all() {
     for ca_p in $(fcgid_app_pids); do
         stop_process "$ca_p" TERM
     done
+    # shellcheck disable=SC2086 # a list of pids
     end_pids $PIDS
     rm -rf "$D"
 }
@@ -78,6 +79,8 @@ ceil_s() {
 # "<absent>" when missing, "<invalid json>" for every one when the body
 # is not a JSON object.
 fields() {
+    F_error='' F_message='' F_retry_after='' F_retry_after_ms=''
+    F_allowed='' F_limit='' F_remaining=''
     eval "$(python3 -c '
 import json, shlex, sys
 names = ("error", "message", "retry_after", "retry_after_ms", "allowed",
