@@ -522,6 +522,19 @@ print("\n".join(out))
 PY
 }
 
+# jq_py EXPR JSON: a value of JSON by a Python expression over d.
+jq_py() {
+    python3 -c '
+import json, sys
+d = json.loads(sys.argv[2])
+try:
+    v = eval(sys.argv[1], {"d": d})
+except Exception as e:
+    print("<error %s>" % e)
+    sys.exit(0)
+print(v if isinstance(v, str) else json.dumps(v))' "$1" "$2"
+}
+
 # A name no earlier run used.
 uniq_name() {
     echo "$1-$$-$(od -An -N4 -tx4 /dev/urandom | tr -d ' \n')"

@@ -167,19 +167,6 @@ else:
     lines(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])
 EOF
 
-# jq_py EXPR JSON: a value of JSON by a Python expression over d.
-jq_py() {
-    python3 -c '
-import json, sys
-d = json.loads(sys.argv[2])
-try:
-    v = eval(sys.argv[1], {"d": d})
-except Exception as e:
-    print("<error %s>" % e)
-    sys.exit(0)
-print(v if isinstance(v, str) else json.dumps(v))' "$1" "$2"
-}
-
 # phase FORMAT: the five requests, then the checks of their lines.
 phase() {
     ph_off=$(stat -c %s "$D/al-access.log" 2>/dev/null || echo 0)
