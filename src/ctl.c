@@ -144,8 +144,10 @@ static const struct ctl_option ctl_limit_add_own[] = {
     { NULL, 0 },
 };
 
-static struct ctl_option ctl_rule_add_options[CTL_MAX_OPTIONS + 1];
-static struct ctl_option ctl_limit_add_options[CTL_MAX_OPTIONS + 1];
+/* One more than a command may have, and the terminator: main() refuses
+ * a table that fills them. */
+static struct ctl_option ctl_rule_add_options[CTL_MAX_OPTIONS + 2];
+static struct ctl_option ctl_limit_add_options[CTL_MAX_OPTIONS + 2];
 
 static const struct ctl_option ctl_rule_set_options[] = {
     { "route", 1 },
@@ -164,27 +166,28 @@ static const struct ctl_option ctl_rule_set_options[] = {
 static char ctl_rule_add_synopsis[512];
 static char ctl_limit_add_synopsis[512];
 
-/* out: own's options, then every algorithm's parameter options (each once),
- * at most CTL_MAX_OPTIONS in all (main() refuses to run past that). */
+/* out (CTL_MAX_OPTIONS + 2 entries): own's options, then every algorithm's
+ * parameter options (each once), cut after CTL_MAX_OPTIONS + 1, which
+ * main() refuses. */
 static void
 ctl_options_with_params(struct ctl_option *out, const struct ctl_option *own)
 {
     const struct algo *alg;
     int i, j, k, n = 0;
 
-    for (i = 0; own[i].name != NULL && n < CTL_MAX_OPTIONS + 1; i++)
+    for (i = 0; own[i].name != NULL && n <= CTL_MAX_OPTIONS; i++)
         out[n++] = own[i];
     for (i = 0; (alg = algo_at(i)) != NULL; i++)
         for (j = 0; j < alg->nparams; j++) {
             for (k = 0; k < n && strcmp(out[k].name,
                 alg->param[j].option) != 0; k++)
                 ;
-            if (k == n && n < CTL_MAX_OPTIONS + 1) {
+            if (k == n && n <= CTL_MAX_OPTIONS) {
                 out[n].name = alg->param[j].option;
                 out[n++].has_value = 1;
             }
         }
-    out[n < CTL_MAX_OPTIONS + 1 ? n : CTL_MAX_OPTIONS].name = NULL;
+    out[n].name = NULL;
 }
 
 /* "--algorithm ALGORITHM (--capacity N --refill-rate R | --limit N

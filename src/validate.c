@@ -244,13 +244,11 @@ int
 validate_duration(const char *what, const char *s, long long *out_us,
     char *err, size_t errlen)
 {
-    size_t digits = strspn(s, "0123456789"), i;
-    long long v;
+    size_t digits = strspn(s, "0123456789");
+    long long v, unit = validate_duration_unit(s + digits);
 
-    for (i = 0; i < VALIDATE_NUNITS; i++)
-        if (digits > 0 && strcmp(s + digits, validate_units[i].unit) == 0)
-            break;
-    if (i == VALIDATE_NUNITS) {
+    /* A unit is needed here: a bare number is no duration. */
+    if (digits == 0 || s[digits] == '\0' || unit < 0) {
         snprintf(err, errlen, "%s: \"%s\" is not a duration (a whole number "
             "with one of the units us, ms, s, m, h, d, as in 500us, 2ms, 1s "
             "or 1m)", what, s);
@@ -259,11 +257,11 @@ validate_duration(const char *what, const char *s, long long *out_us,
     errno = 0;
     v = strtoll(s, NULL, 10);
     if (errno == ERANGE || v < 1 ||
-        v > VALIDATE_PERIOD_MAX / validate_units[i].us) {
+        v > VALIDATE_PERIOD_MAX / unit) {
         snprintf(err, errlen, "%s: %s is out of range (1us to 366d)", what, s);
         return -1;
     }
-    *out_us = v * validate_units[i].us;
+    *out_us = v * unit;
     return 0;
 }
 
