@@ -1269,6 +1269,8 @@ enum rl_refusal {
     RL_REFUSE_BAD_PATH,             /* 400 invalid_request */
     RL_REFUSE_COST_EXCEEDS,         /* 400 cost_exceeds_limit */
     RL_REFUSE_BODY_TOO_LARGE,       /* 413 invalid_request */
+    RL_REFUSE_OVER_BUDGET,          /* 429 counter_budget_exceeded, with the
+                                       wait: response_over_budget() */
     RL_REFUSE_NOT_FOUND,            /* 404 not_found */
     RL_REFUSE_METHOD,               /* 405 method_not_allowed */
     RL_REFUSE_KEY_DEFERRED,         /* 503 key_lookup_deferred */

@@ -110,8 +110,11 @@ response_json(struct rl_response *r, struct json_object *obj)
     json_object_put(obj);
 }
 
-void
-response_error(struct rl_response *r, int status, const char *code,
+/* A refusal's status on r and the start of its body, {"error": code,
+ * "message": message} (no message when NULL), for the caller to add to and
+ * give to response_json(). */
+static struct json_object *
+response_error_object(struct rl_response *r, int status, const char *code,
     const char *message)
 {
     struct json_object *o = json_object_new_object();
@@ -121,7 +124,14 @@ response_error(struct rl_response *r, int status, const char *code,
     json_object_object_add(o, "error", json_object_new_string(code));
     if (message != NULL)
         json_object_object_add(o, "message", json_object_new_string(message));
-    response_json(r, o);
+    return o;
+}
+
+void
+response_error(struct rl_response *r, int status, const char *code,
+    const char *message)
+{
+    response_json(r, response_error_object(r, status, code, message));
     /* RFC 9110 wants a challenge on every 401 (RFC 6750 for the scheme):
      * the key is a bearer token, wherever the client puts it. */
     if (status == 401)
@@ -160,6 +170,10 @@ static const struct {
         "bytes" },
     [RL_REFUSE_COST_EXCEEDS] = { 400, "cost_exceeds_limit",
         "the cost is more than a limit of the rule can ever let through" },
+    [RL_REFUSE_OVER_BUDGET] = { 429, "counter_budget_exceeded",
+        "this tenant has created as many new counters as its budget allows "
+        "this hour; subjects it has not checked lately are refused until "
+        "the hour ends" },
     [RL_REFUSE_BODY_TOO_LARGE] = { 413, "invalid_request",
         "request body is too large" },
     [RL_REFUSE_NOT_FOUND] = { 404, "not_found",
@@ -216,16 +230,14 @@ void
 response_cost_exceeds(struct rl_response *r, const char *limit,
     long long max_cost, long long cost)
 {
-    struct json_object *o = json_object_new_object();
+    struct json_object *o;
+    const char *code, *text;
     char msg[256];
+    int status = response_refusal(RL_REFUSE_COST_EXCEEDS, &code, &text);
 
     snprintf(msg, sizeof(msg), "a cost of %lld can never pass limit \"%s\": "
         "it lets at most %lld through at once", cost, limit, max_cost);
-    r->status = 400;
-    r->error = "cost_exceeds_limit";
-    json_object_object_add(o, "error",
-        json_object_new_string("cost_exceeds_limit"));
-    json_object_object_add(o, "message", json_object_new_string(msg));
+    o = response_error_object(r, status, code, msg);
     json_object_object_add(o, "limit", json_object_new_string(limit));
     json_object_object_add(o, "max_cost", json_object_new_int64(max_cost));
     json_object_object_add(o, "cost", json_object_new_int64(cost));
@@ -235,17 +247,12 @@ response_cost_exceeds(struct rl_response *r, const char *limit,
 void
 response_over_budget(struct rl_response *r, long long retry_after_ms)
 {
-    struct json_object *o = json_object_new_object();
+    struct json_object *o;
+    const char *code, *text;
     long long ms = retry_after_ms > 0 ? retry_after_ms : 0;
+    int status = response_refusal(RL_REFUSE_OVER_BUDGET, &code, &text);
 
-    r->status = 429;
-    r->error = "counter_budget_exceeded";
-    json_object_object_add(o, "error",
-        json_object_new_string("counter_budget_exceeded"));
-    json_object_object_add(o, "message", json_object_new_string(
-        "this tenant has created as many new counters as its budget allows "
-        "this hour; subjects it has not checked lately are refused until "
-        "the hour ends"));
+    o = response_error_object(r, status, code, text);
     json_object_object_add(o, "retry_after",
         json_object_new_int64(ceil_div_ms(ms)));
     json_object_object_add(o, "retry_after_ms", json_object_new_int64(ms));
