@@ -17,7 +17,7 @@
  */
 #include <string.h>
 
-#include "service.h"
+#include "decide.h"
 
 void
 authorizer_decide(struct decider *dc, const struct http_request *req,

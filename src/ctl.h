@@ -143,7 +143,7 @@ const char *ctl_args_param_text(const struct algo_param *p,
  * lines (log.c, written by the shared code) are silenced. */
 int ctl_db_connect(struct ctl *ctl);
 
-/* After ctl_db_connect: opens rs (service.h) as the configuration says
+/* After ctl_db_connect: opens rs (redis.h) as the configuration says
  * and checks that Redis answers (PING).  Returns 0, or CTL_EXIT_FAIL
  * after printing one line that names the address and the configuration
  * file (rs is then closed). */

@@ -17,7 +17,7 @@
 #include <json-c/json.h>
 
 #include "ctl.h"
-#include "service.h"
+#include "redis.h"
 
 struct ctl_counter {
     long long rule_id;

@@ -28,7 +28,7 @@
 #include <json-c/json.h>
 
 #include "ctl.h"
-#include "service.h"
+#include "redis.h"
 
 
 /* Notices ("relation already exists, skipping") are dropped. */

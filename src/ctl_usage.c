@@ -22,7 +22,7 @@
 #include <json-c/json.h>
 
 #include "ctl.h"
-#include "service.h"
+#include "redis.h"
 
 /* Counters read at most: a tenant with more subjects is shown on these. */
 #define USAGE_MAX_KEYS 10000

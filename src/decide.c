@@ -38,7 +38,7 @@
 
 #include <openssl/sha.h>
 
-#include "service.h"
+#include "decide.h"
 
 _Static_assert(sizeof(struct key_info) <= SHM_KEY_VALUE_MAX,
     "struct key_info must fit in a shared key entry");

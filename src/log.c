@@ -36,7 +36,6 @@
 #include <unistd.h>
 
 #include "ratelimit.h"
-#include "service.h"            /* util_escape */
 
 static int log_level = RL_LOG_INFO;
 static int log_syslog;

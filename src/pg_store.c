@@ -50,7 +50,7 @@
 
 #include <libpq-fe.h>
 
-#include "service.h"
+#include "pg_store.h"
 
 #define PG_BACKOFF_MS 500
 #define PG_MISCONFIG_BACKOFF_MS 2000    /* after a misconfiguration */

@@ -378,6 +378,17 @@ int util_is_dir(const char *path);
 /* Reads /dev/urandom (getrandom); returns 0 or -1. */
 int util_random(void *out, size_t n);
 
+/* The escape of byte c in a log line or a /status field: "\t", "\n",
+ * "\r", "\\" for a backslash, "\xNN" for the other bytes below 0x20 and
+ * 0x7f; written to out, NUL terminated.  Returns its length, or 0 (out
+ * empty) when c stands for itself. */
+size_t util_escape_char(unsigned char c, char out[5]);
+
+/* s (len bytes) escaped so into out[size], NUL terminated.  What does not
+ * fit is cut before an escape or a UTF-8 sequence, and "..." marks the cut
+ * (when size >= 4).  Returns the length written. */
+size_t util_escape(char *out, size_t size, const char *s, size_t len);
+
 /* ------------------------------------------------------------------ */
 /* fcgi.c: FastCGI records read ahead of libfcgi */
 
@@ -751,7 +762,7 @@ size_t cache_cost(const struct cache *c);
 #define SHM_VERSION 6
 #define SHM_WAYS 8                  /* entries per set: a set of a full
                                        table gives up its oldest */
-#define SHM_KEY_VALUE_MAX 320       /* a struct key_info (service.h) */
+#define SHM_KEY_VALUE_MAX 320       /* a struct key_info (store.h) */
 #define SHM_TENANT_VALUE_MAX 16320  /* a tenant's rules, packed */
 
 #define SHM_OVERLIMIT_VALUE_MAX 512 /* a denial (decide.c) */
@@ -913,6 +924,37 @@ void keyfilter_stats(const struct keyfilter *f, struct keyfilter_stats *st);
 
 /* ------------------------------------------------------------------ */
 /* stats.c: what the pool has done, in the shared segment */
+
+/* Pool-wide counters, in the shared scoreboard (see /metrics). */
+struct rl_counters {
+    unsigned long requests;
+    unsigned long allowed;
+    unsigned long denied;
+    unsigned long no_rule;
+    unsigned long unavailable;
+    unsigned long fail_open;
+    unsigned long shadow_denied;
+    unsigned long redis_errors;
+    unsigned long script_errors;    /* Redis answered the script wrongly */
+    unsigned long misconfigured;    /* plans refused: too many limits */
+    unsigned long fcgi_refused;     /* connections dropped: bad records */
+    unsigned long worker_crashes;   /* workers that died abnormally */
+    unsigned long worker_rss_exits; /* workers replaced for their memory */
+    unsigned long key_lookups;      /* key store lookups */
+    unsigned long key_lookups_limited; /* unknown keys refused unasked */
+    unsigned long key_lookups_deferred; /* of those, answered 503: the key
+                                           filter could not vouch either
+                                           way */
+    unsigned long redis_redirects;  /* MOVED and ASK followed */
+    unsigned long redis_lookups;    /* slot maps read, sentinels asked */
+    unsigned long overlimit_hits;   /* denials answered from the cache */
+    unsigned long overlimit_inserts;
+    unsigned long overlimit_evictions;
+    unsigned long over_budget;      /* checks refused by a counter budget */
+};
+
+#define COUNT(x, field) \
+    __atomic_add_fetch(&(x)->counters->field, 1, __ATOMIC_RELAXED)
 
 /* Latency buckets: upper bounds in microseconds; the last is +Inf. */
 #define STATS_BUCKETS 20

@@ -80,7 +80,7 @@
 #include <hiredis/hiredis.h>
 #include <openssl/sha.h>
 
-#include "service.h"
+#include "redis.h"
 
 /* A call whose connection died is sent again only this soon after it was
  * first sent (the resend itself, after the reconnect, is what must be

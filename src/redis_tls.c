@@ -40,7 +40,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
-#include "service.h"
+#include "redis.h"
 
 struct redis_tls {
     SSL *ssl;

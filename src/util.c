@@ -16,7 +16,6 @@
 #include <openssl/sha.h>
 
 #include "ratelimit.h"
-#include "service.h"           /* util_escape */
 
 /*
  * OpenSSL 3's SHA256() looks the algorithm up and allocates a context on

@@ -14,7 +14,8 @@
 
 #include <check.h>
 
-#include "service.h"
+#include "decide.h"
+#include "service.h"            /* struct scoreboard: the segment as served */
 #include "fixtures.h"
 
 #define TENANT "11111111-2222-3333-4444-555555555555"

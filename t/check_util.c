@@ -8,7 +8,6 @@
 #include <check.h>              /* t/check.h: the suites, then Check */
 
 #include "ratelimit.h"
-#include "service.h"
 
 START_TEST(test_sha256_empty)
 {
