@@ -36,7 +36,7 @@ rule=$(ctl rule list "$tenant" --json |
 cat >"$D/al.py" <<'EOF'
 import json, os, re, sys
 
-sys.path.insert(0, os.path.join(os.environ["ROOT"], "t"))
+sys.path.insert(0, os.path.join(os.environ["ROOT"], "t", "lib"))
 import fcgi_client as fc
 
 # A route with CR/LF and a forged field, a line separator, NEL, ESC, DEL,

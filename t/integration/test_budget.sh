@@ -15,7 +15,7 @@
 . "$(dirname "$0")/lib.sh"
 require_stack
 
-LOADGEN=$ROOT/t/loadgen.py
+LOADGEN=$ROOT/t/lib/loadgen.py
 # The spray, the budget of the tenant that sprays, and the room left in
 # Redis above what it uses when the spray starts: 20,000 new counters
 # (about 230 bytes each, 4.6 MB) do not fit in it, 2,000 do.
@@ -48,7 +48,7 @@ new_tenant_id() {
     ctl tenant add "$1" | awk '$1 == "id" { print $2; exit }'
 }
 
-# lg OUT KEY BODY [ARG...]: t/loadgen.py run against the spray's pool;
+# lg OUT KEY BODY [ARG...]: t/lib/loadgen.py run against the spray's pool;
 # prints its summary.
 lg() {
     lg_out=$1

@@ -5,7 +5,7 @@
 # cluster does (routing, exactness over two pools, MOVED, ASK with every
 # key moved, SCRIPT FLUSH, an uncovered slot, a password) is
 # test_rediscluster.sh's; this file adds:
-#   1. the primary of a tenant's slot killed (SIGKILL) while t/loadgen.py
+#   1. the primary of a tenant's slot killed (SIGKILL) while t/lib/loadgen.py
 #      runs against pool 1: only 200 and fast 503s (with Retry-After), no
 #      request left unanswered, 200 again by itself once the replica is
 #      promoted, the same pool (no restart); the window goes in the fault
@@ -31,7 +31,7 @@ serve_dir ratelimit-cluster2
 BASE=$((${CLUSTER_TEST_PORT:-12100} + 10))
 C=$D/cluster
 HA="sh $ROOT/scripts/redis-ha.sh"
-LOADGEN=$ROOT/t/loadgen.py
+LOADGEN=$ROOT/t/lib/loadgen.py
 P1=$((PORT + 101))
 P2=$((PORT + 102))
 P3=$((PORT + 103))

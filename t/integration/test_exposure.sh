@@ -31,7 +31,7 @@ cat >"$D/authz.py" <<'EOF'
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.environ["ROOT"], "t"))
+sys.path.insert(0, os.path.join(os.environ["ROOT"], "t", "lib"))
 import fcgi_client as fc
 
 

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Hostile FastCGI peers against the stack's own application socket (the
 # one lighttpd spawned under $VAR), with probes through lighttpd to see
-# whether everybody else is still served.  t/fcgi_client.py plays the
+# whether everybody else is still served.  t/lib/fcgi_client.py plays the
 # hostile peer; every scenario also adds a row to the fault table.
 #
 #   ctl     a check body whose route holds a raw 0x01 or tab: 400
@@ -37,7 +37,7 @@
 . "$(dirname "$0")/lib.sh"
 require_stack
 
-CLIENT=$ROOT/t/fcgi_client.py
+CLIENT=$ROOT/t/lib/fcgi_client.py
 # The interpreter itself: a version manager's python3 shim can take a
 # second to start on a busy machine, and this file runs the client often.
 PY=$(python3 -c 'import sys; print(sys.executable)')
@@ -422,7 +422,7 @@ fi
 # by the app before the end), max_held_s (the longest the app took to
 # close one), connect_errors.
 reconnect_attack() {
-    "$PY" - "$SOCK" "$1" "$2" "$3" "$ROOT/t" <<'PY'
+    "$PY" - "$SOCK" "$1" "$2" "$3" "$ROOT/t/lib" <<'PY'
 import socket, sys, threading, time
 sys.path.insert(0, sys.argv[5])
 from fcgi_client import begin_request

@@ -4,7 +4,7 @@
 # every algorithm under 500 concurrent checks, peek, shadow rules, failure
 # modes with Redis stopped, per-route counters, always rules, and the IETF
 # RateLimit and RateLimit-Policy fields checked with a Structured Field
-# parser (t/sf_parse.py, whose own tests t/sf_test.py run here too), and
+# parser (t/lib/sf_parse.py, whose own tests t/lib/sf_test.py run here too), and
 # a quick run of scripts/accuracy.  Run by t/integration/run.sh, which
 # starts the stack with 2 s caches.
 # shellcheck disable=SC2317 # helpers called through `check`
@@ -100,9 +100,9 @@ sys.exit(1)
 
 # rate_headers_ok HEADERS_FILE BODY [NAME=Q/W ...]: the RateLimit and
 # RateLimit-Policy fields of a response agree with its body (see
-# t/ratelimit_headers.py for what is checked).  Prints what is wrong.
+# t/lib/ratelimit_headers.py for what is checked).  Prints what is wrong.
 rate_headers_ok() {
-    python3 "$ROOT/t/ratelimit_headers.py" "$ROOT/t" "$@"
+    python3 "$ROOT/t/lib/ratelimit_headers.py" "$ROOT/t/lib" "$@"
 }
 
 # ---------------------------------------------------------------- sf_parse
@@ -119,7 +119,7 @@ if [ ! -f "$SF_NPM_MODULES/structured-headers/package.json" ]; then
         cat "$T_TMP/npm.out"
 fi
 if [ -f "$SF_NPM_MODULES/structured-headers/package.json" ] &&
-    node "$ROOT/t/sf_check.cjs" "$SF_NPM_MODULES" 'x="a";q=1' \
+    node "$ROOT/t/lib/sf_check.cjs" "$SF_NPM_MODULES" 'x="a";q=1' \
         >"$T_TMP/sf_check.out" 2>&1 &&
     grep -q '"x":\[\[\["s","a"\],{"q":\["n",1\]}\]\]' "$T_TMP/sf_check.out"; then
     pass "the npm parser structured-headers is installed and reads a List"
@@ -129,10 +129,10 @@ else
         "$(cat "$T_TMP/sf_check.out" 2>/dev/null)"
 fi
 
-if python3 "$ROOT/t/sf_test.py" >"$T_TMP/sf_test.out" 2>&1; then
-    pass "t/sf_test.py: the Structured Field parser passes its tests"
+if python3 "$ROOT/t/lib/sf_test.py" >"$T_TMP/sf_test.out" 2>&1; then
+    pass "t/lib/sf_test.py: the Structured Field parser passes its tests"
 else
-    fail "t/sf_test.py: the Structured Field parser passes its tests" \
+    fail "t/lib/sf_test.py: the Structured Field parser passes its tests" \
         "$(tail -n 20 "$T_TMP/sf_test.out")"
 fi
 

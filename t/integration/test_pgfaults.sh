@@ -20,7 +20,7 @@
 #   9. the master SIGKILLed under lighttpd bin-path, three times: answers
 #      are 200 again within 5 s each time (last, since today it takes the
 #      stack's backend away; the stack's lighttpd is then restarted)
-# Load comes from t/loadgen.py, which writes one line per request (start,
+# Load comes from t/lib/loadgen.py, which writes one line per request (start,
 # latency, status); its `stats` command gives named counts for a time
 # window.  Every scenario adds a row to the fault table (`make test-faults`).
 # shellcheck disable=SC2317 # helpers called through `check`
@@ -30,7 +30,7 @@
 require_stack
 
 serve_dir ratelimit-pgfaults
-LOADGEN=$ROOT/t/loadgen.py
+LOADGEN=$ROOT/t/lib/loadgen.py
 P_MR=$((PORT + 81))
 P_RSS=$((PORT + 82))
 P_NEG=$((PORT + 83))
@@ -126,7 +126,7 @@ key_lookups() {
     done | grep -E 'statement: |execute ' | grep -c 'api_keys' || true
 }
 
-# lg OUT [ARG...]: t/loadgen.py run against the stack's lighttpd (unless
+# lg OUT [ARG...]: t/lib/loadgen.py run against the stack's lighttpd (unless
 # ARGs give another --port), its lines in OUT; prints its summary.
 lg() {
     lg_out=$1

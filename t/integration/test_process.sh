@@ -295,7 +295,7 @@ rc=$?
 check "takeover: kill -USR1 \"\$(cat pid_file)\" (logrotate) reaches it" \
     eq "$rc" 0
 [ "$rc" = 0 ] && tk_missed=$((tk_missed - 1))
-tk_status=$(python3 "$ROOT/t/fcgi_client.py" --lines request \
+tk_status=$(python3 "$ROOT/t/lib/fcgi_client.py" --lines request \
     "unix:$D/tk.sock" --timeout 3 | awk '$1 == "status" { print $2 }')
 check "takeover: the pool answers on its socket ($tk_status)" \
     eq "$tk_status" 200

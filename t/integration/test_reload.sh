@@ -2,7 +2,7 @@
 # test_reload.sh -- SIGUSR2 and SIGHUP under load lose no request.
 #
 # One pool (workers = 4, user = nobody) on a Unix socket, with lighttpd
-# and nginx in front of it at the same time.  t/loadgen.py sends checks
+# and nginx in front of it at the same time.  t/lib/loadgen.py sends checks
 # through both (bounded: a fixed count within a fixed time) while the
 # master gets SIGUSR2, then SIGHUP.  Every answer must be 200 or 429: no
 # 5xx, no connection error, no request without an answer; and each signal
@@ -13,7 +13,7 @@ set -u
 require_stack
 
 NGINX=${NGINX:-/usr/sbin/nginx}
-LOADGEN=$ROOT/t/loadgen.py
+LOADGEN=$ROOT/t/lib/loadgen.py
 serve_dir ratelimit-reload
 P_LT=$((PORT + 63))
 P_NGX=$((PORT + 64))

@@ -18,7 +18,7 @@ PG_STOPPED=0
 # PostgreSQL is started again however this file ends.
 trap 'if [ "$PG_STOPPED" = 1 ]; then stack start-pg >/dev/null 2>&1; fi
     end_pids $PIDS; rm -rf "$D"' EXIT
-LOADGEN=$ROOT/t/loadgen.py
+LOADGEN=$ROOT/t/lib/loadgen.py
 P_COLD=$((PORT + 161))
 
 # statuses: the statuses of the last batch on one line.

@@ -7,7 +7,7 @@
 # unknown master, redis_db, an ACL user) are test_redissentinel.sh's; this
 # file adds:
 #   1. the master killed (SIGKILL), then a SENTINEL FAILOVER, each while
-#      t/loadgen.py runs against pool 1: only 200 and fast 503s (with
+#      t/lib/loadgen.py runs against pool 1: only 200 and fast 503s (with
 #      Retry-After), every request answered, 200 again by itself, the same
 #      pool; both windows go in the fault table.  Pool 2 was warm and idle
 #      meanwhile: once the new master is named (and, after a planned
@@ -34,7 +34,7 @@ serve_dir ratelimit-sentinel2
 BASE=$((${SENTINEL_TEST_PORT:-12200} + 10))
 S=$D/sentinel
 HA="sh $ROOT/scripts/redis-ha.sh"
-LOADGEN=$ROOT/t/loadgen.py
+LOADGEN=$ROOT/t/lib/loadgen.py
 P1=$((PORT + 105))
 P2=$((PORT + 106))
 P3=$((PORT + 107))
@@ -80,7 +80,7 @@ checks() {
         -K "$T_TMP/checks.conf" >"$1" 2>/dev/null || true
 }
 
-# under_load NAME ACTION...: 10 s of t/loadgen.py against pool 1 (150
+# under_load NAME ACTION...: 10 s of t/lib/loadgen.py against pool 1 (150
 # checks a second over 8 connections) and a probe that keeps the headers,
 # ACTION run 1 s in; then the checks of scenario NAME, its fault table
 # row, and 40 checks through pool 2, which was idle meanwhile.

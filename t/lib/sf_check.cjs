@@ -1,8 +1,8 @@
 // sf_check.cjs -- parses HTTP Structured Field Lists with the npm package
 // structured-headers, a parser written elsewhere, so that the tests do not
-// only trust their own (t/sf_parse.py).
+// only trust their own (t/lib/sf_parse.py).
 //
-// Usage: node t/sf_check.cjs NODE_MODULES_DIR NAME=VALUE ...
+// Usage: node t/lib/sf_check.cjs NODE_MODULES_DIR NAME=VALUE ...
 // Prints one JSON object: for each NAME, the List as an array of
 // [item, params], an item being ["s", string], ["t", token], ["n", number]
 // or ["b", boolean] and params an object of the same; or {"error": text}

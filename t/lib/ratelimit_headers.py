@@ -4,7 +4,7 @@
 Usage: ratelimit_headers.py T_DIR HEADERS_FILE BODY [NAME=Q/W ...]
 
 The RateLimit and RateLimit-Policy fields must parse as Structured Field
-Lists (t/sf_parse.py, found in T_DIR) and agree with the JSON body: every
+Lists (t/lib/sf_parse.py, found in T_DIR) and agree with the JSON body: every
 member is an sf-string item; policies carry q (and w), RateLimit members r
 (and t), all non-negative integers; names are unique and the same, in the
 same order, in both fields and in the body's policies (one member when the
@@ -14,7 +14,7 @@ is the q of a member whose r is X-RateLimit-Remaining; NAME=Q/W pins the
 expected q and w.  On a 429, every denying limit's t is its retry_after and
 Retry-After is the largest of them.  When SF_NPM_MODULES names a
 node_modules directory holding the npm package structured-headers, both
-fields are parsed by it as well (t/sf_check.cjs) and must parse the same.
+fields are parsed by it as well (t/lib/sf_check.cjs) and must parse the same.
 Prints what is wrong and exits 1, or prints nothing and exits 0.
 """
 import json, os, subprocess, sys
@@ -83,7 +83,7 @@ if npm:
         ["%s=%s" % kv for kv in values.items()],
         capture_output=True, text=True, timeout=30)
     if out.returncode != 0:
-        fail("node t/sf_check.cjs failed: %s" % out.stderr.strip()[-300:])
+        fail("node t/lib/sf_check.cjs failed: %s" % out.stderr.strip()[-300:])
     theirs = json.loads(out.stdout)
     for name, ours in (("ratelimit-policy", policy), ("ratelimit", state)):
         mine = [[bare(v), {k: bare(x) for k, x in p.items()}]

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Tests of t/sf_parse.py, the Structured Field parser of the tests.
+"""Tests of t/lib/sf_parse.py, the Structured Field parser of the tests.
 
 The RateLimit examples are those of draft-ietf-httpapi-ratelimit-headers-11
 as quoted in the peer study (its wire syntax is the same as -10's); the
 rest are RFC 9651 rules: white space, escapes, number sizes, and inputs a
 strict parser must refuse.  Run by t/integration/test_limits.sh (as one
-check) and on its own: python3 t/sf_test.py.  Exits 0 when all pass.
+check) and on its own: python3 t/lib/sf_test.py.  Exits 0 when all pass.
 """
 
 import decimal
