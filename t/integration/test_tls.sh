@@ -12,7 +12,9 @@
 #   1. checks over TLS: 200 then 429; 500 concurrent checks against a limit
 #      of 100 allow exactly 100; a Redis restart costs no 503; a stopped
 #      Redis (SIGSTOP) fast 503s within the timeouts, then 200 by itself;
-#      connections killed every 10 ms under 300 checks: none charged twice;
+#      after SCRIPT FLUSH, NOSCRIPT answered by one EVAL: still 200;
+#      connections killed every 10 ms under 300 checks (up to 3 rounds,
+#      until one was caught in flight and sent again): none charged twice;
 #      ratelimitctl counter show and usage over TLS; mutual TLS with R3;
 #      redis_tls_verify = off takes another CA's certificate, with a warning
 #   2. each failure -- the wrong CA, a host name mismatch, an expired
@@ -25,8 +27,12 @@
 #   4. a Redis Cluster over TLS (tls-cluster, tls-replication; 3 primaries,
 #      3 replicas on 12400-12405): exactly 100 of 500 concurrent checks
 #      against a limit of 100; the tenant's slot moved to another primary
-#      (MOVED followed, the count goes on); that primary killed, fast 503s
-#      and 200 again by itself once its replica is promoted
+#      (MOVED followed, the count goes on); then moved on step by step
+#      while checks run (IMPORTING/MIGRATING, keys MIGRATEd, slot given):
+#      ASK followed with ASKING, then MOVED, exactly 12 of a limit of 12
+#      allowed across the move, a loop's checks each charged once; that
+#      primary killed, fast 503s and 200 again by itself once its replica
+#      is promoted
 #   5. Sentinel over TLS (master, replica and three sentinels, all TLS):
 #      checks through the master the sentinels name; after SENTINEL
 #      FAILOVER, 200 on the new master; sentinels whose certificate is
@@ -216,10 +222,17 @@ with_url "$P1" par_checks 12 2 "$DEMO_KEY" "$body"
 check "after a Redis restart over TLS: all 12 answered 200 ($(tr '\n' ' ' <"$T_TMP/statuses"))" \
     eq "$(count_status 200)" 12
 # NOSCRIPT over TLS: one EVAL loads the script again.
+evals() {
+    tls_cli "$R1" INFO commandstats | tr -d '\r' |
+        awk -F'[:,=]' '$1 == "cmdstat_eval" { n = $3 } END { print n + 0 }'
+}
+evals0=$(evals)
 tls_cli "$R1" SCRIPT FLUSH >/dev/null
 with_url "$P1" par_checks 6 2 "$DEMO_KEY" "$body"
 check "after SCRIPT FLUSH over TLS: all 6 answered 200" \
     eq "$(count_status 200)" 6
+check "after SCRIPT FLUSH over TLS: NOSCRIPT answered by EVAL (EVAL calls $evals0 -> $(evals); $(grep -c 'script cache was emptied' "$D/tls1.log") log lines)" \
+    sh -c "[ $(evals) -gt $evals0 ] && grep -q 'script cache was emptied' \"$D/tls1.log\""
 # A Redis that stops answering (SIGSTOP): the command timeout (50 ms)
 # bounds SSL_read as it bounds read(), then the handshake of a new
 # connection is bounded by the connect timeout: fast 503s; once it runs
@@ -249,30 +262,53 @@ check "Redis running again (SIGCONT): 200 by itself" retry 50 p1_200
 # 10 ms, 300 concurrent checks on one counter (a limit they cannot reach):
 # a check whose connection died with its call in flight is sent again and
 # replayed, never charged twice, so the counter is at least the 200s and
-# at most the 200s and the 503s (a 503 may have been charged).
-route=/tls/lost/$(uniq_name r)
-subj=$(uniq_name s)
-new_sw_rule "$tenant" "$route" 100000 3600
-(
-    end=$(($(now_ms) + 8000))
-    while [ "$(now_ms)" -lt "$end" ]; do
-        tls_cli "$R1" CLIENT KILL TYPE normal >/dev/null
-        sleep 0.01
-    done
-) &
-killer=$!
-with_url "$P1" par_checks 300 20 "$KEY" "$(check_body "$route" "$subj")"
-kill "$killer" 2>/dev/null
-wait "$killer" 2>/dev/null
-ok=$(count_status 200)
-failed=$(count_status 503)
-cur=$("$BUILD/ratelimitctl" -c "$D/tls1.conf" counter show "$tenant" \
-    "$route" --subject "$subj" 2>&1 | grep -o 'cur=[0-9]*' | cut -d= -f2)
-resent=$(grep -c "closed with a check in flight" "$D/tls1.log")
-check "lost replies over TLS: every check answered 200 or 503 ($ok, $failed)" \
-    eq $((ok + failed)) 300
-check "lost replies over TLS: none charged twice ($ok <= counter ${cur:-?} <= $((ok + failed)); $resent sent again)" \
-    sh -c "[ \"${cur:-x}\" -ge $ok ] && [ \"${cur:-x}\" -le $((ok + failed)) ]"
+# at most the 200s and the 503s (a 503 may have been charged).  Up to 3
+# rounds (a counter each), until a call was caught in flight and sent
+# again: how many the kills catch depends on the machine's pace.
+lost_round() {
+    lr_route=/tls/lost/$(uniq_name r)
+    lr_subj=$(uniq_name s)
+    new_sw_rule "$tenant" "$lr_route" 100000 3600
+    (
+        end=$(($(now_ms) + 8000))
+        while [ "$(now_ms)" -lt "$end" ]; do
+            tls_cli "$R1" CLIENT KILL TYPE normal >/dev/null
+            sleep 0.01
+        done
+    ) &
+    lr_killer=$!
+    with_url "$P1" par_checks 300 20 "$KEY" \
+        "$(check_body "$lr_route" "$lr_subj")"
+    kill "$lr_killer" 2>/dev/null
+    wait "$lr_killer" 2>/dev/null
+    lr_ok=$(count_status 200)
+    lr_failed=$(count_status 503)
+    lr_cur=$("$BUILD/ratelimitctl" -c "$D/tls1.conf" counter show \
+        "$tenant" "$lr_route" --subject "$lr_subj" 2>&1 |
+        grep -o 'cur=[0-9]*' | cut -d= -f2)
+    lost_rounds="$lost_rounds $lr_ok/${lr_cur:-?}/$((lr_ok + lr_failed))"
+    [ $((lr_ok + lr_failed)) = 300 ] || lost_unanswered=$((lost_unanswered + 1))
+    if ! [ "${lr_cur:-x}" -ge "$lr_ok" ] 2>/dev/null ||
+        ! [ "$lr_cur" -le $((lr_ok + lr_failed)) ]; then
+        lost_twice=$((lost_twice + 1))
+    fi
+}
+lost_rounds=
+lost_unanswered=0
+lost_twice=0
+resent=0
+round=0
+while [ "$round" -lt 3 ] && [ "$resent" = 0 ]; do
+    lost_round
+    resent=$(grep -c "closed with a check in flight" "$D/tls1.log")
+    round=$((round + 1))
+done
+check "lost replies over TLS: every check answered 200 or 503 in each round ($lost_unanswered rounds not)" \
+    eq "$lost_unanswered" 0
+check "lost replies over TLS: checks caught in flight and sent again ($resent in $round rounds)" \
+    ge "$resent" 1
+check "lost replies over TLS: none charged twice (200s <= counter <= 200s and 503s:$lost_rounds)" \
+    eq "$lost_twice" 0
 stop_private
 
 # Mutual TLS: R3 wants a client certificate; with one, it works.
@@ -454,6 +490,46 @@ check "the tenant's slot $slot has a primary ($primary)" is_int "$primary"
 check "its counters are on that primary" \
     ne "$(tls_cli "$primary" --scan --pattern "rl:{$TID}:*" | head -n 1)" ""
 
+# The IMPORTING/MIGRATING dance of a resharding, over TLS (MIGRATE too):
+# start_move SLOT FROM TO: TO importing SLOT from FROM, FROM migrating it.
+start_move() {
+    sm_from=$(tls_cli "$2" CLUSTER MYID)
+    sm_to=$(tls_cli "$3" CLUSTER MYID)
+    tls_cli "$3" CLUSTER SETSLOT "$1" IMPORTING "$sm_from" >/dev/null
+    tls_cli "$2" CLUSTER SETSLOT "$1" MIGRATING "$sm_to" >/dev/null
+}
+# migrate_keys SLOT FROM TO: SLOT's keys MIGRATEd from FROM to TO, 100 at
+# a time (at most 20 rounds); prints how many.
+migrate_keys() {
+    mk_n=0
+    mk_round=0
+    while [ "$mk_round" -lt 20 ]; do
+        mk_keys=$(tls_cli "$2" CLUSTER GETKEYSINSLOT "$1" 100 | tr '\n' ' ')
+        [ -n "${mk_keys% }" ] || break
+        # shellcheck disable=SC2086 # the keys, one word each
+        tls_cli "$2" MIGRATE 127.0.0.1 "$3" "" 0 5000 KEYS $mk_keys \
+            >/dev/null
+        mk_n=$((mk_n + $(echo "$mk_keys" | wc -w)))
+        mk_round=$((mk_round + 1))
+    done
+    echo "$mk_n"
+}
+# end_move SLOT FROM TO: SLOT given to TO on every node, TO first, then
+# FROM, then the others, as a resharding does (the other way round FROM
+# would send MOVED to a TO that still sends it back).
+end_move() {
+    em_to=$(tls_cli "$3" CLUSTER MYID)
+    for em_port in "$3" "$2" $(seq "$CB" $((CB + 5))); do
+        tls_cli "$em_port" CLUSTER SETSLOT "$1" NODE "$em_to" >/dev/null
+    done
+}
+# another_primary PORT: a primary other than PORT.
+another_primary() {
+    tls_cli "$CB" CLUSTER NODES | awk -v p="$1" '
+        $3 ~ /master/ && $3 !~ /fail/ { split($2, a, "[:@]")
+            if (a[2] != p) { print a[2]; exit } }'
+}
+
 # MOVED over TLS: the tenant's slot moved to another primary (MIGRATE of
 # its keys between the nodes, over TLS too) after 3 checks of a subject
 # with a limit of 5: the next 2 are allowed, the 3rd denied, on the new
@@ -463,29 +539,147 @@ codes=
 for i in 1 2 3; do
     codes="$codes $(pcheck "$P1" "$KEY" /tls/five "$subj" | cut -d' ' -f1)"
 done
-dst=$(tls_cli "$CB" CLUSTER NODES | awk -v p="$primary" '
-    $3 ~ /master/ && $3 !~ /fail/ { split($2, a, "[:@]")
-        if (a[2] != p) { print a[2]; exit } }')
-src_id=$(tls_cli "$primary" CLUSTER MYID)
-dst_id=$(tls_cli "$dst" CLUSTER MYID)
-tls_cli "$dst" CLUSTER SETSLOT "$slot" IMPORTING "$src_id" >/dev/null
-tls_cli "$primary" CLUSTER SETSLOT "$slot" MIGRATING "$dst_id" >/dev/null
-# shellcheck disable=SC2046 # the keys, one word each
-tls_cli "$primary" MIGRATE 127.0.0.1 "$dst" "" 0 5000 KEYS \
-    $(tls_cli "$primary" CLUSTER GETKEYSINSLOT "$slot" 1000) \
-    >"$T_TMP/migrate.out"
-for port in $(seq "$CB" $((CB + 5))); do
-    tls_cli "$port" CLUSTER SETSLOT "$slot" NODE "$dst_id" >/dev/null
-done
+dst=$(another_primary "$primary")
+start_move "$slot" "$primary" "$dst"
+moved=$(migrate_keys "$slot" "$primary" "$dst")
+end_move "$slot" "$primary" "$dst"
 for i in 4 5 6; do
     codes="$codes $(pcheck "$P1" "$KEY" /tls/five "$subj" | cut -d' ' -f1)"
 done
-check "MOVED over TLS: the slot moved ($primary -> $dst: $(tr -d '\r\n' <"$T_TMP/migrate.out")), the count goes on ($codes)" \
+check "MOVED over TLS: the slot moved ($primary -> $dst: $moved keys), the count goes on ($codes)" \
     eq "$codes" " 200 200 200 200 200 429"
 redirects=$(curl -s -m 5 "http://127.0.0.1:$P1/metrics" |
     awk '$1 == "ratelimit_redis_redirects_total" { print $2 }')
 check "MOVED over TLS: redirections counted (${redirects:-none})" \
     ge "${redirects:-0}" 1
+primary=$(owner "$slot")
+check "the slot's primary is now $dst ($primary)" eq "$primary" "$dst"
+
+# ASK over TLS: the slot moved on to another primary step by step, while
+# checks run.  Subject A has a token bucket of 12 (refilling 0.001 a
+# second: not one token in the test): 4 checks before; 2 with the slot
+# migrating and its keys still on the source, the workers' reply slots
+# gone (as 3 s after a worker's last check: the source has some of a
+# call's keys, not all); 3 with the keys moved and the slot still
+# migrating (the source answers ASK; the service sends ASKING and the
+# call to the target); 5 after the slot is given to the target (the
+# source answers MOVED).  Exactly 12 allowed, each one token less than
+# the last, then 429.  Meanwhile, from before the keys move until after
+# the slot is given, a loop of checks of subject B (a bucket it cannot
+# empty): every one 200, each one token less than the one before (each
+# charged once, on one counter).  Then the service goes to the target
+# straight: no more redirections, no ASKING.
+asking_calls() {
+    tls_cli "$1" INFO commandstats | tr -d '\r' |
+        awk -F'[:,=]' '$1 == "cmdstat_asking" { n = $3 } END { print n + 0 }'
+}
+# src_errors KIND: how many KIND errors (MOVED, ASK) $src answered.
+src_errors() {
+    tls_cli "$src" INFO errorstats | tr -d '\r' |
+        awk -F'[:=]' -v k="errorstat_$1" '$1 == k { n = $3 } END { print n + 0 }'
+}
+redirects_now() {
+    curl -s -m 5 "http://127.0.0.1:$P1/metrics" |
+        awk '$1 == "ratelimit_redis_redirects_total" { n = $2 }
+            END { print n + 0 }'
+}
+# ask_loop ROUTE SUBJECT: checks one after another, every 20 ms, until
+# $D/askloop.stop exists (at most 15 s); "status remaining" lines.
+ask_loop() {
+    T_TMP=$T_TMP/askloop
+    mkdir -p "$T_TMP"
+    al_end=$(($(now_ms) + 15000))
+    while [ ! -e "$D/askloop.stop" ] && [ "$(now_ms)" -lt "$al_end" ]; do
+        pcheck "$P1" "$KEY" "$1" "$2"
+        sleep 0.02
+    done
+}
+# a_checks N: N checks of subject A; their "status remaining" appended
+# to $T_TMP/ask-a, and the statuses to a_codes.
+a_checks() {
+    ac_i=0
+    while [ "$ac_i" -lt "$1" ]; do
+        ac_out=$(pcheck "$P1" "$KEY" "$a_route" "$a_subj")
+        echo "$ac_out" >>"$T_TMP/ask-a"
+        a_codes="$a_codes ${ac_out%% *}"
+        ac_i=$((ac_i + 1))
+    done
+}
+a_route=/tls/ask/$(uniq_name r)
+b_route=/tls/askloop/$(uniq_name r)
+a_subj=$(uniq_name a)
+b_subj=$(uniq_name b)
+new_tb_rule "$tenant" "$a_route" 12 0.001
+new_tb_rule "$tenant" "$b_route" 100000 0.001
+src=$primary
+dst=$(another_primary "$src")
+: >"$T_TMP/ask-a"
+a_codes=
+a_checks 4
+start_move "$slot" "$src" "$dst"
+for k in $(tls_cli "$src" --scan --pattern "rl:{$TID}:req:*"); do
+    tls_cli "$src" DEL "$k" >/dev/null
+done
+a_checks 2
+echo "    slot migrating, keys on $src: it answered ASK $(src_errors ASK), TRYAGAIN $(src_errors TRYAGAIN) times"
+check "slot migrating, keys on $src: 6 checks allowed ($a_codes)" \
+    eq "$a_codes" " 200 200 200 200 200 200"
+rm -f "$D/askloop.stop"
+ask_loop "$b_route" "$b_subj" >"$D/askloop.out" &
+loop=$!
+sleep 0.3
+moved=$(migrate_keys "$slot" "$src" "$dst")
+asked0=$(asking_calls "$dst")
+a_checks 3
+asked1=$(asking_calls "$dst")
+check "ASK over TLS: keys moved ($moved), slot migrating: 3 more checks allowed ($a_codes)" \
+    eq "$a_codes" " 200 200 200 200 200 200 200 200 200"
+check "ASK over TLS: the service sent ASKING to $dst for each (${asked0} -> ${asked1})" \
+    ge $((asked1 - asked0)) 3
+m0=$(src_errors MOVED)
+end_move "$slot" "$src" "$dst"
+a_checks 5
+sleep 0.3
+touch "$D/askloop.stop"
+wait "$loop"
+m1=$(src_errors MOVED)
+check "ASK over TLS: $src answered ASK ($(src_errors ASK) in all)" \
+    ge "$(src_errors ASK)" 3
+check "MOVED over TLS once the slot is given: $src answered MOVED ($m0 -> $m1)" \
+    ge $((m1 - m0)) 1
+check "after the slot is given to $dst: exactly 12 of 14 allowed, then denied ($a_codes)" \
+    eq "$a_codes" " 200 200 200 200 200 200 200 200 200 200 200 200 429 429"
+check "subject A: each allowed check one token less than the last, 11 to 0 ($(awk '$1 == 200 { printf "%s ", $2 }' "$T_TMP/ask-a"))" \
+    eq "$(awk '$1 == 200 { printf "%s ", $2 }' "$T_TMP/ask-a")" \
+    "11 10 9 8 7 6 5 4 3 2 1 0 "
+b_n=$(wc -l <"$D/askloop.out")
+b_odd=$(awk '$1 != 200' "$D/askloop.out" | wc -l)
+b_gaps=$(awk 'NR > 1 && $2 != last - 1 { n++ } { last = $2 }
+    END { print n + 0 }' "$D/askloop.out")
+b_last=$(tail -n 1 "$D/askloop.out" | cut -d' ' -f2)
+check "the loop through the move: $b_n checks, all 200 ($b_odd others)" \
+    sh -c "[ $b_n -ge 10 ] && [ $b_odd = 0 ]"
+check "the loop: each charged once, on one counter (remaining down by 1 each time: $b_gaps gaps; last ${b_last:-?} = 100000 - $b_n)" \
+    eq "$b_gaps ${b_last:-x}" "0 $((100000 - b_n))"
+# Both workers have had a check since (4 at a time), then the baseline.
+with_url "$P1" par_checks 8 4 "$KEY" "$(check_body "$b_route" "$(uniq_name w)")"
+check "after the move: 8 checks 4 at a time, all 200 ($(count_status 200))" \
+    eq "$(count_status 200)" 8
+red0=$(redirects_now)
+asked2=$(asking_calls "$dst")
+a_codes=
+: >"$T_TMP/ask-a"
+b_subj=$(uniq_name b)
+i=0
+while [ "$i" -lt 10 ]; do
+    a_codes="$a_codes $(pcheck "$P1" "$KEY" "$b_route" "$b_subj" | cut -d' ' -f1)"
+    i=$((i + 1))
+done
+red1=$(redirects_now)
+asked3=$(asking_calls "$dst")
+check "then straight to $dst: 10 checks allowed ($a_codes), no redirection ($red0 -> $red1), no ASKING ($asked2 -> $asked3)" \
+    eq "$a_codes $red1 $asked3" \
+    " 200 200 200 200 200 200 200 200 200 200 $red0 $asked2"
 primary=$(owner "$slot")
 check "the slot's primary is now $dst ($primary)" eq "$primary" "$dst"
 
