@@ -180,41 +180,41 @@ stop:
 	sh scripts/dev-stack.sh stop
 
 # The benchmark's yardstick: a libfcgi responder answering a fixed 200, or
-# that plus one EVALSHA (see scripts/bench.sh).
+# that plus one EVALSHA (see bench/bench.sh).
 PROBE_PKGS = fcgi hiredis
-$(BUILD)/bench_probe: scripts/bench_probe.c | $(BUILD)
+$(BUILD)/bench_probe: bench/bench_probe.c | $(BUILD)
 	$(CC) -std=gnu11 $(WARNINGS) $(CFLAGS) \
 		$(shell pkg-config --cflags $(PROBE_PKGS) 2>/dev/null) -o $@ $< \
 		$(shell pkg-config --libs $(PROBE_PKGS) 2>/dev/null)
 
 # The open-loop generator of the benchmark's constant-rate tiers.
-$(BUILD)/rategen: scripts/rategen.c | $(BUILD)
+$(BUILD)/rategen: bench/rategen.c | $(BUILD)
 	$(CC) -std=gnu11 $(WARNINGS) $(CFLAGS) -o $@ $< -lm
 
 # How late the machine wakes a sleeping process (printed by the benchmark).
-$(BUILD)/wakelag: scripts/wakelag.c | $(BUILD)
+$(BUILD)/wakelag: bench/wakelag.c | $(BUILD)
 	$(CC) -std=gnu11 $(WARNINGS) $(CFLAGS) -o $@ $<
 
 bench: deps
 	$(MAKE) all $(BUILD)/bench_probe $(BUILD)/rategen $(BUILD)/wakelag
-	BUILD="$(BUILD)" sh scripts/bench.sh
+	BUILD="$(BUILD)" sh bench/bench.sh
 
 # Only the constant-rate tiers of the benchmark.
 bench-rate: deps
 	$(MAKE) all $(BUILD)/bench_probe $(BUILD)/rategen $(BUILD)/wakelag
-	BENCH_ONLY=rate BUILD="$(BUILD)" sh scripts/bench.sh
+	BENCH_ONLY=rate BUILD="$(BUILD)" sh bench/bench.sh
 
 # A check of a tenant with 10,000 rules against one of a tenant with one
-# (see scripts/bench-scale.sh).
+# (see bench/bench-scale.sh).
 bench-scale: deps
 	$(MAKE) all $(BUILD)/rategen
-	BUILD="$(BUILD)" sh scripts/bench-scale.sh
+	BUILD="$(BUILD)" sh bench/bench-scale.sh
 
 # Instructions and system calls per check, for us and the EVALSHA probe
-# (see scripts/profile.sh).
+# (see bench/profile.sh).
 profile: deps
 	$(MAKE) all $(BUILD)/bench_probe
-	BUILD="$(BUILD)" sh scripts/profile.sh
+	BUILD="$(BUILD)" sh bench/profile.sh
 
 asan:
 	$(MAKE) BUILD=build-asan OPT="$(ASAN_OPT)" all
@@ -222,7 +222,7 @@ asan:
 # shellcheck over every shell script of the tree, cppcheck over src/.  A
 # finding that is a false positive is silenced where it is, with a comment
 # (shellcheck disable=..., cppcheck-suppress ...).
-SHELL_SCRIPTS = $(wildcard scripts/*.sh t/*.sh t/integration/*.sh \
+SHELL_SCRIPTS = $(wildcard scripts/*.sh bench/*.sh t/*.sh t/integration/*.sh \
 	t/fuzz/run.sh conf/*.sh .ci/run)
 lint:
 	@for tool in shellcheck cppcheck; do \

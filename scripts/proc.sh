@@ -1,5 +1,5 @@
 # shellcheck shell=sh
-# Process helpers shared by scripts/dev-stack.sh, scripts/bench.sh and the
+# Process helpers shared by scripts/dev-stack.sh, bench/bench.sh and the
 # integration tests (t/integration/lib.sh), which source this file: finding
 # the processes a server started and stopping them within bounded waits.
 # Variable names carry a per-function prefix, since POSIX sh has no local

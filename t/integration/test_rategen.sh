@@ -1,5 +1,5 @@
 #!/bin/sh
-# The benchmark's open-loop generator (scripts/rategen.c, built as
+# The benchmark's open-loop generator (bench/rategen.c, built as
 # $BUILD/rategen) against a private pool behind lighttpd: it sends the
 # number of requests its rate and duration make, counts statuses, numbers
 # subjects with %n, refuses bad options, and, being open loop, keeps

@@ -12,7 +12,7 @@
 # EVALSHA; what differs is the matching of the route against the tenant's
 # rules (src/rules.c, its index).  The targets alternate for
 # BENCH_SCALE_ROUNDS rounds of BENCH_SCALE_SECONDS each at
-# BENCH_SCALE_RATE checks a second (scripts/rategen.c, open loop), and the
+# BENCH_SCALE_RATE checks a second (bench/rategen.c, open loop), and the
 # table gives each round's p50 and p99 and the median ratios of the p99s
 # (many against one, churn against many).
 #

@@ -4,7 +4,7 @@
 # same machine.
 #
 #   a  lighttpd -> noop probe      a libfcgi responder that answers a fixed
-#                                  200 (scripts/bench_probe.c, built by the
+#                                  200 (bench/bench_probe.c, built by the
 #                                  Makefile as $BUILD/bench_probe)
 #   b  lighttpd -> evalsha probe   the same plus one EVALSHA per request: the
 #                                  ceiling of a one-round-trip design
@@ -17,7 +17,7 @@
 #
 # And the constant-rate tiers, which run first, on the fresh stack: a, b
 # and c, each driven at fixed arrival
-# rates by scripts/rategen.c (built as $BUILD/rategen), an open-loop
+# rates by bench/rategen.c (built as $BUILD/rategen), an open-loop
 # generator: a request is sent when it is due whether or not the earlier
 # ones have been answered, and its latency runs from when it was due, so
 # queueing counts.  For each tier and target: the rate achieved, p50, p95,
@@ -199,11 +199,11 @@ done
 # ---------------------------------------------------------------- helpers
 
 # pid_alive, wait_gone, end_pids, descendants
-# shellcheck source-path=SCRIPTDIR source=proc.sh
+# shellcheck source-path=SCRIPTDIR source=../scripts/proc.sh
 . "$ROOT/scripts/proc.sh"
 # curl_checks
 # shellcheck source-path=SCRIPTDIR source=checks.sh
-. "$ROOT/scripts/checks.sh"
+. "$ROOT/bench/checks.sh"
 
 # Returns 0 when nothing listens on 127.0.0.1:$1 (curl: 7 = refused).
 port_free() {
@@ -354,7 +354,7 @@ trap 'exit 143' TERM
 
 for p in "$PORT" "$NOOP_PORT" "$EVALSHA_PORT" "$REDIS_PORT" "$PG_PORT"; do
     port_free "$p" ||
-        die "127.0.0.1:$p is in use (set BENCH_*PORT, see scripts/bench.sh)"
+        die "127.0.0.1:$p is in use (set BENCH_*PORT, see bench/bench.sh)"
 done
 
 VAR=$(mktemp -d "${TMPDIR:-/tmp}/ratelimit-bench.XXXXXX")

@@ -1,8 +1,8 @@
 /*
- * bench_probe.c -- the yardsticks of `make bench` (scripts/bench.sh).
+ * bench_probe.c -- the yardsticks of `make bench` (bench/bench.sh).
  *
  * A minimal libfcgi Responder that does as little as a FastCGI application
- * can, so that scripts/bench.sh can put ratelimit-fcgi next to the ceiling
+ * can, so that bench/bench.sh can put ratelimit-fcgi next to the ceiling
  * of its design in the same run (doc/design.md, "Performance yardsticks"):
  *
  *   bench_probe noop [WORKERS]

@@ -85,11 +85,11 @@ for cmd in valgrind strace spawn-fcgi curl redis-server redis-cli sha1sum \
 done
 
 # pid_alive, wait_gone, end_pids, descendants
-# shellcheck source-path=SCRIPTDIR source=proc.sh
+# shellcheck source-path=SCRIPTDIR source=../scripts/proc.sh
 . "$ROOT/scripts/proc.sh"
 # curl_checks
 # shellcheck source-path=SCRIPTDIR source=checks.sh
-. "$ROOT/scripts/checks.sh"
+. "$ROOT/bench/checks.sh"
 
 VAR=""
 STACK_STARTED=0

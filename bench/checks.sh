@@ -1,5 +1,5 @@
 # shellcheck shell=sh
-# Sourced by scripts/bench.sh and scripts/profile.sh: a curl configuration
+# Sourced by bench/bench.sh and bench/profile.sh: a curl configuration
 # that sends a run of checks (curl -K FILE, one after another or with
 # --parallel), each printing its status on a line of its own.
 
