@@ -16,7 +16,7 @@ LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm
 
 # Pure modules (no network), shared by the service, the admin tool and the
 # unit tests.
-CORE = config log util buf request algo rules cache limiter response addr fcgi shm keyfilter arena decide authorizer validate cluster stats
+CORE = config log util buf request algo rules cache limiter response addr fcgi shm keyfilter arena decide authorizer validate cluster stats release_line
 SERVICE = main master worker api service views status redis_store redis_tls pg_store listen scoreboard observe
 CTL = ctl ctl_args ctl_db ctl_migrate ctl_tenant ctl_guard ctl_rule ctl_limit ctl_counter ctl_apply ctl_usage
 

@@ -34,5 +34,6 @@ Suite *decide_suite(void);
 Suite *algo_suite(void);
 Suite *keyfilter_suite(void);
 Suite *arena_suite(void);
+Suite *release_suite(void);
 
 #endif /* RL_T_CHECK_H */
