@@ -58,6 +58,7 @@ struct rl_config {
     long request_timeout;       /* seconds; 0 = off */
     long fcgi_read_timeout_ms;  /* accept (or first byte) to end of input */
     long fcgi_keepalive_timeout_ms; /* idle kept-alive connection */
+    long worker_connections;    /* connections a worker holds at once */
     long max_worker_rss_mb;     /* 0 = off */
     char pg_conninfo[1024];
     long pg_connect_timeout_ms;

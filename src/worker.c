@@ -13,15 +13,26 @@
  * libfcgi then parses the request, which is already waiting in the socket
  * buffer, api.c answers it and the answer is written with FCGX_PutStr.
  *
- * A connection whose request is not whole yet does not hold the worker:
- * it waits in the worker's epoll set (edge-triggered, one event for each
- * arrival) among up to WORKER_CONNS_MAX such connections, and the worker
- * goes on accepting and answering others; it is dropped at its deadline,
- * or, when all the entries are taken, when a new connection needs one and
- * it has waited longest.  So a peer that sends half a request, again and
- * again, costs an entry and a descriptor, never a worker, and everybody
+ * A connection whose request is not whole yet does not hold the worker,
+ * and neither does a kept-alive connection (FCGI_KEEP_CONN, nginx's
+ * upstream keepalive) between its requests: it waits in the worker's
+ * epoll set (edge-triggered, one event for each arrival) among up to
+ * worker_connections such connections, and the worker goes on accepting
+ * and answering others, whichever has a whole request.  A waiting
+ * connection is dropped at its deadline or, when all the entries are
+ * taken and a new connection needs one, the kept one idle longest goes
+ * first, else the one that has waited longest for the rest of a request.
+ * So a peer that sends half a request, or keeps connections and goes
+ * silent, costs entries and descriptors, never a worker, and everybody
  * else is answered at once.  Web servers send a request in one write, so
  * in practice the first peek after accept finds it whole.
+ *
+ * Closing a kept connection races with the web server, which may be
+ * sending its next request on it: the request would be lost (nginx does
+ * not retry a POST on another connection once it has sent it).  So an
+ * idle kept connection is only closed when nothing waits on it: a worker
+ * that finds the start of a request there first answers it (see
+ * worker_conn_drop_idle).
  *
  * The scoreboard slot says what the worker is doing (idle, reading,
  * answering) and since when, so that the master can kill a worker stuck
@@ -74,10 +85,6 @@
 enum { WORKER_EV_LISTEN = 0, WORKER_EV_SIGNAL, WORKER_EV_PG, WORKER_EV_CONN };
 #define WORKER_EVENTS 16            /* events taken per epoll_wait */
 
-/* Connections a worker waits on for a whole request at most (see
- * worker_conn_start). */
-#define WORKER_CONNS_MAX 64
-
 /* An answer this small, the first on its connection, goes into an empty
  * socket buffer and cannot block; a larger one, or one on a kept
  * connection (whose peer may not be reading), is written under
@@ -114,7 +121,8 @@ struct worker {
     sigset_t oldmask;           /* the signal mask before the worker's */
     int pg_fd;                  /* the PostgreSQL socket watched, or -1 */
     unsigned pg_serial;         /* its connection's serial */
-    struct worker_conn conns[WORKER_CONNS_MAX];
+    struct worker_conn *conns;  /* worker_connections entries */
+    int conns_max;
     int nconns;                 /* entries in use */
     int leaving;                /* no more connections taken */
     unsigned long served;
@@ -783,32 +791,84 @@ worker_conn_poll(struct worker *w, struct worker_conn *c, uint32_t events)
 }
 
 /*
+ * Drops c, a kept connection waiting for its next request, unless that
+ * request has begun to arrive (the web server may have sent it just now):
+ * then c's read deadline starts, and the epoll event of the arrival,
+ * still to come, answers it.  Returns 1 when c was dropped.
+ */
+static int
+worker_conn_drop_idle(struct worker *w, struct worker_conn *c)
+{
+    char b;
+
+    if (recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 1) {
+        c->started = 1;
+        c->request_ms = util_now_ms();
+        c->deadline_ms = c->request_ms + w->cfg->fcgi_read_timeout_ms;
+        return 0;
+    }
+    worker_conn_end(w, c, 0);
+    return 1;
+}
+
+/*
+ * Frees an entry for a new connection when all are taken: the kept
+ * connection idle longest gives up its entry (the web server opens
+ * another when it needs one), else the connection that has waited longest
+ * for the rest of a request.  Returns the free entry.
+ */
+static struct worker_conn *
+worker_conn_evict(struct worker *w)
+{
+    struct worker_conn *c, *idle, *oldest;
+    int i;
+
+    for (;;) {
+        idle = oldest = NULL;
+        for (i = 0; i < w->conns_max; i++) {
+            c = &w->conns[i];
+            if (c->fd < 0)
+                return c;
+            if (!c->started) {
+                if (idle == NULL || c->deadline_ms < idle->deadline_ms)
+                    idle = c;
+            } else if (oldest == NULL || c->request_ms < oldest->request_ms)
+                oldest = c;
+        }
+        if (idle == NULL)
+            break;
+        /* Each round either frees idle's entry or makes it a request under
+         * way: the loop ends. */
+        if (worker_conn_drop_idle(w, idle)) {
+            log_debug("FastCGI: %d connections held; closed the kept one "
+                "idle longest", w->conns_max);
+            return idle;
+        }
+    }
+    log_warn("FastCGI: %d connections wait for a whole request in worker "
+        "%ld; dropping the one that waited longest", w->conns_max,
+        (long)getpid());
+    worker_conn_end(w, oldest, 0);
+    return oldest;
+}
+
+/*
  * A connection just accepted: it gets an entry among those the worker
- * waits on (the one that has waited longest gives up its entry when all
- * are taken), and a whole request within fcgi_read_timeout_ms.  Returns 1
- * when a request was answered.
+ * holds (worker_conn_evict frees one when all are taken), and a whole
+ * request within fcgi_read_timeout_ms.  Returns 1 when a request was
+ * answered.
  */
 static int
 worker_conn_start(struct worker *w, int fd, int tcp)
 {
-    struct worker_conn *c = NULL, *oldest = NULL;
+    struct worker_conn *c = NULL;
     int i;
 
-    for (i = 0; i < WORKER_CONNS_MAX; i++) {
-        if (w->conns[i].fd < 0) {
+    for (i = 0; i < w->conns_max && c == NULL; i++)
+        if (w->conns[i].fd < 0)
             c = &w->conns[i];
-            break;
-        }
-        if (oldest == NULL || w->conns[i].request_ms < oldest->request_ms)
-            oldest = &w->conns[i];
-    }
-    if (c == NULL) {
-        log_warn("FastCGI: %d connections wait for a whole request in "
-            "worker %ld; dropping the one that waited longest",
-            WORKER_CONNS_MAX, (long)getpid());
-        worker_conn_end(w, oldest, 0);
-        c = oldest;
-    }
+    if (c == NULL)
+        c = worker_conn_evict(w);
     memset(c, 0, sizeof(*c));
     c->fd = fd;
     c->tcp = tcp;
@@ -827,7 +887,7 @@ worker_conn_event(struct worker *w, uint64_t key, uint32_t events)
     struct worker_conn *c;
     uint32_t i = (uint32_t)(key >> 8) & 0xffffff;
 
-    if (i >= WORKER_CONNS_MAX)
+    if (i >= (uint32_t)w->conns_max)
         return 0;
     c = &w->conns[i];
     if (c->fd < 0 || !c->watched || (uint32_t)c->fd != (uint32_t)(key >> 32))
@@ -835,9 +895,10 @@ worker_conn_event(struct worker *w, uint64_t key, uint32_t events)
     return worker_conn_poll(w, c, events);
 }
 
-/* Ends the connections past their deadline (and, once the worker is
- * leaving, the kept ones with no request under way).  Returns the
- * milliseconds until the next deadline, at most WORKER_TICK_MS. */
+/* Ends the connections past their deadline, and once the worker is
+ * leaving the kept ones that wait for nothing (each as
+ * worker_conn_drop_idle does).  Returns the milliseconds until the next
+ * deadline, at most WORKER_TICK_MS. */
 static long
 worker_conn_expire(struct worker *w)
 {
@@ -845,15 +906,23 @@ worker_conn_expire(struct worker *w)
     int64_t now = util_now_ms(), wait = WORKER_TICK_MS;
     int i;
 
-    for (i = 0; i < WORKER_CONNS_MAX && w->nconns > 0; i++) {
+    for (i = 0; i < w->conns_max && w->nconns > 0; i++) {
         c = &w->conns[i];
         if (c->fd < 0)
             continue;
-        if (now >= c->deadline_ms || (w->leaving && !c->started)) {
-            log_debug("FastCGI connection closed or idle past its "
-                "deadline");
+        if (!c->started && (w->leaving || now >= c->deadline_ms)) {
+            if (worker_conn_drop_idle(w, c)) {
+                log_debug("FastCGI kept connection closed: idle past its "
+                    "deadline, or the worker leaves");
+                continue;
+            }
+        } else if (now >= c->deadline_ms) {
+            log_debug("FastCGI connection closed: no whole request within "
+                "fcgi_read_timeout_ms");
             worker_conn_end(w, c, 0);
-        } else if (c->deadline_ms - now < wait)
+            continue;
+        }
+        if (c->deadline_ms - now < wait)
             wait = c->deadline_ms - now;
     }
     return (long)wait;
@@ -879,7 +948,12 @@ worker_run(const struct rl_config *cfg, int listen_fd,
     w.listen_fd = listen_fd;
     w.slot = slot != NULL ? slot : &solo_slot;
     w.board = shm->board;
-    for (i = 0; i < WORKER_CONNS_MAX; i++)
+    w.conns_max = (int)cfg->worker_connections;
+    if ((w.conns = calloc((size_t)w.conns_max, sizeof(*w.conns))) == NULL) {
+        log_error("worker: out of memory");
+        return 1;
+    }
+    for (i = 0; i < w.conns_max; i++)
         w.conns[i].fd = -1;
     if (FCGX_Init() != 0) {
         log_error("FCGX_Init failed");
@@ -992,8 +1066,9 @@ worker_run(const struct rl_config *cfg, int listen_fd,
             log_reopen();
         }
     }
-    for (i = 0; i < WORKER_CONNS_MAX; i++)
+    for (i = 0; i < w.conns_max; i++)
         worker_conn_end(&w, &w.conns[i], 0);
+    free(w.conns);
     FCGX_Free(&w.fr, 0);
     response_free(&w.resp);
     service_free(&w.svc);
