@@ -50,9 +50,14 @@
 # and their caches stay the same throughout: what is measured is the warm
 # steady state.
 #
+# This script only runs things and records what it measured, raw, in
+# build/bench-raw.txt (one line per measurement); bench/tables.py does the
+# arithmetic (medians, ratios, CPU per check, whether a tier held) and
+# prints the tables, also written to build/bench.txt.  `python3
+# bench/tables.py report build/bench-raw.txt` prints them again.
+#
 # Exits 0 when every target answered without errors (whatever the speed),
-# 1 when one failed, answered non-2xx, or a budget was exceeded.  The table
-# is also written to build/bench.txt.
+# 1 when one failed, answered non-2xx, or a budget was exceeded.
 #
 # Environment (defaults in brackets):
 #   BENCH_SECONDS      [5]      timed run per target and round
@@ -110,7 +115,6 @@ RATE_SECONDS=${BENCH_RATE_SECONDS:-5}
 RSS_SECONDS=${BENCH_RSS_SECONDS:-60}
 WAKE_SECONDS=${BENCH_WAKE_SECONDS:-10}
 RSS_RATE=${BENCH_RSS_RATE:-2000}
-RSS_LINE=""
 ONLY=${BENCH_ONLY:-all}
 RATEGEN=$BUILD/rategen
 SVG=$BUILD/bench-rate.svg
@@ -138,6 +142,8 @@ DEMO_KEY=rl_demo_abc123xyz
 LIGHTTPD=/usr/sbin/lighttpd
 PROBE=$BUILD/bench_probe
 RESULT=$BUILD/bench.txt
+# The raw measurements, one line each, that bench/tables.py reads.
+RAW_RESULT=$BUILD/bench-raw.txt
 
 say() {
     echo "bench: $*"
@@ -205,6 +211,18 @@ done
 # shellcheck source-path=SCRIPTDIR source=checks.sh
 . "$ROOT/bench/checks.sh"
 
+# raw KIND NAME=VALUE...: appends a line of raw measurements to $RAW, KIND
+# and its fields tab-separated (a value holds no tab or newline);
+# bench/tables.py reads them and does every piece of arithmetic.
+raw() {
+    rw_line=$1
+    shift
+    for rw_f in "$@"; do
+        rw_line="$rw_line	$rw_f"
+    done
+    printf '%s\n' "$rw_line" >>"$RAW"
+}
+
 # Returns 0 when nothing listens on 127.0.0.1:$1 (curl: 7 = refused).
 port_free() {
     pf_rc=0
@@ -240,15 +258,17 @@ rss_kb() {
         "/proc/$1/status" 2>/dev/null || echo -
 }
 
-# "seconds|pid|VmRSS|RssAnon|RssShmem" (kB) for every worker, $1 the
+# Records VmRSS, RssAnon and RssShmem (kB) of every worker, $1 the
 # seconds into the run.
 rss_sample() {
     for rs_p in $(app_workers); do
-        awk -v t="$1" -v pid="$rs_p" '
-            $1 == "VmRSS:" { rss = $2 } $1 == "RssAnon:" { anon = $2 }
-            $1 == "RssShmem:" { shm = $2 }
-            END { printf "%s|%s|%s|%s|%s\n", t, pid, rss, anon, shm }' \
-            "/proc/$rs_p/status" 2>/dev/null || true
+        # shellcheck disable=SC2046  # three words: the three figures
+        set -- "$1" $(awk '$1 == "VmRSS:" { rss = $2 }
+            $1 == "RssAnon:" { anon = $2 } $1 == "RssShmem:" { shm = $2 }
+            END { print rss, anon, shm }' "/proc/$rs_p/status" 2>/dev/null)
+        [ $# -lt 4 ] || raw rsssample "seconds=$1" "pid=$rs_p" "vmrss=$2" \
+            "anon=$3" "shmem=$4"
+        set -- "$1"
     done
 }
 
@@ -358,6 +378,8 @@ for p in "$PORT" "$NOOP_PORT" "$EVALSHA_PORT" "$REDIS_PORT" "$PG_PORT"; do
 done
 
 VAR=$(mktemp -d "${TMPDIR:-/tmp}/ratelimit-bench.XXXXXX")
+RAW=$VAR/raw
+: >"$RAW"
 
 # The stack's own helper, with the benchmark's ports and settings; a
 # counter budget the benchmark's new subjects never reach, so that their
@@ -515,10 +537,6 @@ app_workers() {
 TICK=$(getconf CLK_TCK)
 LOADAVG=""
 FAILED=0
-ROWS=$VAR/rows
-CPUROWS=$VAR/cpurows
-: >"$ROWS"
-: >"$CPUROWS"
 
 # Benchmarks one target: $1 label, $2 port, $3 lighttpd pid file, $4 wrk
 # script, $5 a tag when the target is ratelimit-fcgi (budgets and worker
@@ -536,13 +554,14 @@ bench_target() {
         cat "$bt_out.warm" >&2
         echo "bench: $bt_name did not answer during the warm-up" >&2
         FAILED=1
-        printf '%s|-|-|-|failed|-|-\n' "$bt_name" >>"$ROWS"
+        raw run "round=$round" "target=$bt_name" failed=1
         return 0
     fi
     # Let requests still in flight from the warm-up finish.
     sleep 0.3
 
-    [ -z "$bt_ours" ] || worker_rss >"$VAR/rss.$bt_ours.before"
+    [ -z "$bt_ours" ] || raw rss "round=$round" "target=$bt_ours" when=before \
+        "workers=$(worker_rss)"
     bt_lpid=$(lighttpd_pid "$bt_pidfile")
     bt_app=$(descendants "$bt_lpid")
     bt_redis=$(pid_alive "$REDIS_PID_FILE" || true)
@@ -569,7 +588,8 @@ bench_target() {
     bt_a1=$(cpu_ticks $bt_app)
     # shellcheck disable=SC2086
     bt_r1=$(cpu_ticks $bt_redis)
-    [ -z "$bt_ours" ] || worker_rss >"$VAR/rss.$bt_ours.after"
+    [ -z "$bt_ours" ] || raw rss "round=$round" "target=$bt_ours" when=after \
+        "workers=$(worker_rss)"
     sleep 0.3
     bt_evalsha1=$(redis_calls evalsha)
     bt_other1=$(redis_calls other)
@@ -586,7 +606,7 @@ bench_target() {
         cat "$bt_out" >&2
         echo "bench: $bt_name: wrk failed or no request completed" >&2
         FAILED=1
-        printf '%s|-|-|-|failed|-|-\n' "$bt_name" >>"$ROWS"
+        raw run "round=$round" "target=$bt_name" failed=1
         return 0
     fi
     if [ "$bt_over" = 1 ]; then
@@ -603,20 +623,16 @@ bench_target() {
         FAILED=1
     fi
 
-    bt_rt=- bt_pg=-
+    bt_pg=-
     bt_evalsha=$((bt_evalsha1 - bt_evalsha0))
     bt_other=$((bt_other1 - bt_other0))
     if [ "$bt_over" = 1 ]; then
-        bt_rt=$(awk -v c="$bt_evalsha" -v r="$bt_req" \
-            'BEGIN { printf "%.3f", c / r }')
         # The cache answers all but the first denial of each worker.
         if [ "$bt_evalsha" -gt $((WORKERS * 4 + 2 * CONNECTIONS)) ]; then
             echo "bench: $bt_name: $bt_evalsha EVALSHA for $bt_req denials: the over-limit cache did not answer them" >&2
             FAILED=1
         fi
     elif [ "$bt_evalsha" -gt 0 ] || [ -n "$bt_ours" ]; then
-        bt_rt=$(awk -v c="$bt_evalsha" -v r="$bt_req" \
-            'BEGIN { printf "%.3f", c / r }')
         # Up to one request per connection may still have been in flight
         # when wrk stopped counting: it reached Redis but not the total.
         # Errors are reported above; a 503 makes no Redis call.
@@ -637,20 +653,15 @@ bench_target() {
             FAILED=1
         fi
     fi
-    printf '%s|%s|%s|%s|%s|%s|%s\n' "$bt_name" \
-        "$(awk -v r="$bt_req" -v d="$bt_dur" 'BEGIN { printf "%.0f", r / (d / 1e6) }')" \
-        "$(awk -v v="$bt_p50" 'BEGIN { printf "%.2f", v / 1000 }')" \
-        "$(awk -v v="$bt_p99" 'BEGIN { printf "%.2f", v / 1000 }')" \
-        "$bt_status$([ "$bt_sock" -eq 0 ] || echo "/$bt_sock")" "$bt_rt" \
-        "$bt_pg" >>"$ROWS"
-    printf '%s|%s|%s|%s|%s|%s|%s|%s|%s\n' "$bt_name" $((bt_l1 - bt_l0)) \
-        $((bt_a1 - bt_a0)) $((bt_r1 - bt_r0)) \
-        "$(awk -v a="$bt_w0" -v b="$bt_w1" -v t="$TICK" \
-            'BEGIN { printf "%.0f", (b - a) * t }')" \
-        $((bt_m1 - bt_m0)) "$bt_dur" "$bt_req" \
-        "$(awk -v u=$((bt_usec1 - bt_usec0)) -v c="$bt_evalsha" \
-            'BEGIN { if (c > 0) printf "%.1f", u / c; else print "-" }')" \
-        >>"$CPUROWS"
+    raw run "round=$round" "target=$bt_name" failed=0 "over=$bt_over" \
+        "ours=$([ -n "$bt_ours" ] && echo 1 || echo 0)" "requests=$bt_req" \
+        "duration_us=$bt_dur" "p50_us=$bt_p50" "p99_us=$bt_p99" \
+        "status_errors=$(wrk_field "$bt_out" status_errors)" \
+        "socket_errors=$bt_sock" "evalsha=$bt_evalsha" \
+        "evalsha_usec=$((bt_usec1 - bt_usec0))" "pg=$bt_pg" \
+        "front_ticks=$((bt_l1 - bt_l0))" "app_ticks=$((bt_a1 - bt_a0))" \
+        "redis_ticks=$((bt_r1 - bt_r0))" "wrk_cpu_before=$bt_w0" \
+        "wrk_cpu_after=$bt_w1" "machine_ticks=$((bt_m1 - bt_m0))"
 }
 
 # VmRSS of every worker, as "pid:kB" words.
@@ -662,9 +673,9 @@ worker_rss() {
 
 # ---------------------------------------------------------------- rates
 
-# One tier: rategen at $3 req/s for RATE_SECONDS against port $2; appends
-# "label|offered|achieved|p50|p95|p99|max|errors|held" (ms) to RATEROWS
-# and returns 0 when the target held the rate.
+# One tier: rategen at $3 req/s for RATE_SECONDS against port $2; records
+# rategen's RATE line and what its errors were, and returns 0 when the
+# target held the rate.
 rate_tier() {
     rt_name=$(printf '%s' "$1" | cut -c1)-$3.txt
     rt_out=$VAR/rate-$rt_name
@@ -673,51 +684,27 @@ rate_tier() {
         -H "X-API-Key: $DEMO_KEY" -H "Content-Type: application/json" \
         -b '{"route":"/bench","subject":"bench"}' \
         "http://127.0.0.1:$2/v1/check" >"$rt_out" 2>"$rt_out.err" || true
-    rt_rc=0
-    awk -v label="$1" '
-        $1 == "RATE" {
-            for (i = 2; i <= NF; i++) {
-                split($i, kv, "=")
-                f[kv[1]] = kv[2]
-            }
-            found = 1
-        }
-        END {
-            if (!found) {
-                printf "%s|%s|-|-|-|-|-|failed|no\n", label, f["offered"]
-                exit 1
-            }
-            errors = f["status_errors"] + f["socket_errors"] + f["timeouts"]
-            held = errors == 0 && f["achieved"] >= 0.98 * f["offered"] &&
-                f["p99_us"] < 10000
-            printf "%s|%d|%.0f|%.2f|%.2f|%.2f|%.2f|%d|%s\n", label,
-                f["offered"], f["achieved"], f["p50_us"] / 1000,
-                f["p95_us"] / 1000, f["p99_us"] / 1000, f["max_us"] / 1000,
-                errors, held ? "yes" : "no"
-            exit held ? 0 : 1
-        }' "$rt_out" >>"$RATEROWS" || rt_rc=$?
+    raw tier "target=$1" "offered=$3" "result=$(grep -m 1 '^RATE ' "$rt_out")"
     # What the errors were: rategen's first socket error and the count of
     # every unexpected status.
-    sed -n "s/^rategen: \(first socket error\|status\)/  $3 req\/s, $1: \1/p" \
-        "$rt_out.err" >>"$RATENOTES"
-    return "$rt_rc"
+    sed -n "s/^rategen: \(first socket error\|status\)/\1/p" "$rt_out.err" |
+        while IFS= read -r rt_note; do
+            raw ratenote "target=$1" "offered=$3" "note=$rt_note"
+        done
+    python3 "$ROOT/bench/tables.py" held "$rt_out"
 }
 
-RATEROWS=$VAR/raterows
-: >"$RATEROWS"
-RATENOTES=$VAR/ratenotes
-: >"$RATENOTES"
 if [ "$ONLY" != closed ]; then
     rm -rf "$TRACES"
     mkdir -p "$TRACES"
     # How late the machine wakes a sleeping process, the stack idle: every
     # process of the chain sleeps between requests, so lateness here shows
     # in every target's tail.
-    WAKE_LINE=
     if [ "$WAKE_SECONDS" -gt 0 ]; then
         say "wake-up lateness: $WAKE_SECONDS s of 1 ms sleeps"
         WAKE_LINE=$("$BUILD/wakelag" "$WAKE_SECONDS") ||
             die "$BUILD/wakelag failed"
+        raw wake "result=$WAKE_LINE"
     fi
     LOADAVG_RATE=$(cut -d' ' -f1-3 /proc/loadavg)
     # The fixed tiers for every target, then up by RATE_STEP while some
@@ -752,10 +739,8 @@ if [ "$ONLY" != closed ]; then
         done
         ra_held=$ra_next
     done
-    for t in a b c; do
-        awk -F'|' -v t="$t" 'substr($1, 1, 1) == t { print $2, $4, $6 }' \
-            "$RATEROWS" >"$VAR/rate.$t.dat"
-    done
+    python3 "$ROOT/bench/tables.py" plot "$RAW" "$VAR" ||
+        die "bench/tables.py could not write the tiers for gnuplot"
     if command -v gnuplot >/dev/null 2>&1; then
         cat >"$VAR/rate.gp" <<GP
 set terminal svg size 860,520 dynamic font "sans,12" background rgb "white"
@@ -806,8 +791,6 @@ if [ "$ONLY" != rate ]; then
     round=1
     while [ "$round" -le "$ROUNDS" ]; do
         say "round $round of $ROUNDS"
-        ROWS=$VAR/rows.$round
-        CPUROWS=$VAR/cpurows.$round
         bench_target "a noop probe" "$NOOP_PORT" \
             "$VAR/probe-noop/lighttpd.pid" "$VAR/check.lua" ""
         bench_target "b evalsha probe" "$EVALSHA_PORT" \
@@ -820,42 +803,6 @@ if [ "$ONLY" != rate ]; then
             "$VAR/lighttpd.pid" "$VAR/over.lua" e
         round=$((round + 1))
     done
-    # Each target's median round (by req/s, the lower middle for an even
-    # count), and every round's req/s by target: "t r1 r2 ..." lines.
-    for f in "$VAR"/rows.*; do
-        cat "$f"
-    done | awk -F'|' '
-        { t = substr($1, 1, 1); n[t]++; row[t, n[t]] = $0; rps[t, n[t]] = $2
-          if (!(t in seen)) { seen[t] = 1; order[++m] = t } }
-        END {
-            for (k = 1; k <= m; k++) {
-                t = order[k]
-                for (i = 1; i <= n[t]; i++) idx[i] = i
-                for (i = 1; i <= n[t]; i++)
-                    for (j = i + 1; j <= n[t]; j++)
-                        if (rps[t, idx[j]] + 0 < rps[t, idx[i]] + 0) {
-                            x = idx[i]; idx[i] = idx[j]; idx[j] = x
-                        }
-                print row[t, idx[int((n[t] + 1) / 2)]]
-            }
-        }' >"$VAR/rows"
-    ROWS=$VAR/rows
-    # CPU: the rounds' ticks and requests added up.
-    for f in "$VAR"/cpurows.*; do
-        cat "$f"
-    done | awk -F'|' '
-        { k = $1; if (!(k in seen)) { seen[k] = 1; order[++m] = k }
-          for (i = 2; i <= 8; i++) sum[k, i] += $i
-          if ($9 != "-") { sc[k] += $9; nsc[k]++ } }
-        END {
-            for (j = 1; j <= m; j++) {
-                k = order[j]
-                printf "%s", k
-                for (i = 2; i <= 8; i++) printf "|%.0f", sum[k, i]
-                printf "|%s\n", nsc[k] ? sprintf("%.1f", sc[k] / nsc[k]) : "-"
-            }
-        }' >"$VAR/cpurows"
-    CPUROWS=$VAR/cpurows
     REDIS_KEYS=$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" DBSIZE 2>/dev/null || echo "?")
 
     # Redis memory per counter, for each algorithm: MEM_COUNTERS checks, each
@@ -866,7 +813,6 @@ if [ "$ONLY" != rate ]; then
         redis-cli -h 127.0.0.1 -p "$REDIS_PORT" INFO memory 2>/dev/null |
             tr -d '\r' | sed -n 's/^used_memory://p'
     }
-    : >"$VAR/memrows"
     for alg in sliding_window token_bucket gcra fixed_window; do
         case $alg in
         sliding_window) set -- --limit 1000000 --window 3600 ;;
@@ -886,7 +832,7 @@ if [ "$ONLY" != rate ]; then
         ma=$(redis_used)
         ka=$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" DBSIZE)
         ok=$(grep -c '^200$' "$VAR/mem.status")
-        echo "$alg|$ok|$((ka - kb))|$((ma - mb))" >>"$VAR/memrows"
+        raw mem "algorithm=$alg" "ok=$ok" "keys=$((ka - kb))" "bytes=$((ma - mb))"
     done
     REDIS_MEM=$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" INFO memory 2>/dev/null |
         tr -d '\r' | sed -n 's/^used_memory_human://p')
@@ -896,10 +842,9 @@ if [ "$ONLY" != rate ]; then
     # parts sampled every RSS_SECONDS / 6 s: RssAnon is the worker's own
     # memory; RssShmem counts the pages of the pool's shared segment the
     # worker has touched, which all workers share.
-    : >"$VAR/rssrows"
     if [ "$RSS_SECONDS" -gt 0 ]; then
         say "worker memory: ${RSS_SECONDS} s of new subjects at $RSS_RATE req/s"
-        rss_sample 0 >>"$VAR/rssrows"
+        rss_sample 0
         timeout --foreground $((RSS_SECONDS + 30)) "$RATEGEN" -r "$RSS_RATE" \
             -d "$RSS_SECONDS" -c 64 -t 5000 \
             -H "X-API-Key: $DEMO_KEY" -H "Content-Type: application/json" \
@@ -913,236 +858,33 @@ if [ "$ONLY" != rate ]; then
         while [ "$rs_t" -lt "$RSS_SECONDS" ]; do
             sleep "$rs_step"
             rs_t=$((rs_t + rs_step))
-            rss_sample "$rs_t" >>"$VAR/rssrows"
+            rss_sample "$rs_t"
         done
         wait "$rs_gen" || true
-        RSS_LINE=$(cat "$VAR/rss.rate")
+        raw rssrun "result=$(cat "$VAR/rss.rate")"
     fi
 fi
 
 # ---------------------------------------------------------------- report
 
-{
-    echo "ratelimit-fcgi benchmark, $(date -u '+%Y-%m-%d %H:%M UTC')," \
-        "commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
-    if [ "$ONLY" != rate ]; then
-        echo "$(nproc) CPUs; wrk $CONNECTIONS connections, $THREADS threads," \
-            "${BENCH_SECONDS} s per target after ${WARMUP_SECONDS} s warm-up," \
-            "$ROUNDS rounds; $WORKERS workers each;" \
-            "load average before: $LOADAVG"
-    else
-        echo "$(nproc) CPUs; $WORKERS workers each"
-    fi
-    echo "ratelimit-fcgi: log_level warn, max_requests 0, cache TTLs 3600 s" \
-        "(warm steady state)"
-    if [ "$REDIS_TYPE" = cluster ]; then
-        echo "Redis: a Cluster of 3 primaries and 3 replicas; the Redis figures" \
-            "are those of the primary 127.0.0.1:$REDIS_PORT, which owns the demo tenant"
-    fi
-    if [ "$ONLY" != rate ]; then
-        echo "ratios are ours / probe: for req/s higher is better, for latency lower"
-        echo
-        awk -F'|' '
-            BEGIN {
-                printf "%-31s %8s %7s %7s %8s %12s %8s\n", "target", "req/s",
-                    "p50 ms", "p99 ms", "non-2xx", "EVALSHA/req", "PG stmts"
-            }
-            { printf "%-31s %8s %7s %7s %8s %12s %8s\n", $1, $2, $3, $4, $5, $6, $7 }
-        ' "$ROWS"
-        echo "each row: the target's median round; non-2xx: answers >= 400 (wrk's"
-        echo "count), then \"/socket errors\" if any; EVALSHA/req and PG stmts: in"
-        echo "Redis and PostgreSQL during that round's timed run (PG stmts leaves out"
-        echo "the batched write of last_used_at, each key at most once a minute)"
-        echo
-        # Every ratio in every round; the median round's is shown, then
-        # all of them in round order.
-        for f in "$VAR"/rows.*; do
-            cat "$f"
-        done | awk -F'|' '
-            { t = substr($1, 1, 1); r = ++cnt[t]; if (r > rounds) rounds = r
-              rps[t, r] = $2; p50[t, r] = $3; p99[t, r] = $4 }
-            function ratio(v, x, y, r) {
-                if (v[x, r] + 0 > 0 && v[y, r] + 0 > 0)
-                    return v[x, r] / v[y, r]
-                return -1
-            }
-            # The median of the rounds ratio v[x] / v[y], then, with
-            # show, the value of every round when there is more than one.
-            function med(v, x, y, show,    r, i, j, a, t, all) {
-                all = ""
-                for (r = 1; r <= rounds; r++) {
-                    a[r] = ratio(v, x, y, r)
-                    all = all (r > 1 ? " " : "") (a[r] < 0 ? "-" : sprintf("%.2f", a[r]))
-                }
-                for (i = 1; i <= rounds; i++)
-                    for (j = i + 1; j <= rounds; j++)
-                        if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
-                t = a[int((rounds + 1) / 2)]
-                t = t < 0 ? "-" : sprintf("%.2f", t)
-                return t (show && rounds > 1 ? " (rounds: " all ")" : "")
-            }
-            END {
-                printf "ratios c (ours) / b (evalsha probe): req/s %s; p50 %s, p99 %s\n",
-                    med(rps, "c", "b", 1), med(p50, "c", "b"), med(p99, "c", "b")
-                printf "ratios c (ours) / a (noop probe):    req/s %s; p50 %s, p99 %s\n",
-                    med(rps, "c", "a", 1), med(p50, "c", "a"), med(p99, "c", "a")
-                printf "ratios d (new subjects) / c:          req/s %s\n",
-                    med(rps, "d", "c", 1)
-                printf "ratios d (new subjects) / b:          req/s %s\n",
-                    med(rps, "d", "b", 1)
-                printf "ratios e (over the limit) / b:        req/s %s\n",
-                    med(rps, "e", "b", 1)
-                printf "ratios e (over the limit) / a:        req/s %s\n",
-                    med(rps, "e", "a", 1)
-            }
-        '
-        echo
-        echo "Where the time goes: CPU microseconds per request during the timed runs"
-        echo "of all rounds"
-        echo "(rest: the kernel outside these processes, and anything else running"
-        echo "on the machine; busy: of all $(nproc) CPUs; in script: time Redis reports"
-        echo "per EVALSHA, part of the redis column):"
-        awk -F'|' -v tick="$TICK" '
-            BEGIN {
-                printf "%-31s %8s %6s %6s %6s %6s %6s %6s %9s\n", "target",
-                    "lighttpd", "app", "redis", "wrk", "rest", "total", "busy",
-                    "in script"
-            }
-            $8 > 0 && $7 > 0 {
-                us = 1e6 / tick / $8
-                rest = $6 - $2 - $3 - $4 - $5
-                if (rest < 0) rest = 0
-                printf "%-31s %8.0f %6.0f %6.0f %6.0f %6.0f %6.0f %5.0f%% %9s\n",
-                    $1, $2 * us, $3 * us, $4 * us, $5 * us, rest * us, $6 * us,
-                    100 * $6 / tick / ($7 / 1e6) / ncpu, $9
-            }
-        ' ncpu="$(nproc)" "$CPUROWS"
-        echo "(d builds every request in wrk's Lua, so its wrk column is higher)"
-        echo
-        # Redis runs commands on one thread: its CPU per check bounds what one
-        # server (or one Redis Cluster primary) can take.
-        awk -F'|' -v tick="$TICK" '
-            $8 > 0 && $4 > 0 && $1 ~ /^[cd] / {
-                us = $4 * 1e6 / tick / $8
-                printf "one Redis core at 100%%, %s: %.0f µs of Redis CPU per " \
-                    "check, about %.0f checks/s\n", substr($1, 1, 1), us, 1e6 / us
-            }' "$CPUROWS"
-        echo
-        echo "ratelimit-fcgi workers, VmRSS kB, around the last round's runs of c and d:"
-        echo "  pid       before c   after c  before d   after d"
-        cat "$VAR"/rss.c.before "$VAR"/rss.c.after "$VAR"/rss.d.before \
-            "$VAR"/rss.d.after 2>/dev/null | tr ' ' '\n' | awk -F: '
-            NF == 2 {
-                if (!($1 in seen)) { seen[$1] = 1; order[++n] = $1 }
-                v[$1] = v[$1] sprintf(" %9s", $2)
-                cnt[$1]++
-            }
-            END {
-                for (i = 1; i <= n; i++)
-                    printf "  %-8s%s\n", order[i], v[order[i]]
-                for (i = 1; i <= n; i++)
-                    if (cnt[order[i]] != 4) {
-                        print "  (workers changed during the runs)"
-                        break
-                    }
-                if (n == 0)
-                    print "  (no workers found)"
-            }'
-        echo "Redis (reached over $REDIS_TRANSPORT) after the run: $REDIS_KEYS keys, ${REDIS_MEM:-?} used"
-        echo
-        echo "Redis memory per counter ($MEM_COUNTERS checks of new subjects on a"
-        echo "one-limit rule; used_memory after minus before, per check answered"
-        echo "200: each made one counter; the reply slots, one per worker and"
-        echo "tenant, were there before and are only overwritten):"
-        awk -F'|' '
-            BEGIN { printf "  %-16s %8s %8s %14s %15s\n", "algorithm", "200s",
-                "new keys", "bytes in all", "bytes per check" }
-            { printf "  %-16s %8d %8d %14d %15s\n", $1, $2, $3, $4,
-                ($2 > 0 ? sprintf("%.0f", $4 / $2) : "-") }' "$VAR/memrows"
-        if [ -s "$VAR/rssrows" ]; then
-            echo
-            echo "Worker memory (kB) over ${RSS_SECONDS} s of new subjects at" \
-                "$RSS_RATE req/s (VmRSS = RssAnon, the"
-            echo "worker's own, + RssShmem, pages of the shared segment it has touched):"
-            awk -F'|' '
-                BEGIN { printf "  %8s %8s %9s %9s %9s\n", "seconds", "pid",
-                    "VmRSS", "RssAnon", "RssShmem" }
-                { printf "  %8s %8s %9s %9s %9s\n", $1, $2, $3, $4, $5 }
-                $1 == 0 { a0[$2] = $4 }
-                { alast[$2] = $4 }
-                END {
-                    for (p in a0)
-                        if (p in alast && alast[p] - a0[p] > d)
-                            d = alast[p] - a0[p]
-                    printf "  largest growth of a worker'"'"'s RssAnon: %d kB\n", d
-                }' "$VAR/rssrows"
-            echo "  $RSS_LINE"
-        fi
-    fi
-    if [ "$ONLY" != closed ]; then
-        echo
-        echo "Constant-rate tiers (open loop: $RATEGEN, ${RATE_SECONDS} s per"
-        echo "tier after 1 s not counted, up to 256 connections; latency from"
-        echo "when each request was due; held = 98% of the rate achieved, no"
-        echo "error, p99 < 10 ms; load average before: $LOADAVG_RATE):"
-        [ -z "$WAKE_LINE" ] || printf '%s\n' "$WAKE_LINE" | awk '
-            { for (i = 2; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] } }
-            END {
-                printf "waking from a 1 ms sleep (%s sleeps in %s s, the " \
-                    "stack idle, just before):\n  late by > 1 ms %s times, " \
-                    "> 2 ms %s, > 5 ms %s; at most %.1f ms\n", f["sleeps"],
-                    f["seconds"], f["late_1ms"], f["late_2ms"],
-                    f["late_5ms"], f["max_late_us"] / 1000
-            }'
-        awk -F'|' '
-            BEGIN {
-                printf "%8s  %-18s %8s %7s %7s %7s %8s %7s %5s\n", "offered",
-                    "target", "achieved", "p50 ms", "p95 ms", "p99 ms",
-                    "max ms", "errors", "held"
-            }
-            {
-                printf "%8s  %-18s %8s %7s %7s %7s %8s %7s %5s\n", $2, $1,
-                    $3, $4, $5, $6, $7, $8, $9
-                if ($9 == "yes" && $2 + 0 > best[$1])
-                    best[$1] = $2 + 0
-                if (!($1 in seen)) {
-                    seen[$1] = 1
-                    order[++n] = $1
-                }
-                if (substr($1, 1, 1) == "c" && $2 == 5000) {
-                    goal = ($8 == 0 && $6 + 0 < 2 &&
-                        $3 + 0 >= 0.98 * 5000) ? "met" : "NOT met"
-                    goal_p99 = $6
-                    goal_err = $8
-                }
-            }
-            END {
-                printf "highest rate held with p99 < 10 ms:"
-                for (i = 1; i <= n; i++)
-                    printf "%s %s %s", (i > 1 ? ";" : ""),
-                        substr(order[i], 1, 1),
-                        (order[i] in best) ? best[order[i]] " req/s" : "none"
-                printf "\n"
-                if (goal != "")
-                    printf "goal, c at 5000 req/s with p99 < 2 ms and no " \
-                        "error: %s (p99 %s ms, %s errors)\n", goal, goal_p99,
-                        goal_err
-            }' "$RATEROWS"
-        if [ -s "$RATENOTES" ]; then
-            echo "what the errors were:"
-            cat "$RATENOTES"
-        fi
-        [ ! -s "$SVG" ] || echo "latency against offered rate drawn in $SVG"
-        echo "every request of each tier (due_us latency_us status lag_us): $TRACES/"
-    fi
-    if [ "$FAILED" -ne 0 ]; then
-        echo
-        echo "FAILED: a target failed, answered non-2xx or exceeded a budget (see above)"
-    fi
-} >"$VAR/table"
+raw meta "date=$(date -u '+%Y-%m-%d %H:%M UTC')" \
+    "commit=$(git rev-parse --short HEAD 2>/dev/null || echo '?')" \
+    "cpus=$(nproc)" "tick=$TICK" "only=$ONLY" "connections=$CONNECTIONS" \
+    "threads=$THREADS" "seconds=$BENCH_SECONDS" "warmup=$WARMUP_SECONDS" \
+    "rounds=$ROUNDS" "workers=$WORKERS" "loadavg=$LOADAVG" \
+    "loadavg_rate=${LOADAVG_RATE:-}" "redis_type=$REDIS_TYPE" \
+    "redis_port=$REDIS_PORT" "redis_transport=$REDIS_TRANSPORT" \
+    "redis_keys=${REDIS_KEYS:-}" "redis_memory=${REDIS_MEM:-}" \
+    "mem_counters=${MEM_COUNTERS:-}" "rss_seconds=$RSS_SECONDS" \
+    "rss_rate=$RSS_RATE" "rategen=$RATEGEN" "rate_seconds=$RATE_SECONDS" \
+    "svg=$SVG" "svg_drawn=$([ -s "$SVG" ] && echo 1 || echo 0)" \
+    "traces=$TRACES" "failed=$FAILED"
+python3 "$ROOT/bench/tables.py" report "$RAW" >"$VAR/table" ||
+    die "bench/tables.py could not make the tables of $RAW"
 
 echo
 cat "$VAR/table"
 cp "$VAR/table" "$RESULT.tmp" && mv "$RESULT.tmp" "$RESULT"
+cp "$RAW" "$RAW_RESULT.tmp" && mv "$RAW_RESULT.tmp" "$RAW_RESULT"
 say "written to $RESULT"
 exit "$FAILED"
