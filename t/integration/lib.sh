@@ -786,6 +786,162 @@ stop_private() {
     stop_process "$APP_PID" TERM
 }
 
+# nginx_conf FILE [KEY=VALUE...] INCLUDE...: writes FILE, the nginx.conf
+# of an nginx of a test's own (nginx -c FILE): its pid file and error log,
+# the http block's temporary files (nginx's own, under /var/lib/nginx,
+# are root's), Debian's MIME types, and an include of each INCLUDE (a
+# file, or a glob) in http {}.  Unless FILE's directory has one already,
+# Debian's fastcgi_params is copied there: the shipped files' "include
+# fastcgi_params" is relative to it.  The KEY=VALUEs come first; DIR is
+# FILE's directory:
+#   user=U         "user U;", only when run as root (none)
+#   workers=N      worker_processes (1)
+#   connections=N  worker_connections (64)
+#   pid=F          the pid file (DIR/nginx.pid)
+#   error_log=F    the error log (DIR/nginx-error.log)
+#   log_level=L    its level (none: nginx's own, error)
+#   access_log=F   the access log, combined format (off)
+#   tmp=T          the temporary files' directory (DIR/tmp; made here)
+nginx_conf() {
+    nc_file=$1
+    shift
+    nc_dir=$(dirname "$nc_file")
+    nc_user=
+    nc_workers=1
+    nc_conns=64
+    nc_pid=$nc_dir/nginx.pid
+    nc_error=$nc_dir/nginx-error.log
+    nc_level=
+    nc_access=off
+    nc_tmp=$nc_dir/tmp
+    while [ $# -gt 0 ]; do
+        case $1 in
+        user=*) nc_user=${1#*=} ;;
+        workers=*) nc_workers=${1#*=} ;;
+        connections=*) nc_conns=${1#*=} ;;
+        pid=*) nc_pid=${1#*=} ;;
+        error_log=*) nc_error=${1#*=} ;;
+        log_level=*) nc_level=${1#*=} ;;
+        access_log=*) nc_access=${1#*=} ;;
+        tmp=*) nc_tmp=${1#*=} ;;
+        *) break ;;
+        esac
+        shift
+    done
+    mkdir -p "$nc_tmp"
+    [ -e "$nc_dir/fastcgi_params" ] ||
+        cp /etc/nginx/fastcgi_params "$nc_dir/fastcgi_params"
+    {
+        if [ -n "$nc_user" ] && [ "$(id -u)" = 0 ]; then
+            echo "user $nc_user;"
+        fi
+        echo "worker_processes $nc_workers;"
+        echo "pid $nc_pid;"
+        echo "error_log $nc_error${nc_level:+ $nc_level};"
+        echo "events { worker_connections $nc_conns; }"
+        echo 'http {'
+        echo "    access_log $nc_access;"
+        for nc_t in client_body:body fastcgi:fastcgi proxy:proxy scgi:scgi \
+            uwsgi:uwsgi; do
+            echo "    ${nc_t%%:*}_temp_path $nc_tmp/${nc_t#*:};"
+        done
+        echo '    include /etc/nginx/mime.types;'
+        echo '    default_type application/octet-stream;'
+        for nc_inc in "$@"; do
+            echo "    include $nc_inc;"
+        done
+        echo '}'
+    } >"$nc_file"
+}
+
+# apache_conf FILE [KEY=VALUE...] INCLUDE...: writes FILE, the httpd.conf
+# of an Apache of a test's own (apache2 -f FILE; prefork): ServerRoot,
+# pid file and run directory in FILE's directory, the modules the shipped
+# files need (mod_fcgid, mod_proxy_fcgi, mod_authnz_fcgi, mod_headers),
+# mod_fcgid's IPC directory and process table there too, every directory
+# denied but the document root, and an Include of each INCLUDE.  The
+# KEY=VALUEs come first; DIR is FILE's directory:
+#   listen="PORT..."  Listen 127.0.0.1:PORT for each (none)
+#   user="U G"     User U and Group G, only when run as root (none)
+#   error_log=F    the error log (DIR/error.log), at LogLevel warn
+#   access_log=F   an access log "%h %u "%r" %>s" (none)
+#   servers="S MIN MAX W"  StartServers, Min/MaxSpareServers,
+#                  MaxRequestWorkers ("1 1 2 8")
+#   htdocs=H       the document root (DIR/htdocs)
+#   cgi=yes        *.cgi under it run as CGI (mod_cgi, mod_dir)
+apache_conf() {
+    apc_file=$1
+    shift
+    apc_dir=$(dirname "$apc_file")
+    apc_listen=
+    apc_user=
+    apc_error=$apc_dir/error.log
+    apc_access=
+    apc_servers="1 1 2 8"
+    apc_htdocs=$apc_dir/htdocs
+    apc_cgi=
+    while [ $# -gt 0 ]; do
+        case $1 in
+        listen=*) apc_listen=${1#*=} ;;
+        user=*) apc_user=${1#*=} ;;
+        error_log=*) apc_error=${1#*=} ;;
+        access_log=*) apc_access=${1#*=} ;;
+        servers=*) apc_servers=${1#*=} ;;
+        htdocs=*) apc_htdocs=${1#*=} ;;
+        cgi=*) apc_cgi=${1#*=} ;;
+        *) break ;;
+        esac
+        shift
+    done
+    apc_m=${APACHE_MODULES:-/usr/lib/apache2/modules}
+    apc_incs=$(for apc_inc in "$@"; do echo "Include \"$apc_inc\""; done)
+    # shellcheck disable=SC2086 # four numbers
+    set -- $apc_servers
+    {
+        echo "ServerRoot \"$apc_dir\""
+        echo 'ServerName 127.0.0.1'
+        for apc_port in $apc_listen; do
+            echo "Listen 127.0.0.1:$apc_port"
+        done
+        echo "PidFile \"$apc_dir/run/httpd.pid\""
+        echo "DefaultRuntimeDir \"$apc_dir/run\""
+        echo "ErrorLog \"$apc_error\""
+        echo 'LogLevel warn'
+        if [ -n "$apc_user" ] && [ "$(id -u)" = 0 ]; then
+            echo "User ${apc_user% *}"
+            echo "Group ${apc_user#* }"
+        fi
+        apc_mods="mpm_prefork authn_core authz_core authz_host authz_user mime"
+        [ "$apc_cgi" = yes ] && apc_mods="$apc_mods dir cgi"
+        for apc_mod in $apc_mods headers fcgid proxy proxy_fcgi authnz_fcgi; do
+            echo "LoadModule ${apc_mod}_module $apc_m/mod_$apc_mod.so"
+        done
+        echo 'TypesConfig /etc/mime.types'
+        echo "StartServers $1"
+        echo "MinSpareServers $2"
+        echo "MaxSpareServers $3"
+        echo "MaxRequestWorkers $4"
+        echo "FcgidIPCDir \"$apc_dir/fcgid\""
+        echo "FcgidProcessTableFile \"$apc_dir/fcgid-shm\""
+        if [ -n "$apc_access" ]; then
+            echo 'LogFormat "%h %u \"%r\" %>s" common'
+            echo "CustomLog \"$apc_access\" common"
+        fi
+        echo '<Directory />'
+        echo '    AllowOverride None'
+        echo '    Require all denied'
+        echo '</Directory>'
+        echo "<Directory \"$apc_htdocs\">"
+        if [ "$apc_cgi" = yes ]; then
+            echo '    Options +ExecCGI'
+            echo '    AddHandler cgi-script .cgi'
+        fi
+        echo '    Require all granted'
+        echo '</Directory>'
+        echo "$apc_incs"
+    } >"$apc_file"
+}
+
 # avoid_edge PERIOD SECONDS: waits until at least SECONDS remain in the
 # current UTC period of PERIOD seconds (60: minute, 86400: day), so that
 # a calendar window or a sliding window's counter cannot roll over during

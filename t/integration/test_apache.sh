@@ -169,59 +169,10 @@ for f in fcgid-wrapper site-fcgid.conf site-proxy-fcgi.conf \
     check "$f: every placeholder filled" filled "$A/$f"
 done
 
-user_lines=
-if [ "$(id -u)" = 0 ]; then
-    user_lines="User nobody
-Group $GROUP"
-fi
-M=$MODULES
-cat >"$A/httpd.conf" <<EOF
-ServerRoot "$A"
-ServerName 127.0.0.1
-Listen 127.0.0.1:$FCGID_PORT
-Listen 127.0.0.1:$PROXY_PORT
-Listen 127.0.0.1:$AUTHNZ_PORT
-PidFile "$A/run/httpd.pid"
-DefaultRuntimeDir "$A/run"
-ErrorLog "$A/error.log"
-LogLevel warn
-$user_lines
-LoadModule mpm_prefork_module $M/mod_mpm_prefork.so
-LoadModule authn_core_module $M/mod_authn_core.so
-LoadModule authz_core_module $M/mod_authz_core.so
-LoadModule authz_host_module $M/mod_authz_host.so
-LoadModule authz_user_module $M/mod_authz_user.so
-LoadModule mime_module $M/mod_mime.so
-LoadModule dir_module $M/mod_dir.so
-LoadModule cgi_module $M/mod_cgi.so
-LoadModule headers_module $M/mod_headers.so
-LoadModule fcgid_module $M/mod_fcgid.so
-LoadModule proxy_module $M/mod_proxy.so
-LoadModule proxy_fcgi_module $M/mod_proxy_fcgi.so
-LoadModule authnz_fcgi_module $M/mod_authnz_fcgi.so
-TypesConfig /etc/mime.types
-StartServers 2
-MinSpareServers 1
-MaxSpareServers 4
-MaxRequestWorkers 32
-# mod_fcgid creates this directory for Apache's user.
-FcgidIPCDir "$A/fcgid"
-FcgidProcessTableFile "$A/fcgid-shm"
-LogFormat "%h %u \"%r\" %>s" common
-CustomLog "$A/access.log" common
-<Directory />
-    AllowOverride None
-    Require all denied
-</Directory>
-<Directory "$A/htdocs">
-    Options +ExecCGI
-    AddHandler cgi-script .cgi
-    Require all granted
-</Directory>
-Include "$A/site-fcgid.conf"
-Include "$A/site-proxy-fcgi.conf"
-Include "$A/site-authnz-fcgi.conf"
-EOF
+apache_conf "$A/httpd.conf" listen="$FCGID_PORT $PROXY_PORT $AUTHNZ_PORT" \
+    user="nobody $GROUP" servers="2 1 4 32" access_log="$A/access.log" \
+    cgi=yes "$A/site-fcgid.conf" "$A/site-proxy-fcgi.conf" \
+    "$A/site-authnz-fcgi.conf"
 "$APACHE" -t -f "$A/httpd.conf" >>"$A/httpd-start.log" 2>&1
 check "apache2 -t accepts the three shipped files" eq "$?" 0
 # In its own session: on shutdown, Apache signals its whole process group,

@@ -390,23 +390,9 @@ check "the master runs as ratelimit, with its pool" eq \
 ln -s /etc/nginx/fastcgi_params "$D/nginx/fastcgi_params"
 sed "s/127.0.0.1:8080/127.0.0.1:$NGX_PORT/" \
     /etc/nginx/sites-available/ratelimit-fcgi >"$D/nginx/sites-enabled/ratelimit-fcgi"
-cat >"$D/nginx/nginx.conf" <<EOF
-user www-data;
-worker_processes 1;
-pid $D/nginx/nginx.pid;
-error_log $D/nginx/error.log;
-events { worker_connections 64; }
-http {
-    access_log $D/nginx/access.log;
-    client_body_temp_path $D/tmp/body;
-    fastcgi_temp_path $D/tmp/fastcgi;
-    proxy_temp_path $D/tmp/proxy;
-    scgi_temp_path $D/tmp/scgi;
-    uwsgi_temp_path $D/tmp/uwsgi;
-    include /etc/nginx/mime.types;
-    include $D/nginx/sites-enabled/*;
-}
-EOF
+nginx_conf "$D/nginx/nginx.conf" user=www-data error_log="$D/nginx/error.log" \
+    access_log="$D/nginx/access.log" tmp="$D/tmp" \
+    "$D/nginx/sites-enabled/*"
 /usr/sbin/nginx -t -q -c "$D/nginx/nginx.conf" -e "$D/nginx/error.log" \
     >"$D/nginx/start.log" 2>&1
 check "nginx -t accepts the package's site" eq "$?" 0
@@ -464,20 +450,8 @@ front_checks apache "$APA_PORT"
 # auth_request site, Apache's mod_authnz_fcgi conf, lighttpd's two.
 mkdir -p "$D/syntax"
 ln -s /etc/nginx/fastcgi_params "$D/syntax/fastcgi_params"
-cat >"$D/syntax/nginx.conf" <<EOF
-pid $D/syntax/nginx.pid;
-error_log $D/syntax/nginx.log;
-events { }
-http {
-    client_body_temp_path $D/tmp/body;
-    fastcgi_temp_path $D/tmp/fastcgi;
-    proxy_temp_path $D/tmp/proxy;
-    scgi_temp_path $D/tmp/scgi;
-    uwsgi_temp_path $D/tmp/uwsgi;
-    include /etc/nginx/mime.types;
-    include /etc/nginx/sites-available/ratelimit-fcgi-auth-request;
-}
-EOF
+nginx_conf "$D/syntax/nginx.conf" error_log="$D/syntax/nginx.log" \
+    tmp="$D/tmp" /etc/nginx/sites-available/ratelimit-fcgi-auth-request
 out=$(/usr/sbin/nginx -t -q -c "$D/syntax/nginx.conf" -e "$D/syntax/nginx.log" 2>&1)
 check "nginx -t accepts the package's auth_request site ($out)" eq "$?" 0
 cat >"$D/syntax/httpd.conf" <<EOF

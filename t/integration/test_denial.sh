@@ -25,7 +25,6 @@ require_stack
 
 NGINX=${NGINX:-/usr/sbin/nginx}
 APACHE=${APACHE:-/usr/sbin/apache2}
-MODULES=${APACHE_MODULES:-/usr/lib/apache2/modules}
 P_LT=$((PORT + 61))
 P_NGX_RESP=$((PORT + 62))
 P_NGX_AUTH=$((PORT + 63))
@@ -244,28 +243,8 @@ sed -e "s|@LISTEN@|127.0.0.1:$P_NGX_RESP|g" -e "s|@SOCKET@|$SOCKET|g" \
 sed -e "s|@LISTEN@|127.0.0.1:$P_NGX_AUTH|g" -e "s|@ROOT@|$D/htdocs|g" \
     -e "s|@SOCKET@|$SOCKET|g" \
     "$ROOT/conf/nginx-auth-request.conf" >"$D/ngx-auth.conf"
-cp /etc/nginx/fastcgi_params "$D/fastcgi_params"
-user_line=
-[ "$(id -u)" = 0 ] && user_line="user nobody $GROUP;"
-cat >"$D/nginx.conf" <<EOF
-$user_line
-worker_processes 1;
-pid $D/run/nginx.pid;
-error_log $D/nginx-error.log;
-events { worker_connections 64; }
-http {
-    access_log off;
-    client_body_temp_path $D/tmp/body;
-    fastcgi_temp_path $D/tmp/fastcgi;
-    proxy_temp_path $D/tmp/proxy;
-    scgi_temp_path $D/tmp/scgi;
-    uwsgi_temp_path $D/tmp/uwsgi;
-    include /etc/nginx/mime.types;
-    default_type application/octet-stream;
-    include $D/ngx-responder.conf;
-    include $D/ngx-auth.conf;
-}
-EOF
+nginx_conf "$D/nginx.conf" user="nobody $GROUP" pid="$D/run/nginx.pid" \
+    "$D/ngx-responder.conf" "$D/ngx-auth.conf"
 "$NGINX" -c "$D/nginx.conf" -e "$D/nginx-error.log" -g 'daemon off;' \
     >>"$D/nginx-start.log" 2>&1 &
 NGX_PID=$!
@@ -282,50 +261,9 @@ sed -e "s|@VHOST@|127.0.0.1:$P_PROXY|g" -e "s|@SOCKET@|$SOCKET|g" \
 sed -e "s|@VHOST@|127.0.0.1:$P_AUTHNZ|g" -e "s|@DOCROOT@|$D/htdocs|g" \
     -e "s|@APP_ADDRESS@|127.0.0.1:$P_APP_TCP|g" \
     "$ROOT/conf/apache-authnz-fcgi.conf" >"$D/site-authnz.conf"
-user_lines=
-[ "$(id -u)" = 0 ] && user_lines="User nobody
-Group $GROUP"
-M=$MODULES
-cat >"$D/httpd.conf" <<EOF
-ServerRoot "$D"
-ServerName 127.0.0.1
-Listen 127.0.0.1:$P_FCGID
-Listen 127.0.0.1:$P_PROXY
-Listen 127.0.0.1:$P_AUTHNZ
-PidFile "$D/run/httpd.pid"
-DefaultRuntimeDir "$D/run"
-ErrorLog "$D/httpd-error.log"
-LogLevel warn
-$user_lines
-LoadModule mpm_prefork_module $M/mod_mpm_prefork.so
-LoadModule authn_core_module $M/mod_authn_core.so
-LoadModule authz_core_module $M/mod_authz_core.so
-LoadModule authz_host_module $M/mod_authz_host.so
-LoadModule authz_user_module $M/mod_authz_user.so
-LoadModule mime_module $M/mod_mime.so
-LoadModule headers_module $M/mod_headers.so
-LoadModule fcgid_module $M/mod_fcgid.so
-LoadModule proxy_module $M/mod_proxy.so
-LoadModule proxy_fcgi_module $M/mod_proxy_fcgi.so
-LoadModule authnz_fcgi_module $M/mod_authnz_fcgi.so
-TypesConfig /etc/mime.types
-StartServers 1
-MinSpareServers 1
-MaxSpareServers 2
-MaxRequestWorkers 8
-FcgidIPCDir "$D/fcgid"
-FcgidProcessTableFile "$D/fcgid-shm"
-<Directory />
-    AllowOverride None
-    Require all denied
-</Directory>
-<Directory "$D/htdocs">
-    Require all granted
-</Directory>
-Include "$D/site-fcgid.conf"
-Include "$D/site-proxy.conf"
-Include "$D/site-authnz.conf"
-EOF
+apache_conf "$D/httpd.conf" listen="$P_FCGID $P_PROXY $P_AUTHNZ" \
+    user="nobody $GROUP" error_log="$D/httpd-error.log" \
+    "$D/site-fcgid.conf" "$D/site-proxy.conf" "$D/site-authnz.conf"
 # Its own session: Apache signals its whole process group when it stops.
 setsid "$APACHE" -f "$D/httpd.conf" -D FOREGROUND >>"$D/httpd-start.log" 2>&1 &
 HTTPD_PID=$!

@@ -106,31 +106,10 @@ check "conf/nginx-responder.conf: every placeholder filled" \
     filled "$D/responder.conf"
 check "conf/nginx-auth-request.conf: every placeholder filled" \
     filled "$D/auth-request.conf"
-# "include fastcgi_params" is relative to the directory of the main file.
-cp /etc/nginx/fastcgi_params "$D/fastcgi_params"
-user_line=
-if [ "$(id -u)" = 0 ]; then
-    user_line="user nobody $(id -gn nobody 2>/dev/null || echo nogroup);"
-fi
-cat >"$D/nginx.conf" <<EOF
-$user_line
-worker_processes 2;
-pid $D/nginx.pid;
-error_log $D/nginx-error.log info;
-events { worker_connections 256; }
-http {
-    access_log $D/nginx-access.log;
-    client_body_temp_path $D/tmp/body;
-    fastcgi_temp_path $D/tmp/fastcgi;
-    proxy_temp_path $D/tmp/proxy;
-    scgi_temp_path $D/tmp/scgi;
-    uwsgi_temp_path $D/tmp/uwsgi;
-    include /etc/nginx/mime.types;
-    default_type application/octet-stream;
-    include $D/responder.conf;
-    include $D/auth-request.conf;
-}
-EOF
+nginx_conf "$D/nginx.conf" \
+    user="nobody $(id -gn nobody 2>/dev/null || echo nogroup)" workers=2 \
+    connections=256 log_level=info access_log="$D/nginx-access.log" \
+    "$D/responder.conf" "$D/auth-request.conf"
 "$NGINX" -t -q -c "$D/nginx.conf" -e "$D/nginx-error.log" >>"$D/nginx-start.log" 2>&1
 check "nginx -t accepts both shipped files" eq "$?" 0
 "$NGINX" -c "$D/nginx.conf" -e "$D/nginx-error.log" -g 'daemon off;' \

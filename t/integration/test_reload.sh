@@ -55,27 +55,8 @@ lighttpd_start "$D/lighttpd.conf" "$D/lighttpd.log" "$P_LT" ||
 
 sed -e "s|@LISTEN@|127.0.0.1:$P_NGX|g" -e "s|@SOCKET@|$SOCK|g" \
     "$ROOT/conf/nginx-responder.conf" >"$D/responder.conf"
-cp /etc/nginx/fastcgi_params "$D/fastcgi_params"
-user_line=
-if [ "$(id -u)" = 0 ]; then
-    user_line="user nobody $NOGROUP;"
-fi
-cat >"$D/nginx.conf" <<EOF
-$user_line
-worker_processes 1;
-pid $D/nginx.pid;
-error_log $D/nginx-error.log;
-events { worker_connections 256; }
-http {
-    access_log off;
-    client_body_temp_path $D/tmp/body;
-    fastcgi_temp_path $D/tmp/fastcgi;
-    proxy_temp_path $D/tmp/proxy;
-    scgi_temp_path $D/tmp/scgi;
-    uwsgi_temp_path $D/tmp/uwsgi;
-    include $D/responder.conf;
-}
-EOF
+nginx_conf "$D/nginx.conf" user="nobody $NOGROUP" connections=256 \
+    "$D/responder.conf"
 chmod 755 "$D/tmp"
 "$NGINX" -c "$D/nginx.conf" -e "$D/nginx-error.log" -g 'daemon off;' \
     >"$D/nginx-start.log" 2>&1 &
