@@ -14,6 +14,22 @@
 #   e  lighttpd -> ratelimit-fcgi  every request over the limit (a rule of
 #                                  1 per hour): 429s, answered from the
 #                                  shared over-limit cache
+#   f  lighttpd -> ratelimit-fcgi  c, with Redis reached over TLS: a
+#                                  redis-server of its own with --tls-port
+#                                  and a CA and certificate made with
+#                                  openssl in the run, the instance's own
+#                                  pool configured with the redis_tls keys;
+#                                  the table prints what TLS adds per check
+#                                  (application and Redis CPU) against c
+#   g  nginx -> ratelimit-fcgi     c behind nginx, no keep-alive to the
+#                                  application (a connection per check)
+#   h  nginx -> ratelimit-fcgi     the same with upstream keepalive (twice
+#                                  the workers) and fastcgi_keep_conn on;
+#                                  g and h each have a pool of their own,
+#                                  so that kept connections touch no other
+#                                  target; a stalled pool ends with its
+#                                  timed run (wrk's 2 s timeout counts the
+#                                  stalled checks as errors)
 #
 # And the constant-rate tiers, which run first, on the fresh stack: a, b
 # and c, each driven at fixed arrival
@@ -34,7 +50,7 @@
 # and a small JSON body); the probes read and drop the body.  Every target
 # runs 4 workers behind its own lighttpd (max-procs 1, the application
 # forks).  wrk: 16 connections, 2 threads, BENCH_SECONDS per target after a
-# 2 s warm-up.  The targets take turns, a to e, for BENCH_ROUNDS rounds, so
+# 2 s warm-up.  The targets take turns, a to h, for BENCH_ROUNDS rounds, so
 # that a machine whose speed drifts (a shared VM's does, by a third over
 # minutes) slows every target alike: each ratio is computed in every round
 # and the table gives the median round's, with the rounds' values beside
@@ -67,6 +83,13 @@
 #   BENCH_NOOP_PORT    [28081]  lighttpd -> noop probe
 #   BENCH_EVALSHA_PORT [28082]  lighttpd -> evalsha probe
 #   BENCH_REDIS_PORT   [26380]  the private Redis
+#   BENCH_TLS          [on]     off: no target f (it needs a single Redis
+#                               over tcp)
+#   BENCH_TLS_PORT     [28087]  lighttpd -> ratelimit-fcgi, Redis over TLS
+#   BENCH_TLS_REDIS_PORT [26381] f's Redis: its plain port (the benchmark's
+#                               INFO only); the port after it is its TLS port
+#   BENCH_NGINX        [on]     off: no targets g and h
+#   BENCH_NGINX_PORT   [28088]  nginx -> ratelimit-fcgi (g); h the port after
 #   BENCH_REDIS_TYPE   [single] cluster: the stack runs on a private Redis
 #                               Cluster (3 primaries, 3 replicas, ports
 #                               BENCH_CLUSTER_PORT..+5, default 12500), and
@@ -127,6 +150,12 @@ WORKERS=${BENCH_WORKERS:-4}
 PORT=${BENCH_PORT:-28080}
 NOOP_PORT=${BENCH_NOOP_PORT:-28081}
 EVALSHA_PORT=${BENCH_EVALSHA_PORT:-28082}
+TLS=${BENCH_TLS:-on}
+TLS_PORT=${BENCH_TLS_PORT:-28087}
+TLS_REDIS_PORT=${BENCH_TLS_REDIS_PORT:-26381}
+NGINX_ON=${BENCH_NGINX:-on}
+NGINX_PORT=${BENCH_NGINX_PORT:-28088}
+NGINX=/usr/sbin/nginx
 REDIS_PORT=${BENCH_REDIS_PORT:-26380}
 REDIS_TYPE=${BENCH_REDIS_TYPE:-single}
 REDIS_TRANSPORT=${BENCH_REDIS_TRANSPORT:-tcp}
@@ -194,6 +223,20 @@ case $ONLY in
 all | rate | closed) ;;
 *) die "BENCH_ONLY is all, rate or closed" ;;
 esac
+case $TLS/$NGINX_ON in
+on/on | on/off | off/on | off/off) ;;
+*) die "BENCH_TLS and BENCH_NGINX are on or off" ;;
+esac
+for v in "$TLS_PORT" "$TLS_REDIS_PORT" "$NGINX_PORT"; do
+    case $v in
+    '' | *[!0-9]*) die "BENCH_TLS_PORT, BENCH_TLS_REDIS_PORT and BENCH_NGINX_PORT are port numbers" ;;
+    esac
+done
+if [ "$TLS" = on ] && [ "$REDIS_TYPE/$REDIS_TRANSPORT" != single/tcp ]; then
+    echo "bench: no target f (TLS to Redis): it needs a single Redis over tcp" >&2
+    TLS=off
+fi
+[ "$ONLY" != rate ] || TLS=off NGINX_ON=off
 for f in "$BUILD/ratelimit-fcgi" "$BUILD/ratelimitctl" "$PROBE" "$RATEGEN"; do
     [ -x "$f" ] || die "$f is missing: run make bench"
 done
@@ -201,6 +244,10 @@ for cmd in wrk redis-server redis-cli curl "$LIGHTTPD"; do
     command -v "$cmd" >/dev/null 2>&1 ||
         die "$cmd is missing: run make deps (as root)"
 done
+[ "$TLS" = off ] || command -v openssl >/dev/null 2>&1 ||
+    die "openssl is missing (or BENCH_TLS=off)"
+[ "$NGINX_ON" = off ] || [ -x "$NGINX" ] ||
+    die "$NGINX is missing: run make deps (as root), or BENCH_NGINX=off"
 
 # ---------------------------------------------------------------- helpers
 
@@ -278,7 +325,7 @@ rss_sample() {
 # script runs, so a plain sum would not give the round trips); the INFO
 # this script itself sends is left out.
 redis_calls() {
-    redis-cli -h 127.0.0.1 -p "$REDIS_PORT" INFO commandstats | tr -d '\r' |
+    redis-cli -h 127.0.0.1 -p "${BT_REDIS_PORT:-$REDIS_PORT}" INFO commandstats | tr -d '\r' |
         awk -F'[:,=]' -v want="$1" '
             $1 ~ /^cmdstat_/ && $2 == "calls" {
                 name = substr($1, 9)
@@ -292,7 +339,7 @@ redis_calls() {
 
 # Microseconds that Redis has spent in EVALSHA so far (commandstats usec).
 redis_evalsha_usec() {
-    redis-cli -h 127.0.0.1 -p "$REDIS_PORT" INFO commandstats | tr -d '\r' |
+    redis-cli -h 127.0.0.1 -p "${BT_REDIS_PORT:-$REDIS_PORT}" INFO commandstats | tr -d '\r' |
         awk -F'[:,=]' '$1 == "cmdstat_evalsha" && $4 == "usec" { n = $5 }
             END { print n + 0 }'
 }
@@ -337,11 +384,11 @@ show_logs() {
     done
 }
 
-# Stops the lighttpd of probe $1 and every process it spawned.
+# Stops the process whose pid file is $1 and every process it spawned.
 # shellcheck disable=SC2317  # reached from the EXIT trap
-stop_probe() {
+stop_tree() {
     sp_pids=""
-    if sp_pid=$(pid_alive "$VAR/probe-$1/lighttpd.pid"); then
+    if sp_pid=$(pid_alive "$1"); then
         sp_pids=$(descendants "$sp_pid")
         end_pids "$sp_pid"
     fi
@@ -356,8 +403,13 @@ cleanup() {
     set +e
     [ "$cl_rc" -ne 1 ] || show_logs
     if [ -n "$VAR" ] && [ -d "$VAR" ]; then
-        stop_probe noop
-        stop_probe evalsha
+        stop_tree "$VAR/probe-noop/lighttpd.pid"
+        stop_tree "$VAR/probe-evalsha/lighttpd.pid"
+        stop_tree "$VAR/tls/lighttpd.pid"
+        stop_tree "$VAR/tls/redis.pid"
+        stop_tree "$VAR/nginx/nginx.pid"
+        stop_tree "$VAR/nginx-g/app.pid"
+        stop_tree "$VAR/nginx-h/app.pid"
         if [ "$STACK_STARTED" -eq 1 ]; then
             stack stop >/dev/null 2>&1
             sh scripts/pg.sh destroy "$VAR" >/dev/null 2>&1
@@ -372,7 +424,10 @@ trap 'exit 143' TERM
 
 # ---------------------------------------------------------------- setup
 
-for p in "$PORT" "$NOOP_PORT" "$EVALSHA_PORT" "$REDIS_PORT" "$PG_PORT"; do
+set -- "$PORT" "$NOOP_PORT" "$EVALSHA_PORT" "$REDIS_PORT" "$PG_PORT"
+[ "$TLS" = off ] || set -- "$@" "$TLS_PORT" "$TLS_REDIS_PORT" $((TLS_REDIS_PORT + 1))
+[ "$NGINX_ON" = off ] || set -- "$@" "$NGINX_PORT" $((NGINX_PORT + 1))
+for p in "$@"; do
     port_free "$p" ||
         die "127.0.0.1:$p is in use (set BENCH_*PORT, see bench/bench.sh)"
 done
@@ -411,11 +466,30 @@ if [ "$REDIS_TYPE" = cluster ]; then
     say "Redis Cluster: the demo tenant lives on the primary 127.0.0.1:$REDIS_PORT"
 fi
 
-# Starts lighttpd on port $2 with the probe in mode $1 as its bin-path,
-# configured like the stack's lighttpd.
+# Starts lighttpd on port $2 with bin-path $3 (split at blanks), its files
+# in directory $1, configured like the stack's lighttpd.
+start_front() {
+    mkdir -p "$1/htdocs"
+    cat >"$1/lighttpd.conf" <<EOF
+server.modules = ( "mod_fastcgi" )
+server.port = $2
+server.bind = "127.0.0.1"
+server.document-root = "$1/htdocs"
+server.errorlog = "$1/lighttpd-error.log"
+server.breakagelog = "$1/backend.log"
+server.pid-file = "$1/lighttpd.pid"
+fastcgi.server = ( "/" => ((
+    "bin-path" => "$3",
+    "socket" => "$1/fcgi.sock",
+    "check-local" => "disable",
+    "max-procs" => 1
+)) )
+EOF
+    "$LIGHTTPD" -f "$1/lighttpd.conf" || die "lighttpd on port $2 did not start"
+}
+
+# Starts lighttpd on port $2 with the probe in mode $1 as its bin-path.
 start_probe() {
-    sp_dir=$VAR/probe-$1
-    mkdir -p "$sp_dir/htdocs"
     case $1 in
     noop) sp_args="noop $WORKERS" ;;
     *)
@@ -424,27 +498,126 @@ start_probe() {
         sp_args="evalsha $sp_host $REDIS_PORT $WORKERS $PROBE_KEY"
         ;;
     esac
-    cat >"$sp_dir/lighttpd.conf" <<EOF
-server.modules = ( "mod_fastcgi" )
-server.port = $2
-server.bind = "127.0.0.1"
-server.document-root = "$sp_dir/htdocs"
-server.errorlog = "$sp_dir/lighttpd-error.log"
-server.breakagelog = "$sp_dir/probe.log"
-server.pid-file = "$sp_dir/lighttpd.pid"
-fastcgi.server = ( "/" => ((
-    "bin-path" => "$PROBE $sp_args",
-    "socket" => "$sp_dir/fcgi.sock",
-    "check-local" => "disable",
-    "max-procs" => 1
-)) )
-EOF
-    "$LIGHTTPD" -f "$sp_dir/lighttpd.conf" || die "lighttpd for the $1 probe did not start"
+    start_front "$VAR/probe-$1" "$2" "$PROBE $sp_args"
 }
 
 say "starting lighttpd -> noop probe and lighttpd -> evalsha probe"
 start_probe noop "$NOOP_PORT"
 start_probe evalsha "$EVALSHA_PORT"
+
+# f: a redis-server of its own with TLS (a CA and a server certificate for
+# 127.0.0.1 made here; no client certificate asked for), on its TLS port
+# for the application and a plain one for the benchmark's INFO, set up like
+# the stack's; a copy of the stack's ratelimit.conf pointing at it with the
+# redis_tls keys; its own lighttpd.
+start_tls() {
+    st_d=$VAR/tls
+    mkdir -p "$st_d"
+    {
+        openssl req -x509 -new -nodes -newkey ec \
+            -pkeyopt ec_paramgen_curve:prime256v1 -keyout "$st_d/ca.key" \
+            -out "$st_d/ca.crt" -days 2 -subj "/CN=bench CA" &&
+            openssl req -new -nodes -newkey ec \
+                -pkeyopt ec_paramgen_curve:prime256v1 \
+                -keyout "$st_d/server.key" -out "$st_d/server.csr" \
+                -subj "/CN=127.0.0.1" &&
+            printf 'subjectAltName = IP:127.0.0.1\n' >"$st_d/server.ext" &&
+            openssl x509 -req -in "$st_d/server.csr" -CA "$st_d/ca.crt" \
+                -CAkey "$st_d/ca.key" -CAcreateserial -days 2 \
+                -extfile "$st_d/server.ext" -out "$st_d/server.crt"
+    } >"$st_d/openssl.log" 2>&1 || die "openssl could not make the certificates (see $st_d/openssl.log)"
+    redis-server --bind 127.0.0.1 --port "$TLS_REDIS_PORT" \
+        --tls-port $((TLS_REDIS_PORT + 1)) --tls-cert-file "$st_d/server.crt" \
+        --tls-key-file "$st_d/server.key" --tls-ca-cert-file "$st_d/ca.crt" \
+        --tls-auth-clients no --hz 100 --save "" --appendonly no \
+        --dir "$st_d" --pidfile "$st_d/redis.pid" --logfile "$st_d/redis.log" \
+        --daemonize yes >/dev/null || die "redis-server with TLS did not start"
+    st_n=0
+    until [ "$(redis-cli -h 127.0.0.1 -p "$TLS_REDIS_PORT" ping 2>/dev/null)" = PONG ]; do
+        st_n=$((st_n + 1))
+        [ "$st_n" -le 100 ] || die "the TLS Redis did not answer in 10 s"
+        sleep 0.1
+    done
+    sed "s|^redis = .*|redis = 127.0.0.1:$((TLS_REDIS_PORT + 1))|" \
+        "$VAR/ratelimit.conf" >"$st_d/ratelimit.conf"
+    printf '%s\n' "redis_tls = on" "redis_tls_ca_file = $st_d/ca.crt" \
+        >>"$st_d/ratelimit.conf"
+    "$BUILD/ratelimit-fcgi" -t -c "$st_d/ratelimit.conf" >"$st_d/t.out" 2>&1 ||
+        die "ratelimit-fcgi -t refuses $st_d/ratelimit.conf: $(cat "$st_d/t.out")"
+    start_front "$st_d" "$TLS_PORT" "$BUILD/ratelimit-fcgi -c $st_d/ratelimit.conf"
+}
+
+# g and h: two pools of ratelimit-fcgi listening on sockets of their own
+# (the stack's ratelimit.conf with a listen line), and one nginx (one
+# worker process, like lighttpd one process) in front of both: port
+# NGINX_PORT without keep-alive, the next one with upstream keepalive of
+# twice the workers and fastcgi_keep_conn on.
+start_nginx() {
+    for sn_t in g h; do
+        sn_d=$VAR/nginx-$sn_t
+        mkdir -p "$sn_d"
+        sed "s|^listen = .*|listen = unix:$sn_d/fcgi.sock|" "$VAR/ratelimit.conf" \
+            >"$sn_d/ratelimit.conf"
+        "$BUILD/ratelimit-fcgi" -c "$sn_d/ratelimit.conf" >>"$sn_d/app.log" 2>&1 &
+        echo "$!" >"$sn_d/app.pid"
+    done
+    sn_n=0
+    until [ -S "$VAR/nginx-g/fcgi.sock" ] && [ -S "$VAR/nginx-h/fcgi.sock" ]; do
+        sn_n=$((sn_n + 1))
+        [ "$sn_n" -le 100 ] || die "ratelimit-fcgi for nginx did not listen in 10 s"
+        sleep 0.1
+    done
+    sn_d=$VAR/nginx
+    mkdir -p "$sn_d/tmp"
+    cat >"$sn_d/nginx.conf" <<EOF
+user root;
+worker_processes 1;
+pid $sn_d/nginx.pid;
+error_log $sn_d/nginx-error.log warn;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    client_body_temp_path $sn_d/tmp/body;
+    fastcgi_temp_path $sn_d/tmp/fastcgi;
+    proxy_temp_path $sn_d/tmp/proxy;
+    scgi_temp_path $sn_d/tmp/scgi;
+    uwsgi_temp_path $sn_d/tmp/uwsgi;
+    upstream rl_plain {
+        server unix:$VAR/nginx-g/fcgi.sock;
+    }
+    upstream rl_kept {
+        server unix:$VAR/nginx-h/fcgi.sock;
+        keepalive $((2 * WORKERS));
+    }
+    server {
+        listen 127.0.0.1:$NGINX_PORT;
+        location = /v1/check {
+            include /etc/nginx/fastcgi_params;
+            fastcgi_pass rl_plain;
+        }
+    }
+    server {
+        listen 127.0.0.1:$((NGINX_PORT + 1));
+        location = /v1/check {
+            include /etc/nginx/fastcgi_params;
+            fastcgi_pass rl_kept;
+            fastcgi_keep_conn on;
+        }
+    }
+}
+EOF
+    "$NGINX" -c "$sn_d/nginx.conf" -e "$sn_d/nginx-error.log" \
+        >"$sn_d/start.log" 2>&1 || die "nginx did not start: $(cat "$sn_d/start.log")"
+}
+
+if [ "$TLS" = on ]; then
+    say "starting Redis with TLS and lighttpd -> ratelimit-fcgi over TLS"
+    start_tls
+fi
+if [ "$NGINX_ON" = on ]; then
+    say "starting nginx -> ratelimit-fcgi, without and with keep-alive"
+    start_nginx
+fi
 
 # ---------------------------------------------------------------- wrk
 
@@ -560,16 +733,38 @@ bench_target() {
     # Let requests still in flight from the warm-up finish.
     sleep 0.3
 
-    [ -z "$bt_ours" ] || raw rss "round=$round" "target=$bt_ours" when=before \
-        "workers=$(worker_rss)"
-    bt_lpid=$(lighttpd_pid "$bt_pidfile")
-    bt_app=$(descendants "$bt_lpid")
+    case $bt_ours in
+    c | d)
+        raw rss "round=$round" "target=$bt_ours" when=before \
+            "workers=$(worker_rss)"
+        ;;
+    esac
+    # The front end's processes, the application's and Redis's.
+    BT_REDIS_PORT=$REDIS_PORT
     bt_redis=$(pid_alive "$REDIS_PID_FILE" || true)
+    case $bt_ours in
+    g | h)
+        bt_lpid=$(pid_alive "$bt_pidfile") || die "nginx is not running"
+        bt_lpid="$bt_lpid $(descendants "$bt_lpid")"
+        bt_app=$(pid_alive "$VAR/nginx-$bt_ours/app.pid") ||
+            die "ratelimit-fcgi behind nginx ($bt_ours) is not running"
+        bt_app="$bt_app $(descendants "$bt_app")"
+        ;;
+    *)
+        bt_lpid=$(lighttpd_pid "$bt_pidfile")
+        bt_app=$(descendants "$bt_lpid")
+        ;;
+    esac
+    if [ "$bt_ours" = f ]; then
+        BT_REDIS_PORT=$TLS_REDIS_PORT
+        bt_redis=$(pid_alive "$VAR/tls/redis.pid" || true)
+    fi
     bt_evalsha0=$(redis_calls evalsha)
     bt_other0=$(redis_calls other)
     bt_usec0=$(redis_evalsha_usec)
     bt_pg0=$(pg_statements)
-    bt_l0=$(cpu_ticks "$bt_lpid")
+    # shellcheck disable=SC2086
+    bt_l0=$(cpu_ticks $bt_lpid)
     # shellcheck disable=SC2086
     bt_a0=$(cpu_ticks $bt_app)
     # shellcheck disable=SC2086
@@ -583,13 +778,18 @@ bench_target() {
     bt_w0=$(cat "$VAR/times.before")
     bt_w1=$(cat "$VAR/times.after")
     bt_m1=$(machine_ticks)
-    bt_l1=$(cpu_ticks "$bt_lpid")
+    # shellcheck disable=SC2086
+    bt_l1=$(cpu_ticks $bt_lpid)
     # shellcheck disable=SC2086
     bt_a1=$(cpu_ticks $bt_app)
     # shellcheck disable=SC2086
     bt_r1=$(cpu_ticks $bt_redis)
-    [ -z "$bt_ours" ] || raw rss "round=$round" "target=$bt_ours" when=after \
-        "workers=$(worker_rss)"
+    case $bt_ours in
+    c | d)
+        raw rss "round=$round" "target=$bt_ours" when=after \
+            "workers=$(worker_rss)"
+        ;;
+    esac
     sleep 0.3
     bt_evalsha1=$(redis_calls evalsha)
     bt_other1=$(redis_calls other)
@@ -801,6 +1001,15 @@ if [ "$ONLY" != rate ]; then
             "$VAR/lighttpd.pid" "$VAR/fresh.lua" d
         bench_target "e ratelimit-fcgi, over the limit" "$PORT" \
             "$VAR/lighttpd.pid" "$VAR/over.lua" e
+        [ "$TLS" = off ] ||
+            bench_target "f ratelimit-fcgi, TLS to Redis" "$TLS_PORT" \
+                "$VAR/tls/lighttpd.pid" "$VAR/check.lua" f
+        if [ "$NGINX_ON" = on ]; then
+            bench_target "g nginx -> ratelimit-fcgi" "$NGINX_PORT" \
+                "$VAR/nginx/nginx.pid" "$VAR/check.lua" g
+            bench_target "h nginx, keep-alive $((2 * WORKERS))" \
+                $((NGINX_PORT + 1)) "$VAR/nginx/nginx.pid" "$VAR/check.lua" h
+        fi
         round=$((round + 1))
     done
     REDIS_KEYS=$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" DBSIZE 2>/dev/null || echo "?")

@@ -269,6 +269,22 @@ class Report:
                self.med(1, "e", "b", True))
         self.p("ratios e (over the limit) / a:        req/s %s" %
                self.med(1, "e", "a", True))
+        groups = self.by_target()
+        if "f" in groups:
+            self.p("ratios f (TLS to Redis) / c:          req/s %s; p50 %s, "
+                   "p99 %s" % (self.med(1, "f", "c", True),
+                               self.med(2, "f", "c"), self.med(3, "f", "c")))
+        if "g" in groups and "h" in groups:
+            self.p("ratios g (nginx) / c (lighttpd):      req/s %s; p99 %s" %
+                   (self.med(1, "g", "c", True), self.med(3, "g", "c")))
+            rps, p99 = self.ratio(1, "h", "g")[0], self.ratio(3, "h", "g")[0]
+            self.p("ratios h (nginx keep-alive) / g:      req/s %s; p99 %s" %
+                   (self.med(1, "h", "g", True), self.med(3, "h", "g", True)))
+            met = rps != "-" and p99 != "-" and \
+                float(rps) >= 1.2 and float(p99) <= 1
+            self.p("goal, keep-alive at least 1.2x the req/s without and no "
+                   "worse p99 (median rounds): %s" %
+                   ("met" if met else "NOT met"))
         self.p()
         self.p("Where the time goes: CPU microseconds per request during the timed runs")
         self.p("of all rounds")
@@ -290,6 +306,9 @@ class Report:
                     rest * us, machine * us,
                     100 * machine / self.tick / (dur / 1e6) / self.ncpu, insc))
         self.p("(d builds every request in wrk's Lua, so its wrk column is higher)")
+        if any(name[:1] in "gh" for name, _, _ in cpu):
+            self.p("(g and h: the lighttpd column is nginx's, its master and "
+                   "worker)")
         self.p()
         # Redis runs commands on one thread: its CPU per check bounds what
         # one server (or one Redis Cluster primary) can take.
@@ -298,6 +317,7 @@ class Report:
                 us = redis * 1e6 / self.tick / req
                 self.p("one Redis core at 100%%, %s: %.0f µs of Redis CPU per "
                        "check, about %.0f checks/s" % (name[0], us, 1e6 / us))
+        self.tls_cost(cpu)
         self.p()
         self.worker_rss()
         self.p("Redis (reached over %s) after the run: %s keys, %s used" %
@@ -319,6 +339,42 @@ class Report:
                    (rec["algorithm"], ok, keys, nbytes,
                     "%.0f" % (nbytes / ok) if ok > 0 else "-"))
         self.memory_run()
+
+    def tls_cost(self, cpu):
+        """What TLS to Redis adds per check: f against c, application and
+        Redis CPU over all rounds, and the rounds' ratios of the two
+        together."""
+        per = {name[:1]: (app, redis, req) for name, (_, app, redis, _, _,
+                                                      _, req), _ in cpu}
+        if "f" not in per or "c" not in per or not per["c"][2] or \
+                not per["f"][2]:
+            return
+        us = {t: (per[t][0] * 1e6 / self.tick / per[t][2],
+                  per[t][1] * 1e6 / self.tick / per[t][2]) for t in "cf"}
+
+        def pct(new, old):
+            return "%+.0f%%" % (100 * (new / old - 1)) if old > 0 else "-"
+        both_c, both_f = sum(us["c"]), sum(us["f"])
+        groups = self.by_target()
+        rounds = []
+        for c, f in zip(groups.get("c", []), groups.get("f", [])):
+            if c.failed or f.failed or not c.cpu[6] or not f.cpu[6] or \
+                    not c.cpu[1] + c.cpu[2]:
+                rounds.append("-")
+                continue
+            rounds.append("%.2f" % (((f.cpu[1] + f.cpu[2]) / f.cpu[6]) /
+                                    ((c.cpu[1] + c.cpu[2]) / c.cpu[6])))
+        growth = 100 * (both_f / both_c - 1) if both_c > 0 else None
+        self.p()
+        self.p("TLS to Redis, f against c, CPU µs per check over all rounds:")
+        self.p("  application %.0f -> %.0f (%s), Redis %.0f -> %.0f (%s);" %
+               (us["c"][0], us["f"][0], pct(us["f"][0], us["c"][0]),
+                us["c"][1], us["f"][1], pct(us["f"][1], us["c"][1])))
+        self.p("  both %.0f -> %.0f (%s; goal at most +15%%: %s; f / c by "
+               "round: %s)" %
+               (both_c, both_f, pct(both_f, both_c),
+                "met" if growth is not None and growth <= 15 else "NOT met",
+                " ".join(rounds)))
 
     def worker_rss(self):
         self.p("ratelimit-fcgi workers, VmRSS kB, around the last round's runs of c and d:")
