@@ -46,10 +46,10 @@
 # by a few stalls from one spread over the whole tier, and the generator's
 # share of it.
 #
-# a, b and c send the very same request (POST /v1/check with the demo key
-# and a small JSON body); the probes read and drop the body.  Every target
-# runs 4 workers behind its own lighttpd (max-procs 1, the application
-# forks).  wrk: 16 connections, 2 threads, BENCH_SECONDS per target after a
+# a, b, c, f, g and h send the very same request (POST /v1/check with the
+# demo key and a small JSON body); the probes read and drop the body.
+# Every target runs 4 workers behind its own lighttpd (max-procs 1, the
+# application forks), but g and h, behind nginx.  wrk: 16 connections, 2 threads, BENCH_SECONDS per target after a
 # 2 s warm-up.  The targets take turns, a to h, for BENCH_ROUNDS rounds, so
 # that a machine whose speed drifts (a shared VM's does, by a third over
 # minutes) slows every target alike: each ratio is computed in every round
