@@ -16,8 +16,8 @@ LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm
 
 # Pure modules (no network), shared by the service, the admin tool and the
 # unit tests.
-CORE = config log util buf request algo rules cache limiter response addr fcgi shm keyfilter arena decide authorizer validate cluster stats release_line
-SERVICE = main master worker api service views status redis_store redis_tls pg_store listen scoreboard observe
+CORE = config log util buf request algo rules cache limiter response addr fcgi shm keyfilter arena decide authorizer validate cluster stats release_line lease
+SERVICE = main master worker api service views status redis_store redis_tls pg_store listen scoreboard observe lease_call lease_api
 CTL = ctl ctl_args ctl_db ctl_migrate ctl_tenant ctl_guard ctl_rule ctl_limit ctl_counter ctl_apply ctl_usage
 
 # The Redis script, in this order: the algorithms, the clock and the driver
@@ -26,7 +26,7 @@ CTL = ctl ctl_args ctl_db ctl_migrate ctl_tenant ctl_guard ctl_rule ctl_limit ct
 # and scripts/accuracy load, has lua/clock_test.lua in its place, which
 # also takes a time given as a last "__now_us=" argument.
 LUA = lua/token_bucket.lua lua/sliding_window.lua lua/gcra.lua lua/fixed_window.lua \
-	lua/budget.lua lua/clock.lua lua/check.lua
+	lua/concurrency.lua lua/budget.lua lua/clock.lua lua/lease.lua lua/check.lua
 LUA_TEST = $(patsubst lua/clock.lua,lua/clock_test.lua,$(LUA))
 MIGRATIONS = $(sort $(wildcard schema/[0-9]*.sql))
 

@@ -1,27 +1,34 @@
 -- The rate-limit check: decides all limits of one rule in one call.
 --
 -- This is the driver of the script made by concatenating token_bucket.lua,
--- sliding_window.lua, gcra.lua, fixed_window.lua, budget.lua, clock.lua and
--- this file (the Makefile's LUA; the tests' script has clock_test.lua in
--- place of clock.lua). It validates the arguments, reads the clock once
+-- sliding_window.lua, gcra.lua, fixed_window.lua, concurrency.lua,
+-- budget.lua, clock.lua, lease.lua and this file (the Makefile's LUA; the
+-- tests' script has clock_test.lua in place of clock.lua). A call whose
+-- ARGV[2] is "r" or "e" is a lease's release or extension, which
+-- lease.lua describes and runs; everything below is about checks. It validates the arguments, reads the clock once
 -- (Redis TIME, through clock_now_us()), asks every limit whether it allows
 -- the cost, and only if every enforced limit does (and this is not a peek,
 -- and the tenant's counter budget lets it create the counters it would)
 -- charges the cost. A denial writes nothing at all; a peek never writes.
 --
--- KEYS[i] is the state key (a hash) of limit i. Then, optional and in this
--- order: the tenant's two counter budget keys (see "The counter budget"
--- below), and the caller's reply slot, which makes a call that charges
--- safe to send twice (see "Sent twice" below). So a call has n keys, n + 1
--- (the reply slot), n + 2 (the budget) or n + 3 (both), all in the same
--- {tenant} hash-tag slot. Nothing else is touched.
+-- KEYS[i] is the state key (a hash; a sorted set for a concurrency limit)
+-- of limit i. Then, optional and in this order: the tenant's two counter
+-- budget keys (see "The counter budget" below), the record of the lease
+-- the call takes (with ARGV[2] "3" or "4" only; see "Leases" below), and
+-- the caller's reply slot, which makes a call that charges safe to send
+-- twice (see "Sent twice" below). So a call has n keys, n + 1 (the reply
+-- slot), n + 2 (the budget) or n + 3 (both), one more with a lease, all
+-- in the same {tenant} hash-tag slot. Nothing else is touched.
 -- ARGV[1] = cost (integer >= 1), ARGV[2] = "1" to peek, "0" to commit or
 -- "2" to commit a call sent again (see "Sent twice"; needs the reply
--- slot), ARGV[3] = n, the number of limits (1..8; #KEYS is n to n + 3, as
--- above), then five arguments per limit: algorithm name, p1, p2, p3,
--- shadow; with the budget keys three more: the budget, its window and
--- the mask (see "The counter budget"); and with the reply slot one more,
--- last: the call's id, 1 to 40 of [0-9a-zA-Z.-].
+-- slot), "3" and "4" the same as "0" and "2" with a lease, ARGV[3] = n,
+-- the number of limits (1..8; #KEYS is n to n + 4, as above), then five
+-- arguments per limit: algorithm name, p1, p2, p3, shadow; with the
+-- budget keys three more: the budget, its window and the mask (see "The
+-- counter budget"); with a lease two more: its id, 1 to 40 of
+-- [0-9a-zA-Z.-], and its time to live in milliseconds (1000..3600000);
+-- and with the reply slot one more, last: the call's id, 1 to 40 of
+-- [0-9a-zA-Z.-].
 --   token_bucket:   p1 = capacity (integer), p2 = refill rate per second
 --                   (decimal, e.g. "0.5"), p3 = "0"
 --   sliding_window: p1 = limit (integer), p2 = window in seconds (integer),
@@ -31,6 +38,9 @@
 --                   burst + 1 requests may pass at once)
 --   fixed_window:   p1 = limit (integer), p2 = "minute", "hour", "day" or
 --                   "month" (UTC calendar windows), p3 = "0"
+--   concurrency:    p1 = max (integer, leases at once), p2 = the lease's
+--                   time to live in microseconds (1000000..3600000000),
+--                   p3 = "0"; a call that commits with one needs a lease
 -- Integers are decimal digits only, at most 15 of them. shadow is "1" for a
 -- limit that is evaluated and counted but never enforced, otherwise "0".
 --
@@ -59,7 +69,17 @@
 -- gets a TTL, no longer than its state matters. Bad arguments give an error
 -- reply beginning "ERR ratelimit: ". A call the counter budget refuses gets
 -- the reply of three integers -1, now_ms, retry_after_ms instead (see
--- below).
+-- below). A call with a lease has one more integer at the end of its
+-- reply: the number of expired leases it dropped from the concurrency
+-- limits' sets (0 on a denial).
+--
+-- Leases: a call with ARGV[2] "3" (or "4", sent again) takes a lease if
+-- it is allowed: one slot on each concurrency limit that allows it (the
+-- lease's id is the member added to the limit's set, scored by its
+-- expiry), and the record of the lease (lease.lua) naming those sets and
+-- every other limit charged, with the cost, so that a release can free
+-- the slots and settle the cost. A concurrency limit counts one per
+-- request whatever the cost. A denial takes nothing and writes no record.
 --
 -- The counter budget: every counter is a Redis key that lives until its
 -- TTL, and a caller who sends a new subject (or route, or anonymous
@@ -98,8 +118,8 @@
 -- per caller, overwritten by each call that charges, costs Redis neither
 -- a new key nor an expiry per check.
 --
--- The arguments are exactly these 3 + 5 * n, three more with the budget
--- and one more with the reply slot. (The tests' script also takes one
+-- The arguments are exactly these 3 + 5 * n, three more with the budget,
+-- two more with a lease and one more with the reply slot. (The tests' script also takes one
 -- more, a time that replaces Redis TIME: see clock_test.lua.)
 --
 -- Redis runs the whole script on every call, so this driver is straight-line
@@ -112,6 +132,10 @@
 
 local keys, argv = KEYS, ARGV
 local argc = #argv
+
+if argv[2] == 'r' or argv[2] == 'e' then
+    return lease_call(keys, argv)
+end
 
 -- How long the reply of a call that charged is kept in the reply slot. A
 -- client sends a call again right after it has reconnected, within its
@@ -138,11 +162,12 @@ else
     return check_error('cost must be an integer >= 1')
 end
 local peek = argv[2]
-local resent = peek == '2'
-if resent then
+local leased = peek == '3' or peek == '4'
+local resent = peek == '2' or peek == '4'
+if resent or leased then
     peek = '0'
 elseif peek ~= '0' and peek ~= '1' then
-    return check_error('peek must be 0, 1 or 2')
+    return check_error('peek must be 0, 1, 2, 3 or 4')
 end
 local n = argv[3]
 if n == '1' then
@@ -153,15 +178,26 @@ else
     return check_error('number of limits must be 1..8')
 end
 -- The keys after the limits' (see the top): none, the reply slot, the
--- two budget keys, or the budget keys and the reply slot.
+-- two budget keys, or the budget keys and the reply slot; with a lease,
+-- its record before the reply slot.
 local nkeys = #keys
-local once, budget_names, budget_made
-if nkeys == n + 1 then
-    once = keys[n + 1]
-elseif nkeys == n + 2 or nkeys == n + 3 then
-    budget_names, budget_made, once = keys[n + 1], keys[n + 2], keys[n + 3]
-elseif nkeys ~= n then
+local extra = nkeys - n
+local once, budget_names, budget_made, lease_key
+if leased then
+    extra = extra - 1
+end
+if extra == 1 then
+    once = keys[nkeys]
+elseif extra == 2 or extra == 3 then
+    budget_names, budget_made = keys[n + 1], keys[n + 2]
+    if extra == 3 then
+        once = keys[nkeys]
+    end
+elseif extra ~= 0 then
     return check_error('number of limits does not match number of keys')
+end
+if leased then
+    lease_key = keys[nkeys - (once and 1 or 0)]
 end
 if resent and once == nil then
     return check_error('peek 2 (sent again) needs the reply slot')
@@ -169,6 +205,20 @@ end
 local expected = 3 + 5 * n
 if budget_names ~= nil then
     expected = expected + 3
+end
+local lease_id, lease_ttl_ms
+if leased then
+    lease_id, lease_ttl_ms = argv[expected + 1], argv[expected + 2]
+    expected = expected + 2
+    if lease_id == nil or #lease_id > 40 or
+            not lease_id:find('^[%w.-]+$') then
+        return check_error('the lease id must be 1 to 40 of [0-9a-zA-Z.-]')
+    elseif lease_ttl_ms == nil or #lease_ttl_ms > 7 or
+            not lease_ttl_ms:find('^%d+$') or
+            lease_ttl_ms + 0 < 1000 or lease_ttl_ms + 0 > 3600000 then
+        return check_error('the lease ttl must be 1000..3600000 ms')
+    end
+    lease_ttl_ms = lease_ttl_ms + 0
 end
 local rid
 if once ~= nil then
@@ -246,6 +296,17 @@ for i = 1, n do
         elseif p3 ~= '0' then
             message = 'p3 must be 0'
         end
+    elseif algorithm == 'concurrency' then
+        if #p1 > 15 or not p1:find('^0*[1-9]%d*$') then
+            message = 'max must be a positive integer'
+        elseif #p2 > 15 or not p2:find('^%d+$') or p2 + 0 < 1000000 or
+                p2 + 0 > 3600000000 then
+            message = 'lease ttl must be 1000000..3600000000 microseconds'
+        elseif p3 ~= '0' then
+            message = 'p3 must be 0'
+        elseif peek == '0' and not leased then
+            message = 'a concurrency limit takes a lease (peek 3 or 4)'
+        end
     else
         return check_error('unknown algorithm for limit ' .. i)
     end
@@ -259,15 +320,19 @@ for i = 1, n do
 end
 
 -- A call sent again after its first send charged: the first reply, again.
--- (A stored reply is 2 + 5 * n doubles.)
+-- (A stored reply is 2 + 5 * n doubles, one more with a lease.)
+local width = 2 + 5 * n
+if leased then
+    width = width + 1
+end
 if resent then
     local stored = redis.call('GET', once)
-    if stored and #stored == #rid + 1 + 8 * (2 + 5 * n) and
+    if stored and #stored == #rid + 1 + 8 * width and
             stored:sub(1, #rid + 1) == rid .. ' ' then
-        local replay = { struct.unpack('>' .. string.rep('d', 2 + 5 * n),
+        local replay = { struct.unpack('>' .. string.rep('d', width),
             stored, #rid + 2) }
         -- (struct.unpack returns the position after the data last.)
-        replay[3 + 5 * n] = nil
+        replay[width + 1] = nil
         return replay
     end
 end
@@ -321,6 +386,9 @@ for i = 1, n do
         allowed, limit, remaining, reset_ms, retry_ms, fresh, s1 =
             gcra_evaluate(keys[i], p1, p2 + 0, argv[base + 3] + 0, cost,
                 now_us)
+    elseif algorithm == 'concurrency' then
+        allowed, limit, remaining, reset_ms, retry_ms, fresh, s1, s2, s3 =
+            concurrency_evaluate(keys[i], p1, math.ceil(p2 / 1000), now_us)
     else
         allowed, limit, remaining, reset_ms, retry_ms, fresh, s1, s2, s3 =
             fixed_window_evaluate(keys[i], p1, p2, cost, now_us)
@@ -376,6 +444,9 @@ if reply[1] == 0 and peek == '0' then
                 _, _, remaining, reset_ms =
                     gcra_evaluate(keys[i], p1, p2 + 0, argv[base + 3] + 0, 0,
                         now_us)
+            elseif algorithm == 'concurrency' then
+                -- (what it reported: it takes no slot when it allows.)
+                remaining, reset_ms = reply[r + 2] + 1, reply[r + 3]
             else
                 _, _, remaining, reset_ms =
                     fixed_window_evaluate(keys[i], p1, p2, 0, now_us)
@@ -405,13 +476,33 @@ if made ~= nil and reply[1] == 1 and pending ~= nil then
     end
 end
 
+-- With a lease, the reply ends with the expired leases dropped.
+local dropped = 0
 if reply[1] == 1 and pending ~= nil then
     -- Every enforced limit allows here, so this charges all of them and
-    -- the shadow limits that allow.
+    -- the shadow limits that allow. A lease's record lists the sets it
+    -- took a slot on and the other limits it charged.
+    local slots, charged
+    if leased then
+        slots, charged = {}, {}
+    end
     for i = 1, n do
         if reply[5 * i - 2] == 1 then
-            local algorithm = argv[5 * i - 1]
+            local base = 5 * i - 1
+            local algorithm = argv[base]
             local p = 4 * i - 3
+            if leased then
+                if algorithm == 'concurrency' then
+                    slots[#slots + 1] = keys[i]
+                else
+                    local c = #charged
+                    charged[c + 1], charged[c + 2], charged[c + 3],
+                        charged[c + 4], charged[c + 5], charged[c + 6] =
+                        keys[i], algorithm, argv[base + 1], argv[base + 2],
+                        argv[base + 3], (algorithm == 'sliding_window' or
+                        algorithm == 'fixed_window') and pending[p] or 0
+                end
+            end
             if algorithm == 'token_bucket' then
                 token_bucket_commit(keys[i], pending[p], pending[p + 1],
                     pending[p + 2])
@@ -420,17 +511,27 @@ if reply[1] == 1 and pending ~= nil then
                     pending[p + 2], pending[p + 3])
             elseif algorithm == 'gcra' then
                 gcra_commit(keys[i], pending[p], now_us)
+            elseif algorithm == 'concurrency' then
+                dropped = dropped + concurrency_commit(keys[i], lease_id,
+                    pending[p], pending[p + 1], pending[p + 2], now_us)
             else
                 fixed_window_commit(keys[i], pending[p], pending[p + 1],
                     pending[p + 2])
             end
         end
     end
+    if leased then
+        lease_record(lease_key, now_us, lease_ttl_ms, cost, slots, charged)
+        reply[width] = dropped
+    end
     if once ~= nil then
         -- One limit, the usual case, has its format written out.
-        redis.call('SET', once, rid .. ' ' .. struct.pack(n == 1 and
-            '>ddddddd' or '>' .. string.rep('d', 2 + 5 * n),
-            unpack(reply, 1, 2 + 5 * n)), 'PX', REPLAY_TTL_MS)
+        redis.call('SET', once, rid .. ' ' .. struct.pack(width == 7 and
+            '>ddddddd' or '>' .. string.rep('d', width),
+            unpack(reply, 1, width)), 'PX', REPLAY_TTL_MS)
     end
+end
+if leased then
+    reply[width] = dropped
 end
 return reply

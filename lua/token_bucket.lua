@@ -56,8 +56,10 @@ local function token_bucket_evaluate(key, capacity, rate, cost, now_us)
         -- ts is kept if it is at most a full refill ahead (see above; a
         -- NaN ts is not). A ts written by hand as a fraction, or at 2^53
         -- or more, is kept as the whole number at or after it, formatted
-        -- here as token_bucket_commit() explains. A negative or unreadable
-        -- count of tokens counts as none.
+        -- here as token_bucket_commit() explains. An unreadable count of
+        -- tokens (NaN, minus infinity) counts as none; a negative one is a debt
+        -- (a lease settled above what it reserved: lease.lua), which the
+        -- refill pays back before anything passes.
         local elapsed_us = now_us - ts
         if not (elapsed_us > 0) then
             if -elapsed_us <= capacity * 1e6 / rate then
@@ -69,7 +71,7 @@ local function token_bucket_evaluate(key, capacity, rate, cost, now_us)
             end
             elapsed_us = 0
         end
-        if not (tokens > 0) then
+        if not (tokens > -1e15) then
             tokens = 0
         end
         tokens = tokens + elapsed_us * rate / 1e6
@@ -114,7 +116,11 @@ local function token_bucket_evaluate(key, capacity, rate, cost, now_us)
     if 1e15 < ttl_ms then
         ttl_ms = 1e15
     end
-    return allowed, capacity, math.floor(left + 1e-9), reset_ms, retry_ms,
+    local remaining = math.floor(left + 1e-9)
+    if not (remaining > 0) then
+        remaining = 0
+    end
+    return allowed, capacity, remaining, reset_ms, retry_ms,
         fresh, left, ttl_ms, at_us
 end
 

@@ -9,6 +9,9 @@
  * decided at all.  The service (limiter.c, response.c, views.c,
  * pg_store.c) and the admin tool (ctl_limit.c) read this table; adding an
  * algorithm means a row here, its Lua file and its CHECK in the schema.
+ * A concurrency limit is one too: it counts requests in flight, whose
+ * leases lease.c releases; algo_is_concurrency() tells the few places
+ * that treat it apart (it takes a slot whatever the cost).
  * The calendars of fixed windows live here too, with the longest length
  * of each.
  */
@@ -140,6 +143,20 @@ algo_fixed_window_policy(const struct rl_limit *l, long long limit,
     *w = s > 0 ? s : 1;
 }
 
+/* A concurrency limit: the quota is the leases at once, the window the
+ * lease's time to live in whole seconds (when a slot held by a client
+ * that never releases is free again). */
+static void
+algo_concurrency_policy(const struct rl_limit *l, long long limit,
+    long long *q, long long *w)
+{
+    (void)limit;
+    *q = l->limit_count;
+    *w = (l->period_us + 999999) / 1000000;
+    if (*w < 1)
+        *w = 1;
+}
+
 /* GCRA must be able to space the requests out: validate_gcra(). */
 static int
 algo_gcra_check(const struct rl_limit *l, const char *const *typed,
@@ -187,6 +204,16 @@ static const struct algo algo_table[] = {
           RL_CAL_MINUTE, RL_CAL_MONTH, 0, ALGO_FIELD(calendar) },
       }, "%s per calendar %s",
       algo_fixed_window_policy, NULL },
+    /* Leases: lua/concurrency.lua, lease.c.  The columns are those of
+     * other algorithms, with their own bounds (schema/007_leases.sql). */
+    { RL_ALGO_CONCURRENCY, "concurrency", 2, {
+        { "max", "N", "limit_count", "max", ALGO_KIND_COUNT,
+          1, VALIDATE_CONCURRENCY_MAX, 0, ALGO_FIELD(limit_count) },
+        { "lease-ttl", "DURATION", "period_us", "lease_ttl_us",
+          ALGO_KIND_DURATION, VALIDATE_LEASE_TTL_MIN, VALIDATE_LEASE_TTL_MAX,
+          0, ALGO_FIELD(period_us) },
+      }, "at most %s in flight, lease %s",
+      algo_concurrency_policy, NULL },
 };
 
 #define ALGO_N ((int)(sizeof(algo_table) / sizeof(algo_table[0])))
@@ -351,8 +378,21 @@ algo_param_parse(const struct algo_param *p, const char *text,
         return validate_decimal(what, text, p->min, p->max,
             (double *)(void *)((char *)l + p->offset), err, errlen);
     case ALGO_KIND_DURATION:
-        return validate_duration(what, text, algo_integer(p, l), err,
-            errlen);
+        if (validate_duration(what, text, algo_integer(p, l), err,
+            errlen) == -1)
+            return -1;
+        /* Within the parameter's own bounds too (a lease's 1s to 1h). */
+        if (*algo_integer(p, l) < (long long)p->min ||
+            *algo_integer(p, l) > (long long)p->max) {
+            validate_duration_format((long long)p->min, names,
+                sizeof(names) / 2);
+            validate_duration_format((long long)p->max, names +
+                sizeof(names) / 2, sizeof(names) / 2);
+            snprintf(err, errlen, "%s: %s is out of range (%s to %s)", what,
+                text, names, names + sizeof(names) / 2);
+            return -1;
+        }
+        return 0;
     case ALGO_KIND_CALENDAR:
         if ((c = algo_calendar_parse(text)) < 0) {
             names[0] = '\0';
@@ -491,4 +531,10 @@ algo_limit_valid(const struct rl_limit *l)
             algo_calendar_seconds(algo_int_of(&a->param[i], l)) == 0)
             return 0;
     return 1;
+}
+
+int
+algo_is_concurrency(const struct rl_limit *l)
+{
+    return l->algorithm == RL_ALGO_CONCURRENCY;
 }

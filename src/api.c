@@ -7,11 +7,13 @@
  * authorizer_path) goes to authorizer.c whatever its path; anything else
  * is looked up in the table below, and a path that is there with another
  * method gets 405 with Allow.  What each answer is lives elsewhere:
- * decide.c (the check API), authorizer.c, views.c.
+ * decide.c (the check API), lease_api.c (releases and extensions of
+ * leases), authorizer.c, views.c.
  */
 #include <string.h>
 
 #include "service.h"
+#include "lease.h"
 
 enum api_method { API_GET = 1, API_POST = 2 };
 
@@ -147,6 +149,8 @@ api_dashboard(struct service *svc, const struct http_request *req,
 
 static const struct api_route api_routes[] = {
     { "/v1/check", 0, API_POST, api_check },
+    { "/v1/release", 0, API_POST, lease_api_release },
+    { "/v1/extend", 0, API_POST, lease_api_extend },
     { "/health/live", 0, API_GET, api_live },
     { "/health/ready", 0, API_GET, api_ready },
     { "/metrics", 0, API_GET, api_metrics },

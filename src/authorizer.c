@@ -93,6 +93,10 @@ authorizer_decide(struct decider *dc, const struct http_request *req,
         st->remaining);
     response_header(resp, "Variable-RateLimit-Reset", "%lld",
         response_reset_at(d.now_ms / 1000, st));
+    /* A rule with a concurrency limit took a lease: the web server's
+     * end-of-request hook releases it (nginx reads X-RateLimit-Lease). */
+    if (d.lease[0] != '\0')
+        response_header(resp, "Variable-RateLimit-Lease", "%s", d.lease);
     buf_reset(&resp->body);
     /* Apache copies an authorizer's headers into the response it serves:
      * the protected content decides its own caching. */

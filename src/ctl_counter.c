@@ -8,6 +8,9 @@
  * the service: what it counts (--count) decides whether --subject, --key
  * or --address matter.  Redis is reached with the configuration file's
  * redis settings (single, sentinel or cluster) through redis_store.c.
+ * A concurrency limit's counter is a set of leases (lua/concurrency.lua):
+ * show lists the live ones with their age (since taken or last extended)
+ * and the time until they expire.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -178,6 +181,106 @@ ctl_counter_json_value(const char *v)
     return json_object_new_string(v);
 }
 
+/* The most leases counter show lists one by one. */
+#define CTL_COUNTER_LEASES 20
+
+/*
+ * The live leases of concurrency counter c, held by tenant_id, at Redis
+ * time: into text (state[len]) and, when st is not NULL, st's "held" and
+ * "leases" (each with its id, age_ms and expires_in_ms).  Returns 0, or -1
+ * after printing why.
+ */
+static int
+ctl_counter_leases(struct redis_store *rs, const struct ctl_counter *c,
+    const char *tenant_id, char *state, size_t len, struct json_object *st)
+{
+    const char *zr[4] = { "ZRANGE", c->key, "0", "-1" };
+    const char *ws = "WITHSCORES", *tm = "TIME";
+    const char *argv[5];
+    size_t argvlen[5], used = 0, j;
+    struct json_object *list = NULL, *o;
+    redisReply *r, *t;
+    long long now_ms, expiry, ttl_ms = (c->limit.period_us + 999) / 1000;
+    int i, held = 0;
+
+    for (i = 0; i < 4; i++) {
+        argv[i] = zr[i];
+        argvlen[i] = strlen(zr[i]);
+    }
+    argv[4] = ws;
+    argvlen[4] = strlen(ws);
+    argv[0] = tm;
+    argvlen[0] = strlen(tm);
+    /* The time first (where the key lives), then the set. */
+    if ((t = redis_store_command(rs, c->key, 1, argv, argvlen)) == NULL ||
+        t->type != REDIS_REPLY_ARRAY || t->elements != 2) {
+        ctl_warn("redis TIME: %s", rs->error[0] ? rs->error :
+            "unexpected reply");
+        if (t != NULL)
+            freeReplyObject(t);
+        return -1;
+    }
+    now_ms = strtoll(t->element[0]->str, NULL, 10) * 1000 +
+        strtoll(t->element[1]->str, NULL, 10) / 1000;
+    freeReplyObject(t);
+    argv[0] = zr[0];
+    argvlen[0] = strlen(zr[0]);
+    if ((r = redis_store_command(rs, c->key, 5, argv, argvlen)) == NULL ||
+        r->type != REDIS_REPLY_ARRAY) {
+        ctl_warn("redis ZRANGE: %s", r == NULL ? rs->error :
+            r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+        if (r != NULL)
+            freeReplyObject(r);
+        return -1;
+    }
+    if (st != NULL)
+        list = json_object_new_array();
+    state[0] = '\0';
+    for (j = 0; j + 1 < r->elements; j += 2) {
+        expiry = strtoll(r->element[j + 1]->str, NULL, 10);
+        if (expiry <= now_ms)
+            continue;           /* expired: counts for nothing */
+        held++;
+        if (list != NULL) {
+            char id[RL_UUID_LEN + 2 + 64];
+
+            snprintf(id, sizeof(id), "%s.%s", tenant_id,
+                r->element[j]->str);
+            o = json_object_new_object();
+            json_object_object_add(o, "lease", json_object_new_string(id));
+            json_object_object_add(o, "age_ms", json_object_new_int64(
+                ttl_ms - (expiry - now_ms) > 0 ?
+                ttl_ms - (expiry - now_ms) : 0));
+            json_object_object_add(o, "expires_in_ms",
+                json_object_new_int64(expiry - now_ms));
+            json_object_array_add(list, o);
+        } else if (held <= CTL_COUNTER_LEASES && used < len)
+            used += (size_t)snprintf(state + used, len - used,
+                " %s.%.8s.. age=%lldms expires_in=%lldms", tenant_id,
+                r->element[j]->str, ttl_ms - (expiry - now_ms) > 0 ?
+                ttl_ms - (expiry - now_ms) : 0, expiry - now_ms);
+    }
+    freeReplyObject(r);
+    if (st != NULL) {
+        json_object_object_add(st, "held", json_object_new_int(held));
+        json_object_object_add(st, "leases", list);
+        return 0;
+    }
+    if (held > CTL_COUNTER_LEASES && used < len)
+        used += (size_t)snprintf(state + used, len - used,
+            " ... and %d more", held - CTL_COUNTER_LEASES);
+    {
+        char head[32];
+        size_t hl = (size_t)snprintf(head, sizeof(head), "held=%d", held);
+
+        if (hl + used + 1 <= len) {
+            memmove(state + hl, state, used + 1);
+            memcpy(state, head, hl);
+        }
+    }
+    return 0;
+}
+
 int
 ctl_counter_show(struct ctl *ctl, const struct ctl_command *cmd,
     const struct ctl_args *a)
@@ -187,12 +290,16 @@ ctl_counter_show(struct ctl *ctl, const struct ctl_command *cmd,
     struct rl_counters counters;
     struct json_object *rows = NULL, *o, *st;
     redisReply *r, *t;
-    char state[512];
+    char state[2048], tenant_id[RL_UUID_LEN + 1];
     size_t used, j;
     int i, n, rc, fail = 0;
 
     if ((rc = ctl_counter_find(ctl, cmd, a, &cs, &n)) != 0)
         return rc;
+    if ((rc = ctl_db_tenant_id(ctl, a->pos[0], tenant_id)) != 0) {
+        free(cs);
+        return rc;
+    }
     if ((rc = ctl_db_redis_open(ctl, &rs, &counters)) != 0) {
         free(cs);
         return rc;
@@ -203,6 +310,18 @@ ctl_counter_show(struct ctl *ctl, const struct ctl_command *cmd,
         printf("%-8s  %-16s  %-14s  %-7s  %-10s  %s\n", "LIMIT_ID", "LIMIT",
             "ALGORITHM", "COUNT", "TTL_MS", "STATE");
     for (i = 0; i < n && !fail; i++) {
+        if (algo_is_concurrency(&cs[i].limit)) {
+            st = json_object_new_object();
+            if (ctl_counter_leases(&rs, &cs[i], tenant_id, state,
+                sizeof(state), rows != NULL ? st : NULL) == -1 ||
+                (t = ctl_counter_ask(&rs, cs[i].key, "PTTL")) == NULL) {
+                json_object_put(st);
+                fail = 1;
+                break;
+            }
+            r = NULL;
+            goto print;
+        }
         if ((r = ctl_counter_ask(&rs, cs[i].key, "HGETALL")) == NULL ||
             (t = ctl_counter_ask(&rs, cs[i].key, "PTTL")) == NULL) {
             if (r != NULL)
@@ -221,6 +340,7 @@ ctl_counter_show(struct ctl *ctl, const struct ctl_command *cmd,
             json_object_object_add(st, r->element[j]->str,
                 ctl_counter_json_value(r->element[j + 1]->str));
         }
+print:
         if (rows != NULL) {
             o = json_object_new_object();
             json_object_object_add(o, "limit_id",
@@ -249,7 +369,8 @@ ctl_counter_show(struct ctl *ctl, const struct ctl_command *cmd,
                 t->integer > 0 ? t->integer : 0LL,
                 state[0] != '\0' ? state : "(no counter: full)");
         }
-        freeReplyObject(r);
+        if (r != NULL)
+            freeReplyObject(r);
         freeReplyObject(t);
     }
     redis_store_close(&rs);

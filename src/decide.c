@@ -39,6 +39,7 @@
 #include <openssl/sha.h>
 
 #include "decide.h"
+#include "lease.h"
 
 _Static_assert(sizeof(struct key_info) <= SHM_KEY_VALUE_MAX,
     "struct key_info must fit in a shared key entry");
@@ -648,6 +649,9 @@ decide_limits(struct decider *dc, const char *tenant_id,
     const struct tenant_rules *tr;
     struct limiter_call call;
     unsigned char id[32];
+    char lease_id[LEASE_ID_LEN + 1], lease_tenant[RL_UUID_LEN + 1];
+    char lease_random[LEASE_RANDOM_HEX + 1], lease_rkey[LEASE_KEY_MAX + 1];
+    long long lease_ttl = 0;
     int64_t t0;
     int i, rc, fail_open, cache = dc->cfg->overlimit_cache_size > 0 &&
         !creq->peek;
@@ -692,15 +696,34 @@ decide_limits(struct decider *dc, const char *tenant_id,
     dc->trace.rule = plan->rule[0]->id;
     /* A cost above what an enforced limit lets through at once can never
      * pass: no answer with a time to wait, no script call.  (A shadow
-     * limit decides nothing.) */
+     * limit decides nothing; a concurrency limit takes one slot whatever
+     * the cost.) */
     for (i = 0; i < plan->n; i++)
-        if (!plan->rule[i]->shadow &&
+        if (!plan->rule[i]->shadow && !algo_is_concurrency(plan->limit[i]) &&
             creq->cost > algo_quota(plan->limit[i])) {
             plan->over = i;
             return DECIDE_COST_EXCEEDS;
         }
+    /* A check that takes a slot, or reserves its cost, takes a lease.  A
+     * rule with a concurrency limit is never answered from the over-limit
+     * cache: a release frees a slot at once, long before any wait a
+     * denial could name. */
+    if (lease_ttl_for(plan, 0) > 0)
+        cache = 0;
+    d->lease[0] = '\0';
+    if (!creq->peek && (lease_ttl = lease_ttl_for(plan, creq->reserve)) > 0) {
+        if (lease_id_make(tenant_id, lease_id) == -1 ||
+            lease_id_parse(lease_id, strlen(lease_id), lease_tenant,
+            lease_random) == -1) {
+            log_error("tenant %s: cannot make a lease id", tenant_id);
+            return DECIDE_SCRIPT_ERROR;
+        }
+        lease_key(lease_tenant, lease_random, lease_rkey);
+    }
     if (limiter_build(tenant_id, plan, creq, &call) == -1 ||
-        limiter_budget(&call, plan, dc->counter_budget) == -1) {
+        limiter_budget(&call, plan, dc->counter_budget) == -1 ||
+        (lease_ttl > 0 && limiter_lease(&call, lease_rkey, lease_random,
+        lease_ttl) == -1)) {
         log_error("rule %lld: cannot build the script call",
             plan->rule[0]->id);
         rc = DECIDE_STORE_UNUSABLE;
@@ -755,6 +778,11 @@ decide_limits(struct decider *dc, const char *tenant_id,
                     "have denied", dc->trace.tenant[0] != '\0' ?
                     dc->trace.tenant : tenant_id, plan->rule[i]->id,
                     plan->name[i]);
+    }
+    if (d->allowed && lease_ttl > 0) {
+        /* The script took the lease: its id goes back to the client. */
+        memcpy(d->lease, lease_id, sizeof(lease_id));
+        d->lease_ttl_ms = lease_ttl;
     }
     if (d->allowed)
         COUNT(dc, allowed);

@@ -27,9 +27,9 @@
 /* The key count, argv[0], of a call: the limits' keys, the budget's two,
  * the reply slot. */
 static const char *const limiter_nkeys_text[] = { "0", "1", "2", "3", "4",
-    "5", "6", "7", "8", "9", "10", "11" };
+    "5", "6", "7", "8", "9", "10", "11", "12" };
 _Static_assert(sizeof(limiter_nkeys_text) / sizeof(limiter_nkeys_text[0]) >
-    RL_MAX_LIMITS + 3, "a key count for every call");
+    RL_MAX_LIMITS + 4, "a key count for every call");
 
 /* Appends s (n bytes) as the next argument.  Returns 0 or -1 (no room). */
 static int
@@ -158,7 +158,7 @@ limiter_build(const char *tenant_id, const struct rl_plan *plan,
         limiter_hash_part(&who_memo[0], who_part[0], 's', req->subject);
     else
         memcpy(who_part[0], who_part[1], sizeof(who_part[0]));
-    call->nlimits = call->budgeted = call->keyed = 0;
+    call->nlimits = call->budgeted = call->keyed = call->leased = 0;
     if (limiter_arg_ll(call, &used, n) == -1)
         return -1;
     for (i = 0; i < n; i++) {
@@ -195,19 +195,21 @@ limiter_build(const char *tenant_id, const struct rl_plan *plan,
 static int
 limiter_nkeys(const struct limiter_call *call)
 {
-    return call->nlimits + 2 * call->budgeted + call->keyed;
+    return call->nlimits + 2 * call->budgeted + call->leased + call->keyed;
 }
 
-/* Whether call is as limiter_build(), limiter_budget() and
- * limiter_request_key() make it: 1 + 4 + 6n arguments for n limits, five
- * more with the budget, two more with the reply slot. */
+/* Whether call is as limiter_build(), limiter_budget(), limiter_lease()
+ * and limiter_request_key() make it: 1 + 4 + 6n arguments for n limits,
+ * five more with the budget, three more with a lease, two more with the
+ * reply slot. */
 static int
 limiter_shape_ok(const struct limiter_call *call)
 {
     int n = call->nlimits;
 
     return n >= 1 && n <= RL_MAX_LIMITS && call->argc ==
-        4 + 6 * n + 5 * call->budgeted + 2 * call->keyed &&
+        4 + 6 * n + 5 * call->budgeted + 3 * call->leased +
+        2 * call->keyed &&
         strcmp(call->argv[0], limiter_nkeys_text[limiter_nkeys(call)]) == 0;
 }
 
@@ -217,6 +219,15 @@ limiter_used(const struct limiter_call *call)
 {
     return (size_t)(call->argv[call->argc - 1] - call->store) +
         call->argvlen[call->argc - 1] + 1;
+}
+
+static int
+limiter_id_ok(const char *id, size_t len)
+{
+    static const char id_chars[] = "0123456789abcdefghijklmnopqrstuvwxyz"
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZ.-";
+
+    return len > 0 && len <= LIMITER_ID_MAX && strspn(id, id_chars) == len;
 }
 
 /* Length of the hash tag part "rl:{tenant}" of the first key of call, or 0
@@ -258,7 +269,7 @@ limiter_budget(struct limiter_call *call, const struct rl_plan *plan,
     int i, n, at, any = 0;
 
     if (!limiter_shape_ok(call) || call->budgeted || call->keyed ||
-        plan->n != call->nlimits)
+        call->leased || plan->n != call->nlimits)
         return -1;
     n = call->nlimits;
     for (i = 0; i < n; i++) {
@@ -309,6 +320,48 @@ limiter_budget(struct limiter_call *call, const struct rl_plan *plan,
 }
 
 int
+limiter_lease(struct limiter_call *call, const char *key, const char *random,
+    long long ttl_ms)
+{
+    char ttl[21];
+    size_t used, klen = strlen(key), rlen = strlen(random), tlen;
+    int at, mode;
+
+    if (!limiter_shape_ok(call) || call->keyed || call->leased ||
+        ttl_ms < 1000 || ttl_ms > 3600000 ||
+        !limiter_id_ok(random, rlen) || klen == 0)
+        return -1;
+    mode = 1 + limiter_nkeys(call) + 1;     /* the peek argument */
+    if (call->argvlen[mode] != 1 || call->argv[mode][0] != '0')
+        return -1;
+    tlen = util_lltoa(ttl_ms, ttl);
+    used = limiter_used(call);
+    if (call->argc + 3 > LIMITER_MAX_ARGS ||
+        used + klen + rlen + tlen + 3 > sizeof(call->store))
+        return -1;
+    /* The record's key after the other keys; the id and ttl last. */
+    at = 1 + limiter_nkeys(call);
+    limiter_open(call, at, 1);
+    memcpy(call->store + used, key, klen + 1);
+    call->argv[at] = call->store + used;
+    call->argvlen[at] = klen;
+    used += klen + 1;
+    mode++;                                 /* moved up by the key */
+    call->argv[mode] = "3";
+    memcpy(call->store + used, random, rlen + 1);
+    call->argv[call->argc] = call->store + used;
+    call->argvlen[call->argc++] = rlen;
+    used += rlen + 1;
+    memcpy(call->store + used, ttl, tlen + 1);
+    call->argv[call->argc] = call->store + used;
+    call->argvlen[call->argc++] = tlen;
+    call->leased = 1;
+    call->argv[0] = limiter_nkeys_text[limiter_nkeys(call)];
+    call->argvlen[0] = strlen(call->argv[0]);
+    return 0;
+}
+
+int
 limiter_key(const char *tenant_id, const struct rl_rule *rule,
     const struct rl_limit *limit, const struct check_request *req,
     char *out, size_t outlen)
@@ -325,15 +378,6 @@ limiter_key(const char *tenant_id, const struct rl_rule *rule,
         return -1;
     memcpy(out, call.argv[1], call.argvlen[1] + 1);
     return 0;
-}
-
-static int
-limiter_id_ok(const char *id, size_t len)
-{
-    static const char id_chars[] = "0123456789abcdefghijklmnopqrstuvwxyz"
-        "ABCDEFGHIJKLMNOPQRSTUVWXYZ.-";
-
-    return len > 0 && len <= LIMITER_ID_MAX && strspn(id, id_chars) == len;
 }
 
 int
@@ -393,11 +437,12 @@ limiter_resend(struct limiter_call *call)
     at = 1 + limiter_nkeys(call) + 1;   /* after the keys and the cost */
     if (call->argvlen[at] != 1)
         return -1;
-    if (call->argv[at][0] == '0') {
-        call->argv[at] = "2";
+    if (call->argv[at][0] == '0' || call->argv[at][0] == '3') {
+        call->argv[at] = call->argv[at][0] == '0' ? "2" : "4";
         return 0;
     }
-    return call->argv[at][0] == '1' || call->argv[at][0] == '2' ? 0 : -1;
+    return call->argv[at][0] == '1' || call->argv[at][0] == '2' ||
+        call->argv[at][0] == '4' ? 0 : -1;
 }
 
 int
@@ -405,7 +450,9 @@ limiter_unkey(struct limiter_call *call)
 {
     int i, j, n, at, drop_from, drop_to, tail;
 
-    if (!limiter_shape_ok(call) || !call->keyed)
+    /* A lease's record must be written with its slots: a call with one
+     * keeps its keys (and is not run where they cannot all be). */
+    if (!limiter_shape_ok(call) || !call->keyed || call->leased)
         return -1;
     n = call->nlimits;
     at = 1 + limiter_nkeys(call) + 1;   /* the peek argument */
@@ -437,6 +484,14 @@ limiter_decode(const long long *v, size_t n, int nlimits,
     int i, any = 0;
 
     memset(d, 0, sizeof(*d));
+    if (nlimits >= 1 && nlimits <= RL_MAX_LIMITS &&
+        n == 3 + 5 * (size_t)nlimits) {
+        /* A call with a lease: the expired leases dropped, last. */
+        if (v[n - 1] < 0)
+            return -1;
+        d->lease_dropped = v[n - 1];
+        n--;
+    }
     if (nlimits < 1 || nlimits > RL_MAX_LIMITS)
         return -1;
     if (n == 3 && v[0] == -1) {

@@ -438,6 +438,7 @@ struct check_request {
     char identity[80];
     long long cost;
     int peek;
+    int reserve;                /* take a lease for the cost */
 };
 
 /* Parses a JSON check body.  Returns 0, or -1 with a short reason for the
@@ -474,6 +475,7 @@ enum rl_algorithm {
     RL_ALGO_SLIDING_WINDOW = 2,
     RL_ALGO_GCRA = 3,
     RL_ALGO_FIXED_WINDOW = 4,
+    RL_ALGO_CONCURRENCY = 5,    /* in flight at once: leases (lease.c) */
 };
 
 enum rl_calendar {
@@ -597,6 +599,10 @@ long long algo_quota(const struct rl_limit *l);
 /* Adds the parameters of l to the JSON object o, under their names. */
 void algo_json_add(struct json_object *o, const struct rl_limit *l);
 
+/* 1 when l is a concurrency limit: it takes one slot of a lease per
+ * check, whatever the cost, and no cost exceeds it. */
+int algo_is_concurrency(const struct rl_limit *l);
+
 /* 1 when l can be decided: a known algorithm and a known calendar when it
  * has one; else 0.  Bounds are the schema's to keep. */
 int algo_limit_valid(const struct rl_limit *l);
@@ -609,11 +615,13 @@ struct rl_limit {
     long long id;
     char name[RL_NAME_MAX + 1];
     int algorithm;              /* enum rl_algorithm */
-    long long limit_count;      /* sliding window, GCRA, fixed window */
+    long long limit_count;      /* sliding window, GCRA, fixed window;
+                                   concurrency: the leases at once */
     long long window_seconds;   /* sliding window */
     long long bucket_capacity;  /* token bucket */
     double refill_rate;         /* token bucket, tokens per second */
-    long long period_us;        /* GCRA: limit_count per period_us */
+    long long period_us;        /* GCRA: limit_count per period_us;
+                                   concurrency: the lease ttl */
     long long burst;            /* GCRA */
     int calendar;               /* fixed window: enum rl_calendar */
     int count;                  /* what it counts: enum rl_count */
@@ -1141,12 +1149,20 @@ struct rl_decision {
     int over_budget;            /* refused by the tenant's counter budget:
                                    nothing else is set but now_ms */
     long long budget_retry_ms;  /* then: until the budget window ends */
+    /* A call with a lease (limiter_lease): the expired leases it dropped;
+     * and, set by the caller when the check was allowed, the lease's id
+     * (lease.h) and time to live; "" when it took none. */
+    long long lease_dropped;
+    long long lease_ttl_ms;
+    char lease[RL_UUID_LEN + 1 + 32 + 1];
 };
 
 /* Decodes the script's flat integer reply: a decision, or the counter
- * budget's refusal (-1, now_ms, retry_after_ms; d->over_budget set).
- * Returns 0, or -1 when it has neither shape for nlimits limits.  Sets no
- * shadow flags: the caller copies them from the plan. */
+ * budget's refusal (-1, now_ms, retry_after_ms; d->over_budget set).  A
+ * decision of a call with a lease has one number more, last, the expired
+ * leases dropped (d->lease_dropped).  Returns 0, or -1 when it has
+ * neither shape for nlimits limits.  Sets no shadow flags: the caller
+ * copies them from the plan. */
 int limiter_decode(const long long *v, size_t n, int nlimits,
     struct rl_decision *d);
 
@@ -1164,8 +1180,8 @@ int limiter_apply_shadow(const struct rl_plan *plan, struct rl_decision *d);
  * command and the script in front.  See lua/check.lua for the contract.
  * Pointers in argv point into store.
  */
-#define LIMITER_MAX_ARGS (1 + RL_MAX_LIMITS + 2 + 1 + 3 + \
-    5 * RL_MAX_LIMITS + 3 + 1)
+#define LIMITER_MAX_ARGS (1 + RL_MAX_LIMITS + 2 + 1 + 1 + 3 + \
+    5 * RL_MAX_LIMITS + 3 + 2 + 1)
 struct limiter_call {
     int argc;
     const char *argv[LIMITER_MAX_ARGS];
@@ -1173,6 +1189,7 @@ struct limiter_call {
     int nlimits;                /* keys and arguments of limits */
     int budgeted;               /* has the counter budget's */
     int keyed;                  /* has the reply slot and the id */
+    int leased;                 /* has a lease's record, id and ttl */
     char store[RL_MAX_LIMITS * 256 + 1280];
 };
 
@@ -1205,6 +1222,17 @@ int limiter_key(const char *tenant_id, const struct rl_rule *rule,
  * reply slot, or is not one of limiter_build's for plan. */
 int limiter_budget(struct limiter_call *call, const struct rl_plan *plan,
     long long budget);
+
+/* Adds a lease to a call made by limiter_build() (and perhaps
+ * limiter_budget()), before limiter_request_key(): the key of its record
+ * (lease.h: rl:{tenant}:lease:<random>) after the other keys, and its
+ * random part and time to live in milliseconds (1000..3600000) after the
+ * other arguments; the call then asks the script to take it if allowed
+ * (the peek argument "3"), and its reply has one more number, the expired
+ * leases it dropped.  Returns 0, or -1 when the call is a peek, already
+ * has a lease or a reply slot, or has no room. */
+int limiter_lease(struct limiter_call *call, const char *key,
+    const char *random, long long ttl_ms);
 
 /* Longest reply slot name and call id limiter_request_key() takes. */
 #define LIMITER_ID_MAX 40
@@ -1322,6 +1350,9 @@ enum rl_refusal {
     RL_REFUSE_LIMIT_STORE,          /* 503 service_unavailable */
     RL_REFUSE_MISCONFIGURED,        /* 503 misconfigured */
     RL_REFUSE_SCRIPT_ERROR,         /* 503 script_error */
+    RL_REFUSE_LEASE_UNKNOWN,        /* 404 lease_unknown */
+    RL_REFUSE_LEASE_RELEASED,       /* 409 lease_released */
+    RL_REFUSE_LEASE_EXPIRED,        /* 410 lease_expired */
     RL_REFUSAL_COUNT
 };
 
@@ -1365,6 +1396,9 @@ long long response_retry_after_s(const struct rl_limit_state *st);
 #define VALIDATE_BURST_MAX 1000000000LL         /* 10^9 */
 #define VALIDATE_GCRA_SPAN_MAX 1000000000000000LL /* (burst + 1) spacings */
 #define VALIDATE_RATE_MIN 1e-6                  /* refill, tokens/second */
+#define VALIDATE_CONCURRENCY_MAX 100000LL       /* leases at once */
+#define VALIDATE_LEASE_TTL_MIN 1000000LL        /* 1 s, in us */
+#define VALIDATE_LEASE_TTL_MAX 3600000000LL     /* 1 h, in us */
 #define VALIDATE_RATE_MAX 1e8
 #define VALIDATE_PRIORITY_MAX 1000000           /* -10^6 .. 10^6 */
 

@@ -3,7 +3,9 @@
  *
  * Bounds are those of the original Go service: the route is 1 to 512 bytes
  * after trimming white space, the subject at most 256 bytes, and the cost,
- * when given, a whole number from 1 to 1,000,000 (absent or null: 1).
+ * when given, a whole number from 1 to 1,000,000 (absent or null: 1);
+ * "peek" and "reserve" (a lease for the cost, settled by its release)
+ * are booleans.
  * Nothing here touches the network; the worker hands in the raw bytes it
  * read, already bounded by max_body_size.
  */
@@ -127,13 +129,14 @@ request_fast_check(const char *body, size_t len, struct check_request *out)
         p = fast_space(p, end);
         if (p == end)
             return -1;
-        /* 1 route, 2 subject, 4 cost, 8 peek, 0 any other name; a
-         * name given twice is left to json-c (the last one wins
+        /* 1 route, 2 subject, 4 cost, 8 peek, 16 reserve, 0 any other
+         * name; a name given twice is left to json-c (the last one wins
          * there). */
         field = nlen == 5 && memcmp(name, "route", 5) == 0 ? 1 :
             nlen == 7 && memcmp(name, "subject", 7) == 0 ? 2 :
             nlen == 4 && memcmp(name, "cost", 4) == 0 ? 4 :
-            nlen == 4 && memcmp(name, "peek", 4) == 0 ? 8 : 0;
+            nlen == 4 && memcmp(name, "peek", 4) == 0 ? 8 :
+            nlen == 7 && memcmp(name, "reserve", 7) == 0 ? 16 : 0;
         if (field & seen)
             return -1;
         seen |= field;
@@ -186,11 +189,13 @@ request_fast_check(const char *body, size_t len, struct check_request *out)
             p += 4;
             if (field == 8)
                 out->peek = 1;
+            else if (field == 16)
+                out->reserve = 1;
             else if (field != 0)
                 return -1;
         } else if ((size_t)(end - p) >= 5 && memcmp(p, "false", 5) == 0) {
             p += 5;
-            if (field != 8 && field != 0)
+            if (field != 8 && field != 16 && field != 0)
                 return -1;
         } else if ((size_t)(end - p) >= 4 && memcmp(p, "null", 4) == 0) {
             p += 4;
@@ -371,6 +376,15 @@ parsed:
             goto out;
         }
         out->peek = json_object_get_boolean(v);
+    }
+
+    if (json_object_object_get_ex(root, "reserve", &v) &&
+        !json_object_is_type(v, json_type_null)) {
+        if (!json_object_is_type(v, json_type_boolean)) {
+            fail(err, errlen, "\"reserve\" must be true or false");
+            goto out;
+        }
+        out->reserve = json_object_get_boolean(v);
     }
     rc = 0;
 out:

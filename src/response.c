@@ -69,6 +69,8 @@ response_reason(int status)
     case 403: return "Forbidden";
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
+    case 409: return "Conflict";
+    case 410: return "Gone";
     case 411: return "Length Required";
     case 413: return "Content Too Large";
     case 429: return "Too Many Requests";
@@ -194,6 +196,13 @@ static const struct {
         "or a limit this service cannot load); the operator must fix them" },
     [RL_REFUSE_SCRIPT_ERROR] = { 503, "script_error",
         "the limit store answered with an error" },
+    [RL_REFUSE_LEASE_UNKNOWN] = { 404, "lease_unknown",
+        "this tenant has no such lease" },
+    [RL_REFUSE_LEASE_RELEASED] = { 409, "lease_released",
+        "the lease was released already; nothing was changed" },
+    [RL_REFUSE_LEASE_EXPIRED] = { 410, "lease_expired",
+        "the lease expired before this call: its slots were freed then, "
+        "and its cost stays as charged; nothing was changed" },
 };
 
 int
@@ -414,6 +423,13 @@ response_decision(struct rl_response *r, const struct rl_plan *plan,
         }
         buf_append(b, "]", 1);
     }
+    if (d->lease[0] != '\0') {
+        /* What a release (POST /v1/release) names; ids are [0-9a-f.-]. */
+        buf_puts(b, ",\"lease\":\"");
+        buf_puts(b, d->lease);
+        buf_puts(b, "\",\"lease_ttl_ms\":");
+        buf_put_ll(b, d->lease_ttl_ms);
+    }
     buf_append(b, "}\n", 2);
 
     st = &d->st[primary];
@@ -423,6 +439,11 @@ response_decision(struct rl_response *r, const struct rl_plan *plan,
     /* A cost that can never pass gets no Retry-After: waiting won't help. */
     if (!d->allowed && st->retry_after_ms != -1)
         response_header_ll(r, "Retry-After", response_retry_after_s(st));
+    if (d->lease[0] != '\0') {
+        buf_puts(&r->headers, "X-RateLimit-Lease: ");
+        buf_puts(&r->headers, d->lease);
+        buf_append(&r->headers, "\r\n", 2);
+    }
 
     /* RateLimit-Policy and RateLimit.  Names are [A-Za-z0-9_.-] (checked
      * when stored), so they need no escaping inside an sf-string. */

@@ -101,12 +101,13 @@ START_TEST(test_names)
         { RL_ALGO_SLIDING_WINDOW, "sliding_window" },
         { RL_ALGO_GCRA, "gcra" },
         { RL_ALGO_FIXED_WINDOW, "fixed_window" },
+        { RL_ALGO_CONCURRENCY, "concurrency" },
     };
     const struct algo *a;
     size_t i;
     int n;
 
-    ck_assert_int_eq(algo_count(), 4);
+    ck_assert_int_eq(algo_count(), 5);
     for (i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         ck_assert_str_eq(algo_name(names[i].id), names[i].name);
         ck_assert_int_eq(algo_parse(names[i].name), names[i].id);
@@ -118,7 +119,7 @@ START_TEST(test_names)
     ck_assert_int_eq(n, algo_count());
     ck_assert_ptr_null(algo_at(-1));
     ck_assert_ptr_null(algo_get(0));
-    ck_assert_ptr_null(algo_get(RL_ALGO_FIXED_WINDOW + 1));
+    ck_assert_ptr_null(algo_get(RL_ALGO_CONCURRENCY + 1));
     ck_assert_str_eq(algo_name(0), "unknown");
     ck_assert_str_eq(algo_name(-1), "unknown");
     ck_assert_int_eq(algo_parse("unknown"), -1);
@@ -203,7 +204,7 @@ START_TEST(test_script_args_refused)
     l = sw(5, 5);
     l.algorithm = 0;
     ck_assert_str_eq(args_of(&l), "-");
-    l.algorithm = RL_ALGO_FIXED_WINDOW + 1;
+    l.algorithm = RL_ALGO_CONCURRENCY + 1;
     ck_assert_str_eq(args_of(&l), "-");
 }
 END_TEST
@@ -321,7 +322,7 @@ START_TEST(test_valid)
     ck_assert_int_eq(algo_limit_valid(&l), 1);
     l.algorithm = -1;
     ck_assert_int_eq(algo_limit_valid(&l), 0);
-    l.algorithm = RL_ALGO_FIXED_WINDOW + 1;
+    l.algorithm = RL_ALGO_CONCURRENCY + 1;
     ck_assert_int_eq(algo_limit_valid(&l), 0);
 }
 END_TEST

@@ -356,39 +356,50 @@ START_TEST(test_build_max_limits)
     hash32("/r", r);
     hash32("subject", s);
     ck_assert_int_eq(limiter_build(TENANT, &plan, &req, &call), 0);
-    /* All but the five arguments of the budget and the two of the reply
-     * slot and the call id. */
-    ck_assert_int_eq(call.argc, LIMITER_MAX_ARGS - 7);
+    /* All but the five arguments of the budget, the three of a lease and
+     * the two of the reply slot and the call id. */
+    ck_assert_int_eq(call.argc, LIMITER_MAX_ARGS - 10);
     ck_assert_str_eq(call.argv[0], "8");
     snprintf(want, sizeof(want), "rl:{%s}:9223372036854775807:"
         "9223372036854775007:r%s:s%s", TENANT, r, s);
     ck_assert_str_eq(call.argv[1 + 7], want);
     ck_assert_str_eq(call.argv[1 + 8], "5");
     ck_assert_str_eq(call.argv[1 + 8 + 2], "8");
-    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 12], "token_bucket");
-    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 11], "1000000000000");
-    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 10], "12345678.5");
-    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 9], "0");
-    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 8], "0");
-    /* The largest call still takes the largest budget, the longest slot
-     * and id. */
+    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 15], "token_bucket");
+    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 14], "1000000000000");
+    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 13], "12345678.5");
+    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 12], "0");
+    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 11], "0");
+    /* The largest call still takes the largest budget, a lease, the
+     * longest slot and id. */
     ck_assert_int_eq(limiter_budget(&call, &plan, 1000000000), 0);
+    snprintf(want, sizeof(want), "rl:{%s}:lease:"
+        "0123456789abcdef0123456789abcdef", TENANT);
+    ck_assert_int_eq(limiter_lease(&call, want,
+        "0123456789abcdef0123456789abcdef", 3600000), 0);
     ck_assert_int_eq(limiter_request_key(&call,
         "0123456789abcdef0123456789abcdef01234567",
         "76543210fedcba9876543210fedcba9876543210"), 0);
     ck_assert_int_eq(call.argc, LIMITER_MAX_ARGS);
-    ck_assert_str_eq(call.argv[0], "11");
+    ck_assert_str_eq(call.argv[0], "12");
+    ck_assert_str_eq(call.argv[1 + 10], want);
+    snprintf(want, sizeof(want), "rl:{%s}:9223372036854775807:"
+        "9223372036854775007:r%s:s%s", TENANT, r, s);
     ck_assert_str_eq(call.argv[1 + 7], want);
     snprintf(want, sizeof(want), "rl:{%s}:budget:names", TENANT);
     ck_assert_str_eq(call.argv[1 + 8], want);
     snprintf(want, sizeof(want), "rl:{%s}:req:"
         "0123456789abcdef0123456789abcdef01234567", TENANT);
-    ck_assert_str_eq(call.argv[1 + 10], want);
-    ck_assert_str_eq(call.argv[1 + 11], "5");
-    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 5], "0");
-    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 4], "1000000000");
-    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 3], "3600");
-    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 2], "11111111");
+    ck_assert_str_eq(call.argv[1 + 11], want);
+    ck_assert_str_eq(call.argv[1 + 12], "5");
+    ck_assert_str_eq(call.argv[1 + 13], "3");
+    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 7], "0");
+    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 6], "1000000000");
+    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 5], "3600");
+    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 4], "11111111");
+    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 3],
+        "0123456789abcdef0123456789abcdef");
+    ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 2], "3600000");
     ck_assert_str_eq(call.argv[LIMITER_MAX_ARGS - 1],
         "76543210fedcba9876543210fedcba9876543210");
 }
@@ -858,7 +869,7 @@ START_TEST(test_build_unknown_algorithm)
     ck_assert_int_eq(limiter_build("t", &plan, &req, &call), 0);
     rule.limits[1].algorithm = 0;
     ck_assert_int_eq(limiter_build("t", &plan, &req, &call), -1);
-    rule.limits[1].algorithm = RL_ALGO_FIXED_WINDOW + 1;
+    rule.limits[1].algorithm = RL_ALGO_CONCURRENCY + 1;
     ck_assert_int_eq(limiter_build("t", &plan, &req, &call), -1);
     rule.limits[1].algorithm = RL_ALGO_SLIDING_WINDOW;
     rule.limits[0].algorithm = -1;
@@ -949,11 +960,15 @@ START_TEST(test_decode_wrong_length)
     struct rl_decision d;
 
     ck_assert_int_eq(limiter_decode(v, 6, 1, &d), -1);
-    ck_assert_int_eq(limiter_decode(v, 8, 1, &d), -1);
+    /* One number more is the reply of a call with a lease: the expired
+     * leases it dropped, last. */
+    ck_assert_int_eq(limiter_decode(v, 8, 1, &d), 0);
+    ck_assert_int_eq(d.lease_dropped, 1);
+    ck_assert_int_eq(limiter_decode(v, 9, 1, &d), -1);
     ck_assert_int_eq(limiter_decode(v, 0, 1, &d), -1);
     ck_assert_int_eq(limiter_decode(v, 7, 2, &d), -1);
     ck_assert_int_eq(limiter_decode(v, 11, 2, &d), -1);
-    ck_assert_int_eq(limiter_decode(v, 13, 2, &d), -1);
+    ck_assert_int_eq(limiter_decode(v, 14, 2, &d), -1);
     ck_assert_int_eq(limiter_decode(v, 2, 0, &d), -1);
     ck_assert_int_eq(limiter_decode(v, 12, 2, &d), 0);
 }

@@ -640,6 +640,7 @@ static const char *const fast_spaces[] = {
 static const char *const fast_names[] = {
     "route", "route", "subject", "subject", "cost", "peek", "x", "",
     "Route", "route ", "r\\u006fute", "subj", "pee\\u006b", "c\\nost",
+    "reserve", "reserv\\u0065",
 };
 static const char *const fast_values[] = {
     "\"/a\"", "\"/bench\"", "\"  /b  \"", "\"\"", "\" \"", "\"user-42\"",
@@ -651,16 +652,17 @@ static const char *const fast_values[] = {
 };
 
 /* Values that make a valid body, for each name (route, subject, cost,
- * peek, another). */
-static const char *const fast_good[5][4] = {
+ * peek, reserve, another). */
+static const char *const fast_good[6][4] = {
     { "\"/a\"", "\"/bench\"", "\"  /b c \"", "\"/v1/x?y=1\"" },
     { "\"user-42\"", "\"\"", "null", "\"a b\"" },
     { "1", "3", "1000000", "null" },
     { "true", "false", "null", "true" },
+    { "true", "false", "null", "true" },
     { "1", "\"z\"", "null", "false" },
 };
-static const char *const fast_good_names[5] = {
-    "route", "subject", "cost", "peek", "other",
+static const char *const fast_good_names[6] = {
+    "route", "subject", "cost", "peek", "reserve", "other",
 };
 
 /* A string of n bytes of c, quoted, into buf. */
@@ -713,7 +715,7 @@ fast_body(char *b, size_t size)
             SP();
             PUT(",");
             SP();
-            k = (int)fast_rand(5);
+            k = (int)fast_rand(6);
             PUT("\"");
             PUT(fast_good_names[k]);
             PUT("\":");
@@ -787,7 +789,8 @@ START_TEST(test_fast_path_agrees)
             ck_assert_msg(strcmp(r1.route, r2.route) == 0 &&
                 strcmp(r1.subject, r2.subject) == 0 &&
                 r1.has_subject == r2.has_subject && r1.cost == r2.cost &&
-                r1.peek == r2.peek, "body %s: fields differ", body);
+                r1.peek == r2.peek && r1.reserve == r2.reserve,
+                "body %s: fields differ", body);
         } else
             ck_assert_msg(strcmp(err1, err2) == 0, "body %s: %s against "
                 "json-c's %s", body, err1, err2);

@@ -249,7 +249,7 @@ END_TEST
 START_TEST(test_algorithm_unknown)
 {
     ck_assert_str_eq(algo_name(0), "unknown");
-    ck_assert_str_eq(algo_name(RL_ALGO_FIXED_WINDOW + 1),
+    ck_assert_str_eq(algo_name(RL_ALGO_CONCURRENCY + 1),
         "unknown");
     ck_assert_str_eq(algo_name(-1), "unknown");
     ck_assert_int_eq(algo_parse("unknown"), -1);

@@ -1359,6 +1359,271 @@ def test_budget_replay():
     expect_refused("sent again", raw)
 
 
+# --- Concurrency limits and leases -------------------------------------------
+#
+# A concurrency limit's key is a sorted set of lease ids scored by expiry
+# (ms); a call with a lease (peek "3", or "4" sent again) has the record's
+# key after the other keys and the lease's id and ttl (ms) after the other
+# arguments, and one more integer in its reply: the expired leases it
+# dropped. A release or an extension is KEYS = {record}, ARGV = {value, "r"
+# or "e", id} (lua/lease.lua). Every key of a lease is in one hash tag.
+
+def cc(max_, ttl_s, shadow=0):
+    return ["concurrency", str(max_), str(ttl_s * 1000000), "0", str(shadow)]
+
+
+def lkey(lease):
+    return "rl:{t}:lease:" + lease
+
+
+def lease_check(keys, limits, lease, ttl_ms, cost=1, now=None, mode=3,
+                slot_key=None, rid=None):
+    """A check that takes lease (its record lkey(lease)) if allowed.
+    Returns (Reply, dropped)."""
+    argv = [str(cost), str(mode), str(len(limits))]
+    for spec in limits:
+        argv.extend(spec)
+    argv += [lease, str(ttl_ms)]
+    allkeys = list(keys) + [lkey(lease)]
+    if slot_key is not None:
+        allkeys.append(slot_key)
+        argv.append(rid)
+    if now is not None:
+        argv.append("__now_us=%d" % now)
+    raw = redis.pipeline([evalsha(allkeys, argv)])[0]
+    if not isinstance(raw, list) or len(raw) < 3 or (len(raw) - 3) % 5:
+        raise Failed("not a reply of a call with a lease: %r" % (raw,))
+    return Reply.parse(raw[:-1]), raw[-1]
+
+
+def expect_ttl(key, ttl_ms):
+    """key was given a TTL of ttl_ms (PEXPIRE is relative: the test clock
+    does not move it) within the last second."""
+    expect_range("PTTL of %s" % key, cmd("PTTL", key), ttl_ms - 1000, ttl_ms)
+
+
+def lease_op(lease, op, value="-", now=None):
+    """Releases ("r") or extends ("e") lease; returns the raw reply."""
+    argv = [str(value), op, lease]
+    if now is not None:
+        argv.append("__now_us=%d" % now)
+    return redis.pipeline([evalsha([lkey(lease)], argv)])[0]
+
+
+def test_cc_acquire_deny():
+    # max 3: three leases pass, the fourth is denied and takes nothing.
+    for i, want in enumerate([2, 1, 0], 1):
+        r, dropped = lease_check(["rl:{t}:cc1"], [cc(3, 10)], "a%d" % i,
+                                 10000, now=N + i * 1000)
+        expect_reply("lease %d" % i, r, reply(
+            allowed=1, now_ms=NMS + i, limits=[lim(
+                allowed=1, limit=3, remaining=want, reset_ms=10000,
+                retry_after_ms=0)]))
+        expect_eq("lease %d dropped" % i, dropped, 0)
+    r, dropped = lease_check(["rl:{t}:cc1"], [cc(3, 10)], "a4", 10000,
+                             now=N + 4000)
+    # The earliest lease expires in 9997 ms: a denial says a second at most.
+    expect_reply("fourth", r, reply(allowed=0, now_ms=NMS + 4, limits=[lim(
+        allowed=0, limit=3, remaining=0, reset_ms=9999,
+        retry_after_ms=1000)]))
+    expect_eq("held", cmd("ZCARD", "rl:{t}:cc1"), 3)
+    expect_eq("no record for the denial", cmd("EXISTS", lkey("a4")), 0)
+    expect_eq("scores are expiries", cmd("ZSCORE", "rl:{t}:cc1", "a1"),
+              str(NMS + 1 + 10000))
+    expect_ttl("rl:{t}:cc1", 10000 + 1000 + 3)
+    expect_ttl(lkey("a1"), 10000 + 60000)
+    # A peek takes nothing either.
+    r = check(["rl:{t}:cc1"], [cc(3, 10)], peek=1, now=N + 5000)
+    expect_eq("peek denies", r.allowed, 0)
+    expect_eq("still held", cmd("ZCARD", "rl:{t}:cc1"), 3)
+
+
+def test_cc_expiry():
+    # Leases of 2 s: at 2 s past their start they are free, and the next
+    # call that takes a slot drops them (and says how many).
+    for i in range(1, 3):
+        lease_check(["rl:{t}:cc2"], [cc(2, 2)], "b%d" % i, 2000, now=N)
+    r, _ = lease_check(["rl:{t}:cc2"], [cc(2, 2)], "b3", 2000,
+                       now=N + 1999000)
+    expect_eq("full until the ttl", r.allowed, 0)
+    r, dropped = lease_check(["rl:{t}:cc2"], [cc(2, 2)], "b4", 2000,
+                             now=N + 2000000)
+    expect_eq("free at the ttl", r.allowed, 1)
+    expect_eq("remaining", r.limits[0].remaining, 1)
+    expect_eq("dropped", dropped, 2)
+    expect_eq("held", cmd("ZRANGE", "rl:{t}:cc2", "0", "-1"), ["b4"])
+    # A release after the ttl is told so, and changes nothing.
+    got = lease_op("b1", "r", now=N + 2000000)
+    expect_eq("release after expiry", got, [-2, NMS + 2000])
+
+
+def test_cc_release():
+    # A release frees the slot at once; twice, unknown: told, no change.
+    lease_check(["rl:{t}:cc3"], [cc(1, 60)], "c1", 60000, now=N)
+    r, _ = lease_check(["rl:{t}:cc3"], [cc(1, 60)], "c2", 60000, now=N)
+    expect_eq("full", r.allowed, 0)
+    got = lease_op("c1", "r", now=N + 1000)
+    expect_eq("released", got, [1, NMS + 1, 1, 0])
+    expect_eq("free", cmd("ZCARD", "rl:{t}:cc3"), 0)
+    expect_eq("tombstone", cmd("GET", lkey("c1")), "released")
+    expect_ttl(lkey("c1"), 60000)
+    r, _ = lease_check(["rl:{t}:cc3"], [cc(1, 60)], "c3", 60000,
+                       now=N + 1000)
+    expect_eq("a new lease", r.allowed, 1)
+    got = lease_op("c1", "r", now=N + 2000)
+    expect_eq("released twice", got, [-1, NMS + 2])
+    got = lease_op("c9", "r", now=N + 2000)
+    expect_eq("unknown", got, [0, NMS + 2])
+    expect_eq("c3 still held", cmd("ZRANGE", "rl:{t}:cc3", "0", "-1"),
+              ["c3"])
+
+
+def test_cc_all_or_nothing():
+    # A concurrency limit and a token bucket: a denial by the bucket takes
+    # no slot; a denial by the concurrency limit charges no token.
+    limits = [cc(5, 60), tb(1, 1)]
+    r, _ = lease_check(["rl:{t}:cc4", "rl:{t}:tb4"], limits, "d1", 60000,
+                       now=N)
+    expect_eq("first", r.allowed, 1)
+    r, _ = lease_check(["rl:{t}:cc4", "rl:{t}:tb4"], limits, "d2", 60000,
+                       now=N)
+    expect_eq("bucket empty", r.allowed, 0)
+    expect_eq("cc allowed on its own", r.limits[0].allowed, 1)
+    expect_eq("and reports the slots free now", r.limits[0].remaining, 4)
+    expect_eq("one slot held", cmd("ZCARD", "rl:{t}:cc4"), 1)
+    limits = [cc(1, 60), tb(5, 1)]
+    lease_check(["rl:{t}:cc5", "rl:{t}:tb5"], limits, "d3", 60000, now=N)
+    r, _ = lease_check(["rl:{t}:cc5", "rl:{t}:tb5"], limits, "d4", 60000,
+                       now=N)
+    expect_eq("cc full", r.allowed, 0)
+    expect_state("one token charged", "rl:{t}:tb5", {"tokens": 4, "ts": N})
+    # A cost counts on the bucket; the concurrency limit takes one slot.
+    r, _ = lease_check(["rl:{t}:cc6", "rl:{t}:tb6"], [cc(2, 60), tb(5, 1)],
+                       "d5", 60000, cost=4, now=N)
+    expect_eq("cost 4", (r.allowed, r.limits[0].remaining,
+                         r.limits[1].remaining), (1, 1, 1))
+
+
+def test_cc_needs_lease():
+    expect_error("commit without a lease", "takes a lease",
+                 ["rl:{t}:cc7"], ["1", "0", "1"] + cc(2, 60))
+    r = check(["rl:{t}:cc7"], [cc(2, 60)], peek=1, now=N)
+    expect_eq("a peek needs none", r.allowed, 1)
+
+
+def test_lease_replay():
+    # Sent again (peek 4) after the first send took the lease: the first
+    # reply comes back and no second slot is taken.
+    first = lease_check(["rl:{t}:cc8"], [cc(5, 60)], "e1", 60000, now=N,
+                        slot_key="rl:{t}:req:x", rid="q1")
+    again = lease_check(["rl:{t}:cc8"], [cc(5, 60)], "e1", 60000,
+                        now=N + 5000, mode=4, slot_key="rl:{t}:req:x",
+                        rid="q1")
+    expect_eq("the first reply", (len(again[0]), again[0].limits,
+                                  again[1]),
+              (len(first[0]), first[0].limits, first[1]))
+    expect_eq("one slot", cmd("ZCARD", "rl:{t}:cc8"), 1)
+
+
+def test_lease_extend():
+    # A lease of 2 s extended to 10 s at 1 s holds its slot until 11 s.
+    lease_check(["rl:{t}:cc9"], [cc(1, 2)], "f1", 2000, now=N)
+    got = lease_op("f1", "e", 10000, now=N + 1000000)
+    expect_eq("extended", got, [1, NMS + 1000, 10000])
+    r, _ = lease_check(["rl:{t}:cc9"], [cc(1, 2)], "f2", 2000,
+                       now=N + 10999000)
+    expect_eq("held at 10.999 s", r.allowed, 0)
+    expect_ttl("rl:{t}:cc9", 11000)
+    got = lease_op("f1", "e", now=N + 10999000)
+    expect_eq("its own ttl again", got, [1, NMS + 10999, 2000])
+    got = lease_op("f1", "r", now=N + 11000000)
+    expect_eq("released", got, [1, NMS + 11000, 1, 0])
+    expect_error("ttl out of range", "1000..3600000",
+                 [lkey("f2")], ["999", "e", "f2"])
+
+
+def test_settle_token_budget():
+    # A 10,000-token budget refilled 10 a second. Reserve 1,000, settle
+    # 350: 650 come back. Then drain it to 1,000, reserve those, settle
+    # 1,500: the budget is at -500, and the next check waits for the
+    # refill of 501 tokens.
+    b = [tb(10000, 10)]
+    r, _ = lease_check(["rl:{t}:tb10"], b, "g1", 300000, cost=1000, now=N)
+    expect_eq("reserved", r.limits[0].remaining, 9000)
+    expect_eq("record", lease_op("g1", "r", 350, now=N),
+              [1, NMS, 0, -650])
+    expect_state("650 back", "rl:{t}:tb10", {"tokens": 9650, "ts": N})
+    check(["rl:{t}:tb10"], b, cost=8650, now=N)
+    r, _ = lease_check(["rl:{t}:tb10"], b, "g2", 300000, cost=1000, now=N)
+    expect_eq("reserved the last 1,000", r.limits[0].remaining, 0)
+    expect_eq("settled", lease_op("g2", "r", 1500, now=N), [1, NMS, 0, 500])
+    expect_state("-500", "rl:{t}:tb10", {"tokens": -500, "ts": N})
+    r = check(["rl:{t}:tb10"], b, now=N)
+    expect_reply("waits for the refill", r, reply(
+        allowed=0, now_ms=NMS, limits=[lim(
+            allowed=0, limit=10000, remaining=0, reset_ms=1050000,
+            retry_after_ms=50100)]))
+    r = check(["rl:{t}:tb10"], b, now=N + 50100000)
+    expect_eq("passes after it", r.allowed, 1)
+
+
+def test_settle_other_algorithms():
+    # gcra: 10 a second (T = 100 ms), burst 9: reserve 5 (TAT + 500 ms),
+    # settle 2: 300 ms back; settle 8 later: 300 ms more.
+    g = [gcra(10, 1000000, 9)]
+    lease_check(["rl:{t}:g11"], g, "h1", 300000, cost=5, now=N)
+    expect_state("tat", "rl:{t}:g11", {"tat": N + 500000})
+    lease_op("h1", "r", 2, now=N)
+    expect_state("refunded", "rl:{t}:g11", {"tat": N + 200000})
+    lease_check(["rl:{t}:g11"], g, "h2", 300000, cost=5, now=N)
+    lease_op("h2", "r", 8, now=N)
+    expect_state("charged more", "rl:{t}:g11", {"tat": N + 1000000})
+    # sliding window: the refund comes off the window charged.
+    s = [sw(100, 60)]
+    lease_check(["rl:{t}:s11"], s, "h3", 300000, cost=40, now=N)
+    lease_op("h3", "r", 10, now=N)
+    expect_eq("sw refunded", cmd("HGET", "rl:{t}:s11", "cur"), "10")
+    lease_check(["rl:{t}:s11"], s, "h4", 300000, cost=10, now=N)
+    lease_op("h4", "r", 25, now=N)
+    expect_eq("sw charged more", cmd("HGET", "rl:{t}:s11", "cur"), "35")
+    # fixed window: a refund in the window charged; none after it.
+    f = [fw(100, "minute")]
+    lease_check(["rl:{t}:f11"], f, "h5", 300000, cost=40, now=N)
+    lease_op("h5", "r", 0, now=N)
+    expect_eq("fw refunded", cmd("HGET", "rl:{t}:f11", "count"), "0")
+    lease_check(["rl:{t}:f11"], f, "h6", 300000, cost=40, now=N)
+    lease_op("h6", "r", 0, now=N + 60000000)
+    expect_eq("no refund in the next window",
+              cmd("HGET", "rl:{t}:f11", "count"), "40")
+
+
+def test_lease_errors():
+    # A record naming a key of another tenant is refused, and nothing
+    # written; bad calls are errors.
+    redis.pipeline([["EVAL", "redis.call('SET', KEYS[1], cmsgpack.pack("
+                     "{ARGV[1] + 0, 60000, 1, 1, 'rl:{u}:cc'}))", "1",
+                     lkey("x1"), str(NMS + 60000)]])
+    cmd("ZADD", "rl:{u}:cc", str(NMS + 60000), "x1")
+    expect_error("another tenant's key", "another tenant",
+                 [lkey("x1")], ["-", "r", "x1", "__now_us=%d" % N])
+    expect_eq("untouched", cmd("ZCARD", "rl:{u}:cc"), 1)
+    expect_error("not a lease key", "not a lease key",
+                 ["rl:{t}:cc"], ["-", "r", "x1"])
+    expect_error("bad value", "value", [lkey("x1")], ["-1", "r", "x1"])
+    expect_error("two keys", "one key", [lkey("x1"), lkey("x2")],
+                 ["-", "r", "x1"])
+    expect_error("lease ttl too short", "lease ttl",
+                 ["rl:{t}:cc12", lkey("x3")],
+                 ["1", "3", "1"] + cc(2, 60) + ["x3", "999"])
+    expect_error("lease id", "lease id",
+                 ["rl:{t}:cc12", lkey("x3")],
+                 ["1", "3", "1"] + cc(2, 60) + ["x 3", "1000"])
+    expect_error("concurrency ttl", "lease ttl",
+                 ["rl:{t}:cc12", lkey("x3")],
+                 ["1", "3", "1", "concurrency", "2", "999999", "0", "0",
+                  "x3", "1000"])
+
+
 # --- Arguments ---------------------------------------------------------------
 
 TB = ["token_bucket", "5", "1", "0", "0"]
@@ -1373,7 +1638,7 @@ ARGUMENT_ERRORS = [
     ("non-numeric cost", "cost", ["e:a"], ["x", "0", "1"] + TB),
     ("zero cost", "cost", ["e:a"], ["0", "0", "1"] + TB),
     ("fractional cost", "cost", ["e:a"], ["1.5", "0", "1"] + TB),
-    ("bad peek flag", "peek must be", ["e:a"], ["1", "3", "1"] + TB),
+    ("bad peek flag", "peek must be", ["e:a"], ["1", "5", "1"] + TB),
     ("peek 2 without the reply slot", "needs the reply slot",
      ["e:a"], ["1", "2", "1"] + TB),
     ("reply slot without a call id", "call id",
@@ -2034,6 +2299,23 @@ CASES = [
      test_budget_existing_counters_pay_nothing),
     ("budget: with the reply slot, replayed once, refusals not stored",
      test_budget_replay),
+    ("concurrency: max 3 takes 3 leases, a denial and a peek take none",
+     test_cc_acquire_deny),
+    ("concurrency: leases expire at their ttl and are dropped",
+     test_cc_expiry),
+    ("leases: a release frees at once; twice or unknown changes nothing",
+     test_cc_release),
+    ("concurrency: all-or-nothing with a token bucket", test_cc_all_or_nothing),
+    ("concurrency: a commit needs a lease, a peek does not",
+     test_cc_needs_lease),
+    ("leases: sent again, the lease is taken once", test_lease_replay),
+    ("leases: an extension moves the expiry of the slots", test_lease_extend),
+    ("leases: a token budget settled: 650 back, then -500 and a wait",
+     test_settle_token_budget),
+    ("leases: settled on gcra, sliding and fixed windows",
+     test_settle_other_algorithms),
+    ("leases: a record naming another tenant, bad calls: errors",
+     test_lease_errors),
 ]
 
 
