@@ -70,8 +70,8 @@
 -- reply beginning "ERR ratelimit: ". A call the counter budget refuses gets
 -- the reply of three integers -1, now_ms, retry_after_ms instead (see
 -- below). A call with a lease has one more integer at the end of its
--- reply: the number of expired leases it dropped from the concurrency
--- limits' sets (0 on a denial).
+-- reply: the number of the tenant's leases that expired unreleased, which
+-- it dropped from the tenant's set of leases (lease.lua; 0 on a denial).
 --
 -- Leases: a call with ARGV[2] "3" (or "4", sent again) takes a lease if
 -- it is allowed: one slot on each concurrency limit that allows it (the
@@ -476,7 +476,7 @@ if made ~= nil and reply[1] == 1 and pending ~= nil then
     end
 end
 
--- With a lease, the reply ends with the expired leases dropped.
+-- With a lease, the reply ends with the tenant's expired leases dropped.
 local dropped = 0
 if reply[1] == 1 and pending ~= nil then
     -- Every enforced limit allows here, so this charges all of them and
@@ -512,8 +512,8 @@ if reply[1] == 1 and pending ~= nil then
             elseif algorithm == 'gcra' then
                 gcra_commit(keys[i], pending[p], now_us)
             elseif algorithm == 'concurrency' then
-                dropped = dropped + concurrency_commit(keys[i], lease_id,
-                    pending[p], pending[p + 1], pending[p + 2], now_us)
+                concurrency_commit(keys[i], lease_id, pending[p],
+                    pending[p + 1], pending[p + 2], now_us)
             else
                 fixed_window_commit(keys[i], pending[p], pending[p + 1],
                     pending[p + 2])
@@ -521,7 +521,8 @@ if reply[1] == 1 and pending ~= nil then
         end
     end
     if leased then
-        lease_record(lease_key, now_us, lease_ttl_ms, cost, slots, charged)
+        dropped = lease_record(lease_key, lease_id, now_us, lease_ttl_ms,
+            cost, slots, charged)
         reply[width] = dropped
     end
     if once ~= nil then

@@ -70,15 +70,12 @@ end
 
 -- Takes the slot concurrency_evaluate() allowed, for lease id: drops the
 -- expired members first (when it saw some), adds the lease with its
--- expiry and sets the key's TTL. Returns the number of expired leases
--- dropped.
+-- expiry and sets the key's TTL.
 local function concurrency_commit(key, id, expiry_ms, ttl_ms, stale, now_us)
-    local dropped = 0
     if stale then
-        dropped = redis.call('ZREMRANGEBYSCORE', key, '-inf',
+        redis.call('ZREMRANGEBYSCORE', key, '-inf',
             (now_us - now_us % 1000) / 1000)
     end
     redis.call('ZADD', key, expiry_ms, id)
     redis.call('PEXPIRE', key, ttl_ms)
-    return dropped
 end

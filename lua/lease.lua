@@ -19,6 +19,12 @@
 -- "unknown"; a release replaces it with the tombstone "released" for as
 -- long, so that a second release is told so.
 --
+-- Every lease of a tenant is also in the tenant's set of leases,
+-- rl:{tenant}:leases, scored by its expiry like the concurrency sets: it
+-- says how many leases the tenant holds (ZCOUNT from now, what /metrics
+-- shows), and the expired members a new lease drops from it are the
+-- leases that were never released (counted once each, as leaks).
+--
 -- The same script runs the release and the extension (one EVALSHA each):
 -- check.lua hands such a call to lease_call() before anything else. The
 -- call is KEYS = { the record }, ARGV = { value, op, id }, with op "r"
@@ -47,12 +53,23 @@ local LEASE_GRACE_MS = 60000
 -- (the bounds of a concurrency limit's lease ttl, and of an extension).
 local LEASE_TTL_MIN_MS, LEASE_TTL_MAX_MS = 1000, 3600000
 
--- Writes the record of a lease that a check has just taken: key, the
+-- The tenant's set of leases for the record key (rl:{t}:lease:ID).
+local function lease_set_of(key)
+    return key:match('^(rl:{[^}]*}:)lease:') .. 'leases'
+end
+
+-- Writes the record of a lease that a check has just taken: key, id, the
 -- lease's ttl_ms, the check's cost, slots (the list of concurrency keys it
 -- took a slot on, possibly empty) and charged (the flat list of six values
--- per rate limit it charged, possibly empty).
-local function lease_record(key, now_us, ttl_ms, cost, slots, charged)
+-- per rate limit it charged, possibly empty); adds it to the tenant's set,
+-- which lives as long as the longest lease could. Returns the number of
+-- the tenant's leases that expired unreleased, dropped from the set.
+local function lease_record(key, id, now_us, ttl_ms, cost, slots, charged)
     local now_ms = (now_us - now_us % 1000) / 1000
+    local set = lease_set_of(key)
+    local dropped = redis.call('ZREMRANGEBYSCORE', set, '-inf', now_ms)
+    redis.call('ZADD', set, now_ms + ttl_ms, id)
+    redis.call('PEXPIRE', set, LEASE_TTL_MAX_MS + LEASE_GRACE_MS)
     local record = { now_ms + ttl_ms, ttl_ms, cost, #slots }
     for i = 1, #slots do
         record[#record + 1] = slots[i]
@@ -62,6 +79,7 @@ local function lease_record(key, now_us, ttl_ms, cost, slots, charged)
     end
     redis.call('SET', key, cmsgpack.pack(record), 'PX',
         ttl_ms + LEASE_GRACE_MS)
+    return dropped
 end
 
 -- Settles delta (the actual cost minus what was charged: more is charged,
@@ -202,6 +220,7 @@ local function lease_call(keys, argv)
         record[1] = new_expiry
         redis.call('SET', key, cmsgpack.pack(record), 'PX',
             ttl_ms + LEASE_GRACE_MS)
+        redis.call('ZADD', lease_set_of(key), 'XX', new_expiry, id)
         return { 1, now_ms, ttl_ms }
     end
     local freed = 0
@@ -220,5 +239,6 @@ local function lease_call(keys, argv)
         end
     end
     redis.call('SET', key, 'released', 'PX', LEASE_GRACE_MS)
+    redis.call('ZREM', lease_set_of(key), id)
     return { 1, now_ms, freed, delta }
 end

@@ -783,6 +783,10 @@ decide_limits(struct decider *dc, const char *tenant_id,
         /* The script took the lease: its id goes back to the client. */
         memcpy(d->lease, lease_id, sizeof(lease_id));
         d->lease_ttl_ms = lease_ttl;
+        COUNT(dc, leases_taken);
+        if (d->lease_dropped > 0)
+            __atomic_add_fetch(&dc->counters->leases_expired,
+                (unsigned long)d->lease_dropped, __ATOMIC_RELAXED);
     }
     if (d->allowed)
         COUNT(dc, allowed);

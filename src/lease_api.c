@@ -160,8 +160,24 @@ lease_api(struct service *svc, const struct http_request *req, int op,
         lease_release(&svc->redis, b.id, b.len, b.value, ki.tenant_id,
         &out);
     if (r != LEASE_DONE) {
+        if (r == LEASE_UNKNOWN || r == LEASE_RELEASED || r == LEASE_EXPIRED)
+            COUNT(dc, leases_refused);
         lease_refuse(dc, r, resp);
         return;
+    }
+    if (op == 'e')
+        COUNT(dc, leases_extended);
+    else {
+        COUNT(dc, leases_released);
+        if (out.settled < 0) {
+            COUNT(dc, lease_refunds);
+            __atomic_add_fetch(&dc->counters->lease_refunded_cost,
+                (unsigned long)-out.settled, __ATOMIC_RELAXED);
+        } else if (out.settled > 0) {
+            COUNT(dc, lease_charges);
+            __atomic_add_fetch(&dc->counters->lease_charged_cost,
+                (unsigned long)out.settled, __ATOMIC_RELAXED);
+        }
     }
     o = json_object_new_object();
     json_object_object_add(o, "lease", json_object_new_string(b.id));

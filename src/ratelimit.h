@@ -960,6 +960,18 @@ struct rl_counters {
     unsigned long overlimit_inserts;
     unsigned long overlimit_evictions;
     unsigned long over_budget;      /* checks refused by a counter budget */
+    /* Leases (lease.h): taken by checks, released, extended, refused
+     * (a release or extension answered 4xx), expired unreleased (as the
+     * script found them), and the costs settled each way. */
+    unsigned long leases_taken;
+    unsigned long leases_released;
+    unsigned long leases_extended;
+    unsigned long leases_refused;
+    unsigned long leases_expired;
+    unsigned long lease_refunds;
+    unsigned long lease_refunded_cost;
+    unsigned long lease_charges;
+    unsigned long lease_charged_cost;
 };
 
 #define COUNT(x, field) \

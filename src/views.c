@@ -19,6 +19,8 @@
 
 #include "service.h"
 
+#include <hiredis/hiredis.h>
+
 void
 views_live(struct rl_response *resp)
 {
@@ -128,6 +130,55 @@ views_tenant_owner(void *arg, const char *tenant, char id[RL_UUID_LEN + 1])
     return 1;
 }
 
+/* The most tenants whose leases one scrape asks Redis about. */
+#define VIEWS_LEASE_TENANTS 100
+
+/*
+ * ratelimit_tenant_leases_held: for each tenant of ten (the first
+ * VIEWS_LEASE_TENANTS), the leases it holds now across the fleet, as its
+ * set of leases in Redis has them (lua/lease.lua): one ZCOUNT each, from
+ * this host's clock.  Nothing when Redis does not answer.
+ */
+static void
+views_tenant_leases(struct service *svc, const struct stats_tenant *ten,
+    int nt, struct rl_buf *b)
+{
+    char key[RL_UUID_LEN + 16], from[24];
+    const char *argv[4];
+    size_t argvlen[4];
+    struct timespec ts;
+    redisReply *r;
+    int i;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    snprintf(from, sizeof(from), "(%lld", (long long)ts.tv_sec * 1000 +
+        ts.tv_nsec / 1000000);
+    for (i = 0; i < nt && i < VIEWS_LEASE_TENANTS; i++) {
+        snprintf(key, sizeof(key), "rl:{%s}:leases", ten[i].rows[0].tenant_id);
+        argv[0] = "ZCOUNT";
+        argv[1] = key;
+        argv[2] = from;
+        argv[3] = "+inf";
+        argvlen[0] = 6;
+        argvlen[1] = strlen(key);
+        argvlen[2] = strlen(from);
+        argvlen[3] = 4;
+        if ((r = redis_store_command(&svc->redis, key, 4, argv,
+            argvlen)) == NULL)
+            return;
+        if (r->type == REDIS_REPLY_INTEGER) {
+            if (i == 0)
+                buf_puts(b, "# HELP ratelimit_tenant_leases_held Leases "
+                    "held now by those tenants, across every pool.\n"
+                    "# TYPE ratelimit_tenant_leases_held gauge\n");
+            buf_puts(b, "ratelimit_tenant_leases_held{tenant=\"");
+            views_label(b, ten[i].rows[0].tenant);
+            buf_printf(b, "\"} %lld\n", r->integer);
+        }
+        freeReplyObject(r);
+    }
+}
+
 /*
  * ratelimit_tenant_checks_total and ratelimit_rule_checks_total, for the
  * tenants metrics_tenants lets through: none, the top N by checks, or all
@@ -180,6 +231,7 @@ views_tenant_metrics(struct service *svc, const struct key_info *viewer,
                     (unsigned long long)(k ? r->denied : r->allowed));
             }
         }
+    views_tenant_leases(svc, ten, nt, b);
 }
 
 void
@@ -274,6 +326,28 @@ views_metrics(struct service *svc, const struct key_info *viewer,
         "refused (429 counter_budget_exceeded) because they would have "
         "created counters past their tenant's counter budget.", "counter",
         "", c->over_budget);
+    views_metric(b, "ratelimit_leases_total", "Leases: taken by checks, "
+        "released, extended, refused (a release or extension answered "
+        "404, 409 or 410), expired unreleased (found by a later lease of "
+        "their tenant).", "counter", "{event=\"taken\"}", c->leases_taken);
+    views_metric(b, "ratelimit_leases_total", NULL, NULL,
+        "{event=\"released\"}", c->leases_released);
+    views_metric(b, "ratelimit_leases_total", NULL, NULL,
+        "{event=\"extended\"}", c->leases_extended);
+    views_metric(b, "ratelimit_leases_total", NULL, NULL,
+        "{event=\"refused\"}", c->leases_refused);
+    views_metric(b, "ratelimit_leases_total", NULL, NULL,
+        "{event=\"expired\"}", c->leases_expired);
+    views_metric(b, "ratelimit_lease_settlements_total", "Releases that "
+        "settled a cost other than the one reserved: refunded or charged "
+        "more.", "counter", "{direction=\"refund\"}", c->lease_refunds);
+    views_metric(b, "ratelimit_lease_settlements_total", NULL, NULL,
+        "{direction=\"charge\"}", c->lease_charges);
+    views_metric(b, "ratelimit_lease_settled_cost_total", "The cost those "
+        "settlements gave back or charged more.", "counter",
+        "{direction=\"refund\"}", c->lease_refunded_cost);
+    views_metric(b, "ratelimit_lease_settled_cost_total", NULL, NULL,
+        "{direction=\"charge\"}", c->lease_charged_cost);
     views_metric(b, "ratelimit_fcgi_refused_total", "FastCGI connections "
         "dropped for malformed or refused records.", "counter", "",
         c->fcgi_refused);
