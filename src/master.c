@@ -68,6 +68,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -203,6 +204,8 @@ struct master {
     struct shm shm;
     struct scoreboard *board;
     struct master_slot slot[RL_MAX_WORKERS];
+    int handoff[2];             /* kept connections passed between workers
+                                   (worker.c), or -1 */
     /* Deaths logged one by one in the current second, and those past the
      * budget (the pool's size), counted for one line after it. */
     int64_t deaths_since_ms;
@@ -272,7 +275,8 @@ master_spawn(struct master *m, int i, const sigset_t *oldmask)
         master_title("worker (%s)", master_config_name(m->cfg));
         sigprocmask(SIG_SETMASK, oldmask, NULL);
         slot->pid = getpid();
-        rc = worker_run(m->cfg, m->listen_fd, slot, &m->shm);
+        rc = worker_run(m->cfg, m->listen_fd, slot, &m->shm,
+            m->handoff[0] >= 0 ? m->handoff : NULL);
         if (rc == WORKER_TAKEOVER)
             rc = master_takeover(m);
         log_flush();
@@ -609,7 +613,7 @@ master_run(struct rl_config *cfg, int listen_fd)
 
     if (cfg->workers == 0) {
         master_title("single process (%s)", master_config_name(cfg));
-        rc = worker_run(cfg, listen_fd, NULL, &m.shm);
+        rc = worker_run(cfg, listen_fd, NULL, &m.shm, NULL);
         scoreboard_unmap(&m.shm);
         log_flush();
         return rc;
@@ -628,6 +632,13 @@ master_run(struct rl_config *cfg, int listen_fd)
     sigprocmask(SIG_BLOCK, &set, &oldmask);
     signal(SIGPIPE, SIG_IGN);
 
+    /* A worker that leaves while the pool goes on hands its kept FastCGI
+     * connections to the others through this pair (see worker.c). */
+    if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, m.handoff) == -1) {
+        log_warn("socketpair (hand-off of kept connections): %s",
+            strerror(errno));
+        m.handoff[0] = m.handoff[1] = -1;
+    }
     master_title("master process (%s)", master_config_name(cfg));
     log_info("master %ld: starting %ld workers", (long)getpid(), cfg->workers);
     for (;;) {

@@ -157,9 +157,10 @@ void scoreboard_unmap(struct shm *m);
 
 /* Serves requests on listen_fd until told to stop, max_requests is
  * reached or its memory passes max_worker_rss_mb.  slot may be NULL (no
- * master).  Returns the exit status, or WORKER_TAKEOVER. */
+ * master); handoff, the pool's hand-off socket pair (read end, write
+ * end), may be NULL too.  Returns the exit status, or WORKER_TAKEOVER. */
 int worker_run(const struct rl_config *cfg, int listen_fd,
-    struct scoreboard_slot *slot, struct shm *shm);
+    struct scoreboard_slot *slot, struct shm *shm, const int *handoff);
 
 /* The command line, for a worker that starts a new master (main.c). */
 void master_set_argv(char **argv);

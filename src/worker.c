@@ -20,8 +20,10 @@
  * worker_connections such connections, and the worker goes on accepting
  * and answering others, whichever has a whole request.  A waiting
  * connection is dropped at its deadline or, when all the entries are
- * taken and a new connection needs one, the kept one idle longest goes
- * first, else the one that has waited longest for the rest of a request.
+ * taken and a new connection needs one, an idle kept one goes first (of
+ * those, the one that has carried the fewest requests, then the one idle
+ * longest: a web server's busy connections stay, a silent client's go),
+ * else the one that has waited longest for the rest of a request.
  * So a peer that sends half a request, or keeps connections and goes
  * silent, costs entries and descriptors, never a worker, and everybody
  * else is answered at once.  Web servers send a request in one write, so
@@ -32,7 +34,13 @@
  * not retry a POST on another connection once it has sent it).  So an
  * idle kept connection is only closed when nothing waits on it: a worker
  * that finds the start of a request there first answers it (see
- * worker_conn_drop_idle).
+ * worker_conn_drop_idle).  And a worker that leaves while the pool goes
+ * on (a reload, max_requests, max_worker_rss_mb) closes none: it hands
+ * its kept connections to the others, passing the descriptors over the
+ * pool's hand-off socket (a datagram socket pair the master made before
+ * forking), so the web server never sees them close; a request it sends
+ * meanwhile waits in the socket until the worker that takes the
+ * connection looks at it.
  *
  * The scoreboard slot says what the worker is doing (idle, reading,
  * answering) and since when, so that the master can kill a worker stuck
@@ -82,7 +90,10 @@
 #define WORKER_ACCEPT_PAUSE_MS 100  /* after EMFILE, ENFILE */
 
 /* What an epoll event is about (the low byte of its data). */
-enum { WORKER_EV_LISTEN = 0, WORKER_EV_SIGNAL, WORKER_EV_PG, WORKER_EV_CONN };
+enum {
+    WORKER_EV_LISTEN = 0, WORKER_EV_SIGNAL, WORKER_EV_PG, WORKER_EV_HANDOFF,
+    WORKER_EV_CONN
+};
 #define WORKER_EVENTS 16            /* events taken per epoll_wait */
 
 /* An answer this small, the first on its connection, goes into an empty
@@ -91,16 +102,28 @@ enum { WORKER_EV_LISTEN = 0, WORKER_EV_SIGNAL, WORKER_EV_PG, WORKER_EV_CONN };
  * SO_SNDTIMEO. */
 #define WORKER_UNTIMED_MAX 4096
 
+/* Kept connections a worker takes from the hand-off socket per wake-up
+ * (a few, so that they spread over the pool). */
+#define WORKER_HANDOFF_BATCH 4
+
 /* How often a busy worker looks at its memory (max_worker_rss_mb). */
 #define WORKER_RSS_CHECK_MS 100
 
 /* A connection the worker has accepted and waits on for a whole request
  * (the first, or the next on a kept connection), without sitting on it. */
+/* What goes with a kept connection's descriptor over the hand-off socket. */
+struct worker_handoff {
+    unsigned long requests;
+    unsigned char tcp;
+    unsigned char timed;
+};
+
 struct worker_conn {
     int fd;                     /* -1: a free entry */
     int tcp;
     int watched;                /* in the epoll set */
     int kept;                   /* it has carried a request (FCGI_KEEP_CONN) */
+    unsigned long requests;     /* requests it has carried */
     int timed;                  /* SO_SNDTIMEO is set on it */
     int started;                /* its request is under way: accepted, or
                                    its first byte has come */
@@ -118,6 +141,9 @@ struct worker {
     struct rl_response resp;
     FCGX_Request fr;
     int sigfd;                  /* the blocked signals, to read */
+    int handoff_send;           /* the pool's hand-off socket pair, or -1 */
+    int handoff_recv;
+    int handoff_watched;        /* handoff_recv is in the epoll set */
     sigset_t oldmask;           /* the signal mask before the worker's */
     int pg_fd;                  /* the PostgreSQL socket watched, or -1 */
     unsigned pg_serial;         /* its connection's serial */
@@ -641,6 +667,104 @@ worker_conn_end(struct worker *w, struct worker_conn *c, int closed)
     w->nconns--;
 }
 
+/*
+ * Passes c, a kept connection with no request under way, to another
+ * worker of the pool: its descriptor goes over the hand-off socket (with
+ * what its entry knows: TCP or not, SO_SNDTIMEO set or not, the requests
+ * it has carried), and the worker that
+ * receives it carries on as if the connection had always been its own.
+ * This worker's copy is closed without a shutdown, which would reach the
+ * web server.  Returns 1 when it was passed, 0 when it could not be (no
+ * pool, or the socket's queue is full): c is untouched then.
+ */
+static int
+worker_conn_hand_off(struct worker *w, struct worker_conn *c)
+{
+    struct msghdr msg;
+    struct iovec iov;
+    struct cmsghdr *cm;
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } ctl;
+    struct worker_handoff h;
+
+    if (w->handoff_send < 0)
+        return 0;
+    memset(&h, 0, sizeof(h));
+    h.requests = c->requests;
+    h.tcp = (unsigned char)c->tcp;
+    h.timed = (unsigned char)c->timed;
+    memset(&msg, 0, sizeof(msg));
+    memset(&ctl, 0, sizeof(ctl));
+    iov.iov_base = &h;
+    iov.iov_len = sizeof(h);
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = ctl.buf;
+    msg.msg_controllen = sizeof(ctl.buf);
+    cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &c->fd, sizeof(int));
+    if (sendmsg(w->handoff_send, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) == -1) {
+        log_debug("FastCGI: hand-off of a kept connection: %s",
+            strerror(errno));
+        return 0;
+    }
+    /* The connection stays open elsewhere, so closing this descriptor
+     * would not take it out of the epoll set by itself. */
+    if (c->watched)
+        epoll_ctl(w->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+    close(c->fd);
+    c->fd = -1;
+    c->watched = 0;
+    w->nconns--;
+    return 1;
+}
+
+/* Takes one connection off the hand-off socket: returns its descriptor
+ * (and fills *h, as worker_conn_hand_off sent it), or -1 when none
+ * waits. */
+static int
+worker_handoff_recv(struct worker *w, struct worker_handoff *h)
+{
+    struct msghdr msg;
+    struct iovec iov;
+    struct cmsghdr *cm;
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } ctl;
+    int fd = -1;
+
+    ssize_t n;
+
+    memset(&msg, 0, sizeof(msg));
+    memset(h, 0, sizeof(*h));
+    iov.iov_base = h;
+    iov.iov_len = sizeof(*h);
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = ctl.buf;
+    msg.msg_controllen = sizeof(ctl.buf);
+    n = recvmsg(w->handoff_recv, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (n < 0)
+        return -1;
+    cm = CMSG_FIRSTHDR(&msg);
+    if (cm != NULL && cm->cmsg_level == SOL_SOCKET &&
+        cm->cmsg_type == SCM_RIGHTS && cm->cmsg_len == CMSG_LEN(sizeof(int)))
+        memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+    /* Only the pool's workers write there; should a message be cut short
+     * all the same, its connection is not taken. */
+    if (fd >= 0 && (size_t)n != sizeof(*h)) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
 /* Answers one request that libfcgi has read the parameters of. */
 static void
 worker_serve(struct worker *w, const struct fcgi_scan *s,
@@ -718,13 +842,39 @@ worker_conn_serve(struct worker *w, struct worker_conn *c,
     return rc;
 }
 
-/* The worker stops taking connections: it finishes the requests under
- * way and then leaves (see worker_run). */
+/*
+ * Watches the hand-off socket while the worker has a free entry, and not
+ * while all are taken: a handed-off connection never makes room for
+ * itself by closing one of the worker's own (which nginx may be reusing
+ * at that moment); it waits for a worker with room.
+ */
+static void
+worker_handoff_watch(struct worker *w)
+{
+    struct epoll_event ev;
+    int want = !w->leaving && w->nconns < w->conns_max;
+
+    if (w->handoff_recv < 0 || want == w->handoff_watched)
+        return;
+    memset(&ev, 0, sizeof(ev));
+    ev.events = EPOLLIN | EPOLLEXCLUSIVE;
+    ev.data.u64 = WORKER_EV_HANDOFF;
+    if (epoll_ctl(w->epfd, want ? EPOLL_CTL_ADD : EPOLL_CTL_DEL,
+        w->handoff_recv, want ? &ev : NULL) == -1) {
+        log_warn("epoll_ctl (hand-off socket): %s", strerror(errno));
+        return;
+    }
+    w->handoff_watched = want;
+}
+
+/* The worker stops taking connections, its own or handed off: it
+ * finishes the requests under way and then leaves (see worker_run). */
 static void
 worker_leave(struct worker *w)
 {
     w->leaving = 1;
     epoll_ctl(w->epfd, EPOLL_CTL_DEL, w->listen_fd, NULL);
+    worker_handoff_watch(w);
 }
 
 /*
@@ -779,13 +929,21 @@ worker_conn_poll(struct worker *w, struct worker_conn *c, uint32_t events)
         served = 1;
         if (rc == 1 && !w->leaving && worker_should_leave(w))
             worker_leave(w);
-        if (rc != 1 || w->leaving || worker_stop) {
+        if (rc != 1) {
             worker_conn_end(w, c, rc == -1);
             return served;
         }
         c->kept = 1;
+        c->requests++;
         c->started = 0;
         c->deadline_ms = util_now_ms() + w->cfg->fcgi_keepalive_timeout_ms;
+        /* A worker on its way out passes the connection on, or closes
+         * it after its answer when it cannot. */
+        if (w->leaving || worker_stop) {
+            if (!worker_conn_hand_off(w, c))
+                worker_conn_end(w, c, 0);
+            return served;
+        }
         events = 0;
     }
 }
@@ -812,10 +970,13 @@ worker_conn_drop_idle(struct worker *w, struct worker_conn *c)
 }
 
 /*
- * Frees an entry for a new connection when all are taken: the kept
- * connection idle longest gives up its entry (the web server opens
- * another when it needs one), else the connection that has waited longest
- * for the rest of a request.  Returns the free entry.
+ * Frees an entry for a new connection when all are taken: an idle kept
+ * connection gives up its entry (the web server opens another when it
+ * needs one), the one that has carried the fewest requests and then the
+ * one idle longest, so that a client that opens connections and goes
+ * silent loses its own before a web server's busy ones; else the
+ * connection that has waited longest for the rest of a request.  Returns
+ * the free entry.
  */
 static struct worker_conn *
 worker_conn_evict(struct worker *w)
@@ -830,7 +991,9 @@ worker_conn_evict(struct worker *w)
             if (c->fd < 0)
                 return c;
             if (!c->started) {
-                if (idle == NULL || c->deadline_ms < idle->deadline_ms)
+                if (idle == NULL || c->requests < idle->requests ||
+                    (c->requests == idle->requests &&
+                    c->deadline_ms < idle->deadline_ms))
                     idle = c;
             } else if (oldest == NULL || c->request_ms < oldest->request_ms)
                 oldest = c;
@@ -840,8 +1003,8 @@ worker_conn_evict(struct worker *w)
         /* Each round either frees idle's entry or makes it a request under
          * way: the loop ends. */
         if (worker_conn_drop_idle(w, idle)) {
-            log_debug("FastCGI: %d connections held; closed the kept one "
-                "idle longest", w->conns_max);
+            log_debug("FastCGI: %d connections held; closed an idle kept "
+                "one", w->conns_max);
             return idle;
         }
     }
@@ -852,14 +1015,10 @@ worker_conn_evict(struct worker *w)
     return oldest;
 }
 
-/*
- * A connection just accepted: it gets an entry among those the worker
- * holds (worker_conn_evict frees one when all are taken), and a whole
- * request within fcgi_read_timeout_ms.  Returns 1 when a request was
- * answered.
- */
-static int
-worker_conn_start(struct worker *w, int fd, int tcp)
+/* An entry among those the worker holds for connection fd
+ * (worker_conn_evict frees one when all are taken). */
+static struct worker_conn *
+worker_conn_new(struct worker *w, int fd, int tcp)
 {
     struct worker_conn *c = NULL;
     int i;
@@ -872,11 +1031,46 @@ worker_conn_start(struct worker *w, int fd, int tcp)
     memset(c, 0, sizeof(*c));
     c->fd = fd;
     c->tcp = tcp;
+    w->nconns++;
+    return c;
+}
+
+/* A connection just accepted: a whole request within
+ * fcgi_read_timeout_ms.  Returns 1 when a request was answered. */
+static int
+worker_conn_start(struct worker *w, int fd, int tcp)
+{
+    struct worker_conn *c = worker_conn_new(w, fd, tcp);
+
     c->started = 1;
     c->request_ms = util_now_ms();
     c->deadline_ms = c->request_ms + w->cfg->fcgi_read_timeout_ms;
-    w->nconns++;
     return worker_conn_poll(w, c, 0);
+}
+
+/* Kept connections that a worker on its way out handed off: each is
+ * taken, while there is a free entry, as a kept connection of this
+ * worker's, idle or with a request waiting.  Returns 1 when a request was
+ * answered. */
+static int
+worker_handoff_take(struct worker *w)
+{
+    struct worker_conn *c;
+    struct worker_handoff h;
+    int fd, i, served = 0;
+
+    for (i = 0; i < WORKER_HANDOFF_BATCH && !w->leaving && !worker_stop &&
+        w->nconns < w->conns_max; i++) {
+        if ((fd = worker_handoff_recv(w, &h)) < 0)
+            break;
+        c = worker_conn_new(w, fd, h.tcp);
+        c->kept = 1;
+        c->timed = h.timed;
+        c->requests = h.requests;
+        c->deadline_ms = util_now_ms() + w->cfg->fcgi_keepalive_timeout_ms;
+        served |= worker_conn_poll(w, c, 0);
+    }
+    return served;
 }
 
 /* An epoll event for a waiting connection.  Returns 1 when a request was
@@ -910,6 +1104,8 @@ worker_conn_expire(struct worker *w)
         c = &w->conns[i];
         if (c->fd < 0)
             continue;
+        if (!c->started && w->leaving && worker_conn_hand_off(w, c))
+            continue;
         if (!c->started && (w->leaving || now >= c->deadline_ms)) {
             if (worker_conn_drop_idle(w, c)) {
                 log_debug("FastCGI kept connection closed: idle past its "
@@ -930,7 +1126,7 @@ worker_conn_expire(struct worker *w)
 
 int
 worker_run(const struct rl_config *cfg, int listen_fd,
-    struct scoreboard_slot *slot, struct shm *shm)
+    struct scoreboard_slot *slot, struct shm *shm, const int *handoff)
 {
     static struct worker w;     /* large: the peek window */
     static struct scoreboard_slot solo_slot;
@@ -961,6 +1157,8 @@ worker_run(const struct rl_config *cfg, int listen_fd,
     }
     w.sigfd = -1;
     w.pg_fd = -1;
+    w.handoff_send = handoff != NULL ? handoff[1] : -1;
+    w.handoff_recv = handoff != NULL ? handoff[0] : -1;
     if (worker_signals(&w, slot != NULL) == -1)
         return 1;
     if (allowed != NULL && *allowed != '\0' &&
@@ -990,6 +1188,10 @@ worker_run(const struct rl_config *cfg, int listen_fd,
         close(w.epfd);
         return 1;
     }
+    /* Connections handed off by a worker that leaves wake one worker with
+     * room, as new ones do (worker_handoff_watch); without the socket, a
+     * worker closes its kept connections when it leaves. */
+    worker_handoff_watch(&w);
     if (service_init(&w.svc, cfg, shm) == -1 ||
         (w.body = malloc((size_t)cfg->max_body_size + 1)) == NULL) {
         log_error("worker: out of memory");
@@ -1013,6 +1215,7 @@ worker_run(const struct rl_config *cfg, int listen_fd,
         wait = worker_conn_expire(&w);
         if (w.leaving && w.nconns == 0)
             break;
+        worker_handoff_watch(&w);
         worker_watch_pg(&w);
         n = epoll_wait(w.epfd, events, WORKER_EVENTS, (int)wait);
         if (n == -1) {
@@ -1034,6 +1237,9 @@ worker_run(const struct rl_config *cfg, int listen_fd,
                 break;
             case WORKER_EV_LISTEN:
                 incoming = 1;
+                break;
+            case WORKER_EV_HANDOFF:
+                served |= worker_handoff_take(&w);
                 break;
             default:
                 served |= worker_conn_event(&w, events[i].data.u64,

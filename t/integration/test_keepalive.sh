@@ -7,18 +7,20 @@
 # through nginx, every run bounded by a count and a time:
 #   burst    for K = 1, the number of workers and 4 x that: 2,000 checks,
 #            16 at a time, all answered 200, none waiting behind an idle
-#            kept connection (p99 under 200 ms, the slowest under 1 s, where
-#            fcgi_keepalive_timeout_ms is 5 s)
+#            kept connection (p99 under 500 ms, the slowest under 2.5 s,
+#            half of fcgi_keepalive_timeout_ms; unloaded, a few ms)
 #   exact    400 checks, 16 at a time, against a limit of 50: exactly 50
 #            allowed
-#   silent   a client that keeps twice as many connections as the pool
-#            holds and goes silent: a burst beside it is still answered at
-#            once
+#   silent   a client that opens twice as many kept connections as the
+#            pool holds and goes silent, while checks flow: they are still
+#            answered at once
 #   reload   SIGHUP, SIGUSR2 and max_requests under load: every old worker
 #            leaves with kept connections open, and no check is lost
 #   stop     SIGQUIT with a check in hand (Redis paused) and idle kept
 #            connections: the check is answered, then the pool stops at
 #            once rather than after the keep-alive timeout
+# Redis and PostgreSQL get 5 s: on a busy machine a check may be slow, but
+# it must not become a 503.
 set -u
 # shellcheck source-path=SCRIPTDIR
 . "$(dirname "$0")/lib.sh"
@@ -57,7 +59,7 @@ fi
 app_conf_lines "$D/app.conf" "listen = unix:$SOCK" "listen_mode = 0660" \
     "listen_group = $NOGROUP" "workers = $POOL" "max_requests = 0" \
     "fcgi_keepalive_timeout_ms = $KEEP_MS" "worker_connections = $CONNS" \
-    "redis_command_timeout_ms = 5000" \
+    "redis_command_timeout_ms = 5000" "pg_query_timeout_ms = 5000" \
     ${user_lines:+"$user_lines"}
 "$BUILD/ratelimit-fcgi" -c "$D/app.conf" >"$D/app.log" 2>&1 &
 MASTER=$!
@@ -139,10 +141,16 @@ not_200() {
         tr -s ' \n' ' '
 }
 
-# nginx_errors: what nginx logged at error level (a lost request says why).
+# nginx_errors: what nginx logged at error level, and the pool at warn,
+# since the last call (a lost request says why).
 nginx_errors() {
     grep -v '\[notice\]' "$D/nginx-error.log" | head -n 3 | sed 's/^/    /'
+    : >"$D/nginx-error.log"
+    tail -n +$((APP_SEEN + 1)) "$D/app.log" | grep -E ': (warn|error): ' |
+        grep -v 'run as root' | tail -n 3 | sed 's/^/    /'
+    APP_SEEN=$(wc -l <"$D/app.log")
 }
+APP_SEEN=0
 
 # ---------------------------------------------------------------- burst
 
@@ -153,10 +161,10 @@ for k in 1 "$POOL" $((POOL * 4)); do
     echo "    keepalive $k: $(lg_stat "k$k" requests) checks in $(json_field elapsed_s "$(cat "$D/load-k$k.json")") s, p99 $(lg_stat "k$k" p99_ms) ms, slowest $(lg_stat "k$k" max_ms) ms"
     check "keepalive $k: 2000 checks, all answered 200 ($(not_200 "k$k"))" \
         eq "$(lg_stat "k$k" s200)" 2000
-    check "keepalive $k: p99 under 200 ms ($(lg_stat "k$k" p99_ms) ms)" \
-        lt_num "$(lg_stat "k$k" p99_ms)" 200
-    check "keepalive $k: the slowest under 1000 ms ($(lg_stat "k$k" max_ms) ms)" \
-        lt_num "$(lg_stat "k$k" max_ms)" 1000
+    check "keepalive $k: p99 under 500 ms ($(lg_stat "k$k" p99_ms) ms)" \
+        lt_num "$(lg_stat "k$k" p99_ms)" 500
+    check "keepalive $k: the slowest under half the keep-alive timeout ($(lg_stat "k$k" max_ms) ms)" \
+        lt_num "$(lg_stat "k$k" max_ms)" $((KEEP_MS / 2))
     nginx_errors
     [ "$k" = $((POOL * 4)) ] || stop_process "$NGX_PID" QUIT
 done
@@ -173,23 +181,66 @@ check "exact: and deny 350 ($denied)" eq "$denied" 350
 
 # ---------------------------------------------------------------- silent
 
-# Each of its connections completes one FCGI_KEEP_CONN request and then
+# Checks go through nginx (400 a second, 16 at a time) while the client
+# opens its connections; each completes one FCGI_KEEP_CONN request and then
 # stays open and silent (8 s at most).
 SILENT_N=$((POOL * CONNS * 2))
+load silent /keep/silent 2000 --rate 400 &
+LOAD=$!
+sleep 0.5
 python3 "$ROOT/t/lib/fcgi_client.py" idle "unix:$SOCK" --connections "$SILENT_N" \
     --hold 8 --ready-file "$D/silent.ready" >"$D/silent.json" 2>&1 &
 SILENT=$!
-retry 100 test -f "$D/silent.ready"
-check "silent: its $SILENT_N kept connections are open" eq "$?" 0
-load silent /keep/silent 2000
+wait "$LOAD"
 wait "$SILENT"
 echo "    silent: $(lg_stat silent requests) checks, p99 $(lg_stat silent p99_ms) ms, slowest $(lg_stat silent max_ms) ms; the silent client: $(json_field connected "$(cat "$D/silent.json")") connected, $(json_field closed_by_peer "$(cat "$D/silent.json")") closed by the pool"
-check "silent: every one of its requests was answered before it went silent" \
+check "silent: each of its $SILENT_N requests was answered before it went silent" \
     eq "$(json_field connected "$(cat "$D/silent.json")")" "$SILENT_N"
-check "silent: 2000 checks beside it, all answered 200 ($(not_200 silent))" \
+check "silent: 2000 checks meanwhile, all answered 200 ($(not_200 silent))" \
     eq "$(lg_stat silent s200)" 2000
-check "silent: p99 under 200 ms ($(lg_stat silent p99_ms) ms)" \
-    lt_num "$(lg_stat silent p99_ms)" 200
+check "silent: p99 under 500 ms ($(lg_stat silent p99_ms) ms)" \
+    lt_num "$(lg_stat silent p99_ms)" 500
+check "silent: the slowest under half the keep-alive timeout ($(lg_stat silent max_ms) ms)" \
+    lt_num "$(lg_stat silent max_ms)" $((KEEP_MS / 2))
+nginx_errors
+
+# ---------------------------------------------------------------- reload
+
+# SIGHUP, then SIGUSR2, while checks go through nginx's kept connections
+# (400 a second): every worker is replaced while nginx holds connections
+# to it, and not one check is lost.
+w0=$(workers_of "$MASTER" | tr '\n' ' ')
+load reload /keep/reload 2400 --rate 400 &
+LOAD=$!
+sleep 1.5
+kill -HUP "$MASTER"
+sleep 2
+kill -USR2 "$MASTER"
+wait "$LOAD"
+w1=$(workers_of "$MASTER" | tr '\n' ' ')
+check "reload: the log says the configuration was reloaded twice" \
+    eq "$(grep -c 'configuration reloaded' "$D/app.log")" 2
+check "reload: the load ran across both ($(lg_stat reload requests) checks)" \
+    eq "$(lg_stat reload requests)" 2400
+check "reload: every check answered 200 while the workers were replaced ($(not_200 reload); workers $w0-> $w1)" \
+    eq "$(lg_stat reload s200)" 2400
+nginx_errors
+
+# max_requests = 150: each worker leaves after 150 checks, and its kept
+# connections go on in the others.
+app_conf_lines "$D/app.conf" "listen = unix:$SOCK" "listen_mode = 0660" \
+    "listen_group = $NOGROUP" "workers = $POOL" "max_requests = 150" \
+    "fcgi_keepalive_timeout_ms = $KEEP_MS" "worker_connections = $CONNS" \
+    "redis_command_timeout_ms = 5000" "pg_query_timeout_ms = 5000" \
+    ${user_lines:+"$user_lines"}
+kill -HUP "$MASTER"
+retry 50 sh -c "[ \$(grep -c 'configuration reloaded' '$D/app.log') = 3 ]"
+load recycle /keep/recycle 2400 --rate 400
+recycled=$(grep -c 'served max_requests' "$D/app.log")
+check "max_requests: workers were replaced under load ($recycled times)" \
+    ge "$recycled" 8
+check "max_requests: every check answered 200 ($(not_200 recycle))" \
+    eq "$(lg_stat recycle s200)" 2400
 nginx_errors
 
 # ---------------------------------------------------------------- stop
