@@ -134,6 +134,11 @@ enum lease_result lease_extend(struct redis_store *rs, const char *id,
     size_t len, long long ttl_ms, const char *tenant_id,
     struct lease_outcome *out);
 
+/* The leases tenant_id holds now, across every pool: how many of its set
+ * of leases (rl:{tenant}:leases, lua/lease.lua) expire after this host's
+ * clock, with one ZCOUNT.  -1 when Redis does not answer. */
+long long lease_held(struct redis_store *rs, const char *tenant_id);
+
 /* lease_api.c: POST /v1/release and POST /v1/extend (doc/api.md). */
 struct service;
 struct http_request;

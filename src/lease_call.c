@@ -10,7 +10,9 @@
  * configuration (lease.h says how); the API (lease_api.c) and a reader of
  * the web servers' logs both come through here.
  */
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include <hiredis/hiredis.h>
 
@@ -92,6 +94,31 @@ bad:
     freeReplyObject(r);
     memset(out, 0, sizeof(*out));
     return out->result = LEASE_SCRIPT_ERROR;
+}
+
+long long
+lease_held(struct redis_store *rs, const char *tenant_id)
+{
+    char key[RL_UUID_LEN + 16], from[24];
+    const char *argv[4] = { "ZCOUNT", key, from, "+inf" };
+    size_t argvlen[4];
+    struct timespec ts;
+    redisReply *r;
+    long long n = -1;
+    int i;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    snprintf(key, sizeof(key), "rl:{%s}:leases", tenant_id);
+    snprintf(from, sizeof(from), "(%lld", (long long)ts.tv_sec * 1000 +
+        ts.tv_nsec / 1000000);
+    for (i = 0; i < 4; i++)
+        argvlen[i] = strlen(argv[i]);
+    if ((r = redis_store_command(rs, key, 4, argv, argvlen)) == NULL)
+        return -1;
+    if (r->type == REDIS_REPLY_INTEGER)
+        n = r->integer;
+    freeReplyObject(r);
+    return n;
 }
 
 enum lease_result

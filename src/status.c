@@ -45,6 +45,7 @@
 #include <json-c/json.h>
 
 #include "service.h"
+#include "lease.h"
 
 enum { FMT_TEXT, FMT_JSON, FMT_HTML, FMT_OPENMETRICS };
 
@@ -694,6 +695,36 @@ status_tenants(const struct rl_stats *st, int64_t now,
     return a;
 }
 
+/*
+ * Adds to each tenant of a (status_tenants) its "in_flight": the leases it
+ * holds now across every pool (lease_held), and to o "in_flight", their
+ * sum, for the dashboard.  A tenant Redis did not answer for has none;
+ * after the first such, Redis is not asked again.  Returns a.
+ */
+static struct json_object *
+status_in_flight(struct service *svc, struct json_object *a,
+    struct json_object *o)
+{
+    struct json_object *t, *id;
+    long long n, sum = 0;
+    size_t i;
+    int up = 1;
+
+    for (i = 0; up && i < json_object_array_length(a); i++) {
+        t = json_object_array_get_idx(a, i);
+        if (!json_object_object_get_ex(t, "tenant_id", &id) ||
+            (n = lease_held(&svc->redis, json_object_get_string(id))) < 0)
+            up = 0;
+        else {
+            status_add_int(t, "in_flight", n);
+            sum += n;
+        }
+    }
+    if (up)
+        status_add_int(o, "in_flight", sum);
+    return a;
+}
+
 /* A rule of the tenant view. */
 struct status_rule {
     const struct stats_pair *p;
@@ -923,7 +954,8 @@ status_json(struct service *svc, const struct status_pool *p,
             0.99));
         json_object_object_add(o, "history", h);
         json_object_object_add(o, "top", status_top(svc, now, viewer));
-        json_object_object_add(o, "tenants", status_tenants(st, now, viewer));
+        json_object_object_add(o, "tenants", status_in_flight(svc,
+            status_tenants(st, now, viewer), o));
         json_object_object_add(o, "stores", status_stores(st, now));
         json_object_object_add(o, "caches", status_caches(st));
         if (sq->has_tenant)

@@ -18,8 +18,7 @@
 #include <json-c/json.h>
 
 #include "service.h"
-
-#include <hiredis/hiredis.h>
+#include "lease.h"
 
 void
 views_live(struct rl_response *resp)
@@ -143,39 +142,19 @@ static void
 views_tenant_leases(struct service *svc, const struct stats_tenant *ten,
     int nt, struct rl_buf *b)
 {
-    char key[RL_UUID_LEN + 16], from[24];
-    const char *argv[4];
-    size_t argvlen[4];
-    struct timespec ts;
-    redisReply *r;
+    long long n;
     int i;
 
-    clock_gettime(CLOCK_REALTIME, &ts);
-    snprintf(from, sizeof(from), "(%lld", (long long)ts.tv_sec * 1000 +
-        ts.tv_nsec / 1000000);
     for (i = 0; i < nt && i < VIEWS_LEASE_TENANTS; i++) {
-        snprintf(key, sizeof(key), "rl:{%s}:leases", ten[i].rows[0].tenant_id);
-        argv[0] = "ZCOUNT";
-        argv[1] = key;
-        argv[2] = from;
-        argv[3] = "+inf";
-        argvlen[0] = 6;
-        argvlen[1] = strlen(key);
-        argvlen[2] = strlen(from);
-        argvlen[3] = 4;
-        if ((r = redis_store_command(&svc->redis, key, 4, argv,
-            argvlen)) == NULL)
+        if ((n = lease_held(&svc->redis, ten[i].rows[0].tenant_id)) < 0)
             return;
-        if (r->type == REDIS_REPLY_INTEGER) {
-            if (i == 0)
-                buf_puts(b, "# HELP ratelimit_tenant_leases_held Leases "
-                    "held now by those tenants, across every pool.\n"
-                    "# TYPE ratelimit_tenant_leases_held gauge\n");
-            buf_puts(b, "ratelimit_tenant_leases_held{tenant=\"");
-            views_label(b, ten[i].rows[0].tenant);
-            buf_printf(b, "\"} %lld\n", r->integer);
-        }
-        freeReplyObject(r);
+        if (i == 0)
+            buf_puts(b, "# HELP ratelimit_tenant_leases_held Leases held "
+                "now by those tenants, across every pool.\n"
+                "# TYPE ratelimit_tenant_leases_held gauge\n");
+        buf_puts(b, "ratelimit_tenant_leases_held{tenant=\"");
+        views_label(b, ten[i].rows[0].tenant);
+        buf_printf(b, "\"} %lld\n", n);
     }
 }
 

@@ -96,6 +96,7 @@ check "and no X-RateLimit-Lease" eq "$(header X-RateLimit-Lease)" ""
 check "Retry-After of a concurrency denial is 1 s" eq "$(header Retry-After)" 1
 check "another subject has slots of its own" \
     check_200 "$K1" '{"route":"/cc","subject":"u2"}'
+release "$K1" "{\"lease\":\"$(json_field lease)\"}"
 check "two held by u1" eq "$(held /cc u1)" 2
 
 release "$K1" "{\"lease\":\"$L1\"}"
@@ -362,6 +363,39 @@ check "after SIGKILL of every worker: the slot is still held" \
 release "$K1" "{\"lease\":\"$LK\"}"
 check "released through a new worker: 200" eq "$STATUS" 200
 check "and the slot is free" eq "$(held /cc k1)" 0
+
+# ------------------------------------------------------------ metrics
+
+# Three leases held now (the tests above released or let expire all of
+# theirs); /metrics and /status count them across the pool, from Redis.
+for i in 1 2 3; do
+    check_req "$K1" '{"route":"/cc50","subject":"m"}'
+done
+fetch "$BASE_URL/metrics"
+metric() {
+    printf '%s\n' "$BODY" | awk -v m="$1" 'index($0, m " ") == 1 { print $2 }'
+}
+check "ratelimit_tenant_leases_held of the tenant is 3" \
+    eq "$(metric "ratelimit_tenant_leases_held{tenant=\"$T1\"}")" 3
+check "leases taken are counted" \
+    ge "$(metric 'ratelimit_leases_total{event="taken"}')" 10000
+check "and released" \
+    ge "$(metric 'ratelimit_leases_total{event="released"}')" 10000
+check "and refused (409, 404, 410 above)" \
+    ge "$(metric 'ratelimit_leases_total{event="refused"}')" 4
+check "and expired unreleased (the leases of 1 s)" \
+    ge "$(metric 'ratelimit_leases_total{event="expired"}')" 1
+check "and extended" \
+    ge "$(metric 'ratelimit_leases_total{event="extended"}')" 1
+check "a refund of 650 and a charge of 500 were settled" \
+    eq "$(metric 'ratelimit_lease_settlements_total{direction="refund"}') $(metric 'ratelimit_lease_settlements_total{direction="charge"}')" "1 1"
+check "the cost settled each way" \
+    eq "$(metric 'ratelimit_lease_settled_cost_total{direction="refund"}') $(metric 'ratelimit_lease_settled_cost_total{direction="charge"}')" "650 500"
+fetch "$BASE_URL/status?json&history"
+check "/status: the tenant has 3 in flight (the dashboard's column)" \
+    eq "$(jq_py "[t.get('in_flight') for t in d['tenants'] if t['tenant'] == '$T1']" "$BODY")" "[3]"
+check "/status: in flight in all, at least 3 (the dashboard's figure)" \
+    ge "$(jq_py "d.get('in_flight', -1)" "$BODY")" 3
 
 # ------------------------------------------------------------ lost replies
 
