@@ -94,8 +94,9 @@ static const struct config_key config_keys[] = {
     { "worker_connections", CT_LONG, OFF(worker_connections), 0, 1, 512, "64",
       "connections", NULL, "FastCGI connections a worker holds at once: "
       "kept-alive ones between requests and ones whose request is still "
-      "arriving; when all are taken a new connection closes the kept one "
-      "idle longest, else the oldest incomplete one" },
+      "arriving; when all are taken a new connection closes an idle kept "
+      "one (the one that has carried the fewest requests), else the oldest "
+      "incomplete one" },
     { "max_worker_rss_mb", CT_LONG, OFF(max_worker_rss_mb), 0, 0, 65536, "256",
       "MiB", NULL, "a worker whose resident memory passes this is replaced "
       "after its request (megabytes); 0 = never" },
