@@ -33,6 +33,7 @@ MIGRATIONS = $(sort $(wildcard schema/[0-9]*.sql))
 CORE_OBJ = $(CORE:%=$(BUILD)/%.o) $(BUILD)/embedded.o
 SERVICE_OBJ = $(SERVICE:%=$(BUILD)/%.o)
 CTL_OBJ = $(CTL:%=$(BUILD)/%.o)
+RELEASE_OBJ = $(BUILD)/release_main.o
 HEADERS = $(wildcard src/*.h)
 
 UNIT_SRC = $(wildcard t/check_*.c)
@@ -40,7 +41,7 @@ UNIT_SRC = $(wildcard t/check_*.c)
 .PHONY: all deps deps-build deps-runtime test unit lua-test integration run stop bench bench-rate bench-scale profile install uninstall deb \
 	asan clean test-faults fuzz asan-test lint
 
-all: $(BUILD)/ratelimit-fcgi $(BUILD)/ratelimitctl
+all: $(BUILD)/ratelimit-fcgi $(BUILD)/ratelimitctl $(BUILD)/ratelimit-release
 
 $(BUILD):
 	@mkdir -p $(BUILD)
@@ -62,7 +63,7 @@ $(BUILD)/embedded.c: $(BUILD)/check.lua $(MIGRATIONS) www/dashboard.html \
 $(BUILD)/%.o: src/%.c $(BUILD)/%.d | $(BUILD)
 	$(CC) $(ALL_CFLAGS) -MMD -MP -c -o $@ $<
 
-DEPFILES = $(patsubst %.o,%.d,$(SERVICE_OBJ) $(CTL_OBJ) \
+DEPFILES = $(patsubst %.o,%.d,$(SERVICE_OBJ) $(CTL_OBJ) $(RELEASE_OBJ) \
 	$(filter-out $(BUILD)/embedded.o,$(CORE_OBJ)))
 $(DEPFILES): ;
 -include $(wildcard $(DEPFILES))
@@ -76,6 +77,12 @@ $(BUILD)/ratelimit-fcgi: $(SERVICE_OBJ) $(CORE_OBJ)
 # (redis_store.o: the counter commands reach Redis as the service does)
 $(BUILD)/ratelimitctl: $(CTL_OBJ) $(CORE_OBJ) $(BUILD)/redis_store.o \
 		$(BUILD)/redis_tls.o
+	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LIBS)
+
+# The reader of the web servers' end-of-request lines (leases released
+# through the service's Redis client, as ratelimitctl reaches Redis).
+$(BUILD)/ratelimit-release: $(RELEASE_OBJ) $(CORE_OBJ) $(BUILD)/lease_call.o \
+		$(BUILD)/redis_store.o $(BUILD)/redis_tls.o
 	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LIBS)
 
 # One Check binary: t/check_main.c registers the suites of t/check_*.c.
@@ -235,7 +242,8 @@ lint:
 		--inline-suppr -q --std=c11 -I src src/
 
 # make install [DESTDIR=...] [PREFIX=/usr/local] [SYSCONFDIR=/etc]
-# [SYSTEMDDIR=/lib/systemd/system]: the binaries, the manual pages, the
+# [SYSTEMDDIR=/lib/systemd/system]: the binaries (ratelimit-release, the
+# lease reader, too), the manual pages, the
 # example configuration (and /etc/ratelimit-fcgi/ratelimit.conf when there
 # is none: an existing one is never overwritten), the systemd units and the
 # mod_fcgid wrapper with this PREFIX's paths, and bash completion.
@@ -248,16 +256,18 @@ install: all
 		$(DESTDIR)$(PREFIX)/share/bash-completion/completions \
 		$(DESTDIR)$(SYSCONFDIR)/ratelimit-fcgi $(DESTDIR)$(SYSTEMDDIR) \
 		$(DESTDIR)$(SYSCONFDIR)/logrotate.d
-	install -m 755 $(BUILD)/ratelimit-fcgi $(BUILD)/ratelimitctl $(DESTDIR)$(PREFIX)/bin/
+	install -m 755 $(BUILD)/ratelimit-fcgi $(BUILD)/ratelimitctl \
+		$(BUILD)/ratelimit-release $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 conf/ratelimit.conf $(DESTDIR)$(PREFIX)/share/ratelimit-fcgi/
-	install -m 644 src/ratelimit-fcgi.8 src/ratelimitctl.8 \
+	install -m 644 src/ratelimit-fcgi.8 src/ratelimitctl.8 src/ratelimit-release.8 \
 		$(DESTDIR)$(PREFIX)/share/man/man8/
 	@if [ -e $(DESTDIR)$(SYSCONFDIR)/ratelimit-fcgi/ratelimit.conf ]; then \
 	    echo "install: keeping $(DESTDIR)$(SYSCONFDIR)/ratelimit-fcgi/ratelimit.conf (the example is in $(PREFIX)/share/ratelimit-fcgi)"; \
 	else \
 	    install -m 640 conf/ratelimit.conf $(DESTDIR)$(SYSCONFDIR)/ratelimit-fcgi/ratelimit.conf; \
 	fi
-	for unit in ratelimit-fcgi.service ratelimit-fcgi.socket; do \
+	for unit in ratelimit-fcgi.service ratelimit-fcgi.socket \
+	    ratelimit-release.service ratelimit-release.socket; do \
 	    sed -e 's|/usr/local/bin/|$(PREFIX)/bin/|g' \
 	        -e 's|/etc/ratelimit-fcgi/|$(SYSCONFDIR)/ratelimit-fcgi/|g' \
 	        conf/$$unit >$(DESTDIR)$(SYSTEMDDIR)/$$unit.tmp && \
@@ -281,6 +291,8 @@ install: all
 # example as shipped; an edited one is kept, and said so.
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/ratelimit-fcgi $(DESTDIR)$(PREFIX)/bin/ratelimitctl \
+		$(DESTDIR)$(PREFIX)/bin/ratelimit-release \
+		$(DESTDIR)$(PREFIX)/share/man/man8/ratelimit-release.8 \
 		$(DESTDIR)$(PREFIX)/share/ratelimit-fcgi/ratelimit.conf \
 		$(DESTDIR)$(PREFIX)/share/ratelimit-fcgi/05-ratelimit-fcgi.conf \
 		$(DESTDIR)$(PREFIX)/share/man/man8/ratelimit-fcgi.8 \
@@ -289,7 +301,9 @@ uninstall:
 		$(DESTDIR)$(PREFIX)/share/bash-completion/completions/ratelimitctl \
 		$(DESTDIR)$(SYSCONFDIR)/logrotate.d/ratelimit-fcgi \
 		$(DESTDIR)$(SYSTEMDDIR)/ratelimit-fcgi.service \
-		$(DESTDIR)$(SYSTEMDDIR)/ratelimit-fcgi.socket
+		$(DESTDIR)$(SYSTEMDDIR)/ratelimit-fcgi.socket \
+		$(DESTDIR)$(SYSTEMDDIR)/ratelimit-release.service \
+		$(DESTDIR)$(SYSTEMDDIR)/ratelimit-release.socket
 	@conf=$(DESTDIR)$(SYSCONFDIR)/ratelimit-fcgi/ratelimit.conf; \
 	if [ -e "$$conf" ] && cmp -s conf/ratelimit.conf "$$conf"; then \
 	    rm -f "$$conf"; \

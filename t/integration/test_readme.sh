@@ -91,12 +91,12 @@ check "make stop left no process of that stack ($left)" eq "$left" 0
 sh "$ROOT/scripts/pg.sh" destroy "$run_var" >/dev/null 2>&1
 rm -rf "$run_var"
 
-# The manual pages: mandoc finds nothing to warn about in either, `make
+# The manual pages: mandoc finds nothing to warn about in any, `make
 # install` puts them where man(1) looks, and ratelimitctl.8 describes every
 # command of ratelimitctl's table (as its --help lists them) and
 # ratelimit-fcgi.8 every configuration key (as -T prints them), so that
 # neither page can fall behind its program unnoticed.
-for page in ratelimitctl.8 ratelimit-fcgi.8; do
+for page in ratelimitctl.8 ratelimit-fcgi.8 ratelimit-release.8; do
     lint=$(mandoc -Tlint -Wwarning "$ROOT/src/$page" 2>&1)
     rc=$?
     check "mandoc -Tlint finds no warning in $page (exit $rc)" \
@@ -109,7 +109,7 @@ man_dest=$T_TMP/install
     >"$T_TMP/make-install.out" 2>&1
 rc=$?
 check "make install DESTDIR PREFIX=/usr exits 0 ($rc)" eq "$rc" 0
-for name in ratelimitctl ratelimit-fcgi; do
+for name in ratelimitctl ratelimit-fcgi ratelimit-release; do
     found=$(MANPATH='' man -M "$man_dest/usr/share/man" -w "$name" 2>&1)
     check "man -M finds the installed $name(8) ($found)" \
         eq "$found" "$man_dest/usr/share/man/man8/$name.8"
