@@ -17,13 +17,15 @@
  * which the lease is left to its ttl, and the log says so.  Bad lines are
  * counted; the first of each interval (-i) is logged with its reason, the
  * counts once an interval when they moved.  Main reads as a checklist:
- * flags, configuration, log, socket, loop.
+ * flags, configuration, log, socket, the configuration's "user" when
+ * started as root, loop.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <grp.h>
 #include <poll.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -232,6 +234,52 @@ release_retry_due(struct release_ctx *rc)
         /* What release_try queued again is at the end, due later. */
     }
     return next == -1 ? -1 : next > now ? (long)(next - now) : 0;
+}
+
+/*
+ * Started as root (as lighttpd and Apache start a piped log) with "user"
+ * set in the configuration, switches to that user and "group" (or the
+ * user's primary group) for good, once the log and the socket are open.
+ * Returns 0, or -1 with the reason logged.
+ */
+static int
+release_drop_privileges(const struct rl_config *cfg)
+{
+    struct passwd *pw;
+    struct group *gr;
+    gid_t gid;
+
+    if (geteuid() != 0)
+        return 0;
+    if (cfg->user[0] == '\0') {
+        log_warn("running as root: set \"user\" in the configuration to "
+            "the account to run as");
+        return 0;
+    }
+    if ((pw = getpwnam(cfg->user)) == NULL) {
+        log_error("no user %s", cfg->user);
+        return -1;
+    }
+    gid = pw->pw_gid;
+    if (cfg->group[0] != '\0') {
+        if ((gr = getgrnam(cfg->group)) == NULL) {
+            log_error("no group %s", cfg->group);
+            return -1;
+        }
+        gid = gr->gr_gid;
+    }
+    if (initgroups(cfg->user, gid) == -1 || setgid(gid) == -1 ||
+        setuid(pw->pw_uid) == -1) {
+        log_error("cannot switch to user %s: %s", cfg->user,
+            strerror(errno));
+        return -1;
+    }
+    if (pw->pw_uid != 0 && (setuid(0) != -1 || geteuid() == 0)) {
+        log_error("switched to user %s, but root can be regained: "
+            "refusing to run", cfg->user);
+        return -1;
+    }
+    return 0;
 }
 
 /* One line or datagram. */
@@ -540,6 +588,8 @@ main(int argc, char **argv)
     } else if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &typelen) == 0 &&
         type == SOCK_DGRAM)
         is_socket = 1;
+    if (!rc.dry_run && release_drop_privileges(&rc.cfg) == -1)
+        return 1;
     if ((rc.pending = calloc(RELEASE_PENDING_MAX,
         sizeof(*rc.pending))) == NULL) {
         log_error("out of memory");

@@ -366,8 +366,13 @@ app_conf_lines "$D/app.conf" "listen = 127.0.0.1:$P_APP" "workers = 4"
 app_start app "$D/app.conf"
 python3 "$D/backend.py" "$P_BACK" "$D/backend.log" >"$D/backend.out" 2>&1 &
 PIDS="$PIDS $!"
+# The readers' configuration: the stack's, with a log of their own and,
+# when run as root, the user they switch to.
+as_user=
+[ "$(id -u)" = 0 ] && as_user="user = nobody"
 for who in ngx lt ap; do
-    app_conf_lines "$D/reader-$who.conf" "log = $D/reader-$who.log"
+    app_conf_lines "$D/reader-$who.conf" "log = $D/reader-$who.log" \
+        ${as_user:+"$as_user"}
     : >"$D/reader-$who.log"
     chmod 666 "$D/reader-$who.log"
 done
@@ -376,6 +381,15 @@ done
 served() {
     [ "$(curl -s -o /dev/null -m 2 -w '%{http_code}' -H "X-API-Key: $KEY" \
         "$1?ms=0&id=ready")" = 200 ]
+}
+
+# reader_user WHO PID: started as root, the reader runs as the "user" of
+# its configuration.
+reader_user() {
+    [ -n "$as_user" ] || return 0
+    retry 30 eq "$(ps -o user= -p "$2" | tr -d ' ')" nobody
+    check "$1: the reader switched to the configuration's user ($(ps -o user= -p "$2" | tr -d ' '))" \
+        eq "$(ps -o user= -p "$2" | tr -d ' ')" nobody
 }
 
 # reader_pid CONF: the pid of the ratelimit-release reading with CONF.
@@ -398,6 +412,7 @@ if [ -x "$NGINX" ]; then
     READER_PID=$!
     PIDS="$PIDS $READER_PID"
     retry 50 test -S "$D/release.sock"
+    reader_user nginx "$READER_PID"
     check "nginx: the reader binds its socket, mode 0660, nginx's group ($(stat -c '%a %G' "$D/release.sock" 2>&1))" \
         eq "$(stat -c '%a %G' "$D/release.sock" 2>&1)" "660 $GROUP"
     nginx_conf "$D/nginx.conf" user="nobody $GROUP" workers=2 \
@@ -440,6 +455,7 @@ if lighttpd_start "$D/lt.conf" "$D/lt-error.log" "$P_LT" &&
     pass "lighttpd: the doc's file answers"
     rp=$(reader_pid "$D/reader-lt.conf")
     check "lighttpd: started the reader ($rp)" ne "$rp" ""
+    reader_user lighttpd "$rp"
     lease_scenarios lighttpd "$LT_URL" "kill -STOP $rp" "kill -CONT $rp"
     check "lighttpd: the late releases find their leases expired (reader's log)" \
         reader_said "$D/reader-lt.log" 'unknown or expired [1-9]'
@@ -475,6 +491,7 @@ if [ -x "$APACHE" ]; then
         pass "Apache: the doc's file answers"
         rp=$(reader_pid "$D/reader-ap.conf")
         check "Apache: started the reader ($rp)" ne "$rp" ""
+        reader_user Apache "$rp"
         lease_scenarios Apache "$AP_URL" "kill -STOP $rp" "kill -CONT $rp"
         check "Apache: the late releases find their leases expired (reader's log)" \
             reader_said "$D/reader-ap.log" 'unknown or expired [1-9]'
@@ -553,6 +570,27 @@ check "reader, Redis down: the release is left to its ttl after 3 tries, as logg
 check "reader, Redis down: ... after the pauses (50 + 100 ms; took $((t1 - t0)) ms)" \
     ge $((t1 - t0)) 150
 stack_touch
+
+# A release Redis refuses at first (an error: the script may not run for
+# now) is tried again, and released once Redis takes it.
+check_req "$KEY" '{"route":"/api/x","subject":"retry"}'
+lease=$(json_field lease)
+check "a check through the API takes a lease ($STATUS)" matches "$lease" '^[0-9a-f-]{36}\.[0-9a-f]{32}$'
+app_conf_lines "$D/reader-y.conf" "log = $D/reader-y.log"
+rcli ACL SETUSER default -evalsha -eval >/dev/null
+printf 'lease=%s\n' "$lease" |
+    "$BUILD/ratelimit-release" -r 8 -i 1 -c "$D/reader-y.conf" &
+ry=$!
+sleep 0.4
+rcli ACL SETUSER default +evalsha +eval >/dev/null
+wait "$ry"
+check "reader, Redis refusing for 0.4 s: exits 0 at the end of its input ($?)" eq "$?" 0
+check "reader, Redis refusing for 0.4 s: tried again and released" \
+    grep -Eq 'released 1, .* retries [1-9]' "$D/reader-y.log"
+req POST /v1/release "{\"lease\":\"$lease\"}" "X-API-Key: $KEY" \
+    "Content-Type: application/json"
+check "... a release after it is told the lease was released ($STATUS $(json_field error))" \
+    eq "$STATUS" 409
 
 # The systemd units: valid, and the socket handed on fd 0 as
 # ratelimit-release.socket says is read as datagrams.
