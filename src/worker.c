@@ -737,9 +737,8 @@ worker_handoff_recv(struct worker *w, struct worker_handoff *h)
         struct cmsghdr align;
         char buf[CMSG_SPACE(sizeof(int))];
     } ctl;
-    int fd = -1;
-
     ssize_t n;
+    int fd = -1;
 
     memset(&msg, 0, sizeof(msg));
     memset(h, 0, sizeof(*h));
