@@ -1169,6 +1169,10 @@ struct rl_decision {
     char lease[RL_UUID_LEN + 1 + 32 + 1];
 };
 
+/* The most integers a reply of the script has: 2 + 5 per limit, and one
+ * more for a call with a lease. */
+#define LIMITER_REPLY_MAX (3 + 5 * RL_MAX_LIMITS)
+
 /* Decodes the script's flat integer reply: a decision, or the counter
  * budget's refusal (-1, now_ms, retry_after_ms; d->over_budget set).  A
  * decision of a call with a lease has one number more, last, the expired

@@ -1016,7 +1016,7 @@ static int
 redis_store_decode(struct redis_store *rs, redisReply *r, int nlimits,
     struct rl_decision *d)
 {
-    long long v[2 + 5 * RL_MAX_LIMITS];
+    long long v[LIMITER_REPLY_MAX];
     size_t i;
 
     if (r->type == REDIS_REPLY_ERROR) {
@@ -1024,7 +1024,7 @@ redis_store_decode(struct redis_store *rs, redisReply *r, int nlimits,
         log_error("redis script: %s", r->str);
         return STORE_BAD_REPLY;
     }
-    if (r->type != REDIS_REPLY_ARRAY || r->elements > 2 + 5 * RL_MAX_LIMITS)
+    if (r->type != REDIS_REPLY_ARRAY || r->elements > LIMITER_REPLY_MAX)
         goto bad;
     for (i = 0; i < r->elements; i++) {
         if (r->element[i]->type != REDIS_REPLY_INTEGER)

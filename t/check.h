@@ -35,5 +35,6 @@ Suite *algo_suite(void);
 Suite *keyfilter_suite(void);
 Suite *arena_suite(void);
 Suite *release_suite(void);
+Suite *lease_suite(void);
 
 #endif /* RL_T_CHECK_H */
