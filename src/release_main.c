@@ -116,13 +116,15 @@ release_on_signal(int sig)
     release_stop = 1;
 }
 
-enum { RELEASE_DONE = 0, RELEASE_GONE = 1, RELEASE_AGAIN = -1 };
+enum { RELEASE_DONE = 0, RELEASE_GONE = 1, RELEASE_BAD = 2,
+    RELEASE_AGAIN = -1 };
 
 /*
  * One release through the service's Redis client (lease_call.c):
  * RELEASE_DONE, or RELEASE_GONE when there is no such lease (released
- * already, expired, never taken, not a lease id), or RELEASE_AGAIN when
- * Redis could not take it now (unreachable, or an error answered).
+ * already, expired, never taken), RELEASE_BAD when the id has not the
+ * shape of a lease id, or RELEASE_AGAIN when Redis could not take it now
+ * (unreachable, or an error answered).
  */
 static int
 release_one(struct release_ctx *rc, const char *lease, long long cost)
@@ -135,9 +137,10 @@ release_one(struct release_ctx *rc, const char *lease, long long cost)
     case LEASE_UNKNOWN:
     case LEASE_RELEASED:
     case LEASE_EXPIRED:
-    case LEASE_BAD_ID:
         log_debug("lease %s: %s", lease, lease_result_name(out.result));
         return RELEASE_GONE;
+    case LEASE_BAD_ID:
+        return RELEASE_BAD;
     case LEASE_UNAVAILABLE:
     case LEASE_SCRIPT_ERROR:
     default:
@@ -202,7 +205,14 @@ release_try(struct release_ctx *rc, const char *lease, long long cost,
         break;
     case RELEASE_GONE:
         rc->n.gone++;
-        log_debug("lease %s: unknown, expired or released already", lease);
+        break;
+    case RELEASE_BAD:
+        rc->n.bad++;
+        if (!rc->bad_logged) {
+            rc->bad_logged = 1;
+            log_warn("bad line (lease %s is not a lease id), the first of "
+                "this interval", lease);
+        }
         break;
     default:
         release_defer(rc, lease, cost, tries + 1, util_now_ms());

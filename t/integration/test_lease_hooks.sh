@@ -572,6 +572,12 @@ done
 check "ratelimit-release.8 describes every option of --help (missing:$missing)" \
     eq "$missing" ""
 
+# A lease id of another shape than the service's is a bad line too.
+app_conf_lines "$D/reader-z.conf" "log = $D/reader-z.log"
+printf 'lease=abc cost=7\n' | "$BUILD/ratelimit-release" -i 1 -c "$D/reader-z.conf"
+check "reader: a lease id not of the service's shape is a bad line ($?)" \
+    grep -q 'bad lines 1,' "$D/reader-z.log"
+
 # A release Redis never takes: tried -r times, then left to its ttl.
 app_conf_lines "$D/reader-x.conf" "log = $D/reader-x.log"
 stop_redis
