@@ -26,6 +26,10 @@
 # - A Redis Cluster (scripts/redis-ha.sh on CLUSTER_TEST_PORT, 3 primaries
 #   and 3 replicas) behind a pool of its own: every key of the tenant's
 #   leases is on one primary, the max holds, a release frees a slot.
+# - Redis Sentinel (scripts/redis-ha.sh on SENTINEL_TEST_PORT): leases
+#   whose writes reached the replica (WAIT) survive the master's SIGKILL:
+#   the new master still holds them, and releases them.  (A lease whose
+#   write had not reached the replica is lost: doc/rules.md.)
 #
 # Every loop is bounded in count and time.  Run by t/integration/run.sh
 # (TESTS=leases).
@@ -39,8 +43,10 @@ serve_dir ratelimit-leases
 KILLER=
 BASE=${CLUSTER_TEST_PORT:-12100}
 C=$D/cluster
+SB=${SENTINEL_TEST_PORT:-12200}
+S=$D/sentinel
 HA="sh $ROOT/scripts/redis-ha.sh"
-trap '$HA cluster stop "$C" >/dev/null 2>&1; end_pids $KILLER $PIDS; rm -rf "$D"' EXIT
+trap '$HA cluster stop "$C" >/dev/null 2>&1; $HA sentinel stop "$S" >/dev/null 2>&1; end_pids $KILLER $PIDS; rm -rf "$D"' EXIT
 
 T1=$(uniq_name leases)
 T2=$(uniq_name leases-other)
@@ -568,6 +574,60 @@ if $HA cluster start "$C" "$BASE" >"$T_TMP/cluster.log" 2>&1; then
 else
     fail "a Redis Cluster starts on 127.0.0.1:$BASE-$((BASE + 5))" \
         "$(tail -n 20 "$T_TMP/cluster.log")"
+fi
+
+# ------------------------------------------------------------ Redis Sentinel
+
+PS=$((PORT + 192))
+if $HA sentinel start "$S" "$SB" >"$T_TMP/sentinel.log" 2>&1; then
+    pass "a master, a replica and three sentinels start on 127.0.0.1:$SB-$((SB + 4))"
+    private_app ls "$PS" redis_type=sentinel \
+        "redis=127.0.0.1:$((SB + 2)),127.0.0.1:$((SB + 3)),127.0.0.1:$((SB + 4))" \
+        redis_sentinel_master=rlmaster || fail "a pool starts on the sentinels"
+    check "the pool on the sentinels is ready" retry 50 ready_on "$PS"
+    ctl rule add "$T1" --route /ccs --algorithm concurrency --max 2 \
+        --lease-ttl 1m --count tenant >/dev/null
+    sleep 1
+    # scheck, srelease LEASE: a check of /ccs, a release, through that pool.
+    scheck() {
+        fetch "http://127.0.0.1:$PS/v1/check" -H "X-API-Key: $K1" \
+            --data-raw '{"route":"/ccs"}'
+    }
+    srelease() {
+        fetch "http://127.0.0.1:$PS/v1/release" -H "X-API-Key: $K1" \
+            --data-raw "{\"lease\":\"$1\"}"
+    }
+    scheck
+    S1=$(json_field lease)
+    scheck
+    S2=$(json_field lease)
+    check "sentinel: two leases of two" eq "$STATUS" 200
+    m=$($HA sentinel master "$S" | cut -d: -f2)
+    check "sentinel: their writes reached the replica (WAIT)" \
+        eq "$(redis-cli -p "$m" WAIT 1 2000)" 1
+    kill -KILL "$(cat "$S/$m/pid")"
+    # new_master: the sentinels name another node, and the pool answers.
+    new_master() {
+        [ "$($HA sentinel master "$S" | cut -d: -f2)" != "$m" ] &&
+            ready_on "$PS"
+    }
+    check "sentinel: the master killed, the pool follows the new one" \
+        retry 300 new_master
+    scheck
+    check "sentinel: the new master holds both leases: 429" eq "$STATUS" 429
+    srelease "$S1"
+    check "sentinel: a release on the new master: 200, one slot freed" \
+        eq "$STATUS $(json_field slots_freed)" "200 1"
+    scheck
+    check "sentinel: a slot again" eq "$STATUS" 200
+    S3=$(json_field lease)
+    srelease "$S2"
+    srelease "$S3"
+    check "sentinel: the others released" eq "$STATUS" 200
+    stop_private
+else
+    fail "a master, a replica and three sentinels start on 127.0.0.1:$SB-$((SB + 4))" \
+        "$(tail -n 20 "$T_TMP/sentinel.log")"
 fi
 
 finish
