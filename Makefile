@@ -16,8 +16,10 @@ LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm
 
 # Pure modules (no network), shared by the service, the admin tool and the
 # unit tests.
-CORE = config log util buf request algo rules cache limiter response addr fcgi shm keyfilter arena decide authorizer validate cluster stats release_line lease
-SERVICE = main master worker api service views status redis_store redis_tls pg_store listen scoreboard observe lease_call lease_api
+CORE = config log util buf request algo rules cache limiter response addr fcgi shm keyfilter arena decide authorizer validate cluster stats release_line lease redis_reply
+# The Redis client (redis.h), which both programs link.
+REDIS_CLIENT = redis_call redis_topology redis_node redis_tls
+SERVICE = main master worker api service views status $(REDIS_CLIENT) pg_store listen scoreboard observe lease_call lease_api
 CTL = ctl ctl_args ctl_db ctl_migrate ctl_tenant ctl_guard ctl_rule ctl_limit ctl_counter ctl_apply ctl_usage
 
 # The Redis script, in this order: the algorithms, the clock and the driver
@@ -74,15 +76,15 @@ $(BUILD)/embedded.o: $(BUILD)/embedded.c src/ratelimit.h
 $(BUILD)/ratelimit-fcgi: $(SERVICE_OBJ) $(CORE_OBJ)
 	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LIBS)
 
-# (redis_store.o: the counter commands reach Redis as the service does)
-$(BUILD)/ratelimitctl: $(CTL_OBJ) $(CORE_OBJ) $(BUILD)/redis_store.o \
-		$(BUILD)/redis_tls.o
+# (the Redis client: the counter and usage commands reach Redis as the
+# service does)
+$(BUILD)/ratelimitctl: $(CTL_OBJ) $(CORE_OBJ) $(REDIS_CLIENT:%=$(BUILD)/%.o)
 	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LIBS)
 
 # The reader of the web servers' end-of-request lines (leases released
 # through the service's Redis client, as ratelimitctl reaches Redis).
 $(BUILD)/ratelimit-release: $(RELEASE_OBJ) $(CORE_OBJ) $(BUILD)/lease_call.o \
-		$(BUILD)/redis_store.o $(BUILD)/redis_tls.o
+		$(REDIS_CLIENT:%=$(BUILD)/%.o)
 	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LIBS)
 
 # One Check binary: t/check_main.c registers the suites of t/check_*.c.

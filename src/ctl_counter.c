@@ -7,7 +7,8 @@
  * counter's key is made by limiter_key(), the function that names it for
  * the service: what it counts (--count) decides whether --subject, --key
  * or --address matter.  Redis is reached with the configuration file's
- * redis settings (single, sentinel or cluster) through redis_store.c.
+ * redis settings (single, sentinel or cluster) through the Redis client
+ * (redis.h).
  * A concurrency limit's counter is a set of leases (lua/concurrency.lua):
  * show lists the live ones with their age (since taken or last extended)
  * and the time until they expire.

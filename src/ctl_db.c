@@ -178,7 +178,7 @@ ctl_db_connect(struct ctl *ctl)
     char err[600], timeout[32];
     long seconds;
 
-    /* The shared code (redis_store.c, config.c) logs through log.c for
+    /* The shared code (the Redis client, config.c) logs through log.c for
      * the service; the admin tool says what went wrong in its own one
      * line, so that nothing of the service's log reaches its user. */
     log_set_level(-1);

@@ -11,7 +11,8 @@
  * subject or per key has a counter for each; the busiest (least left) is
  * shown, with how many there are.  A limit without a counter is whole.
  * Redis is reached as counter show reaches it (ctl_counter.c): the
- * configuration's redis settings, through redis_store.c.
+ * configuration's redis settings, through the Redis client (redis.h),
+ * whose script call runs the peek as the service runs a check.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,59 +94,36 @@ usage_load(struct ctl *ctl, const char *tid, struct usage_limit **out,
 }
 
 /*
- * Asks the counter key of limit l with a peek of cost 1.  Returns 0 with
- * the limit's state and Redis time in d, -1 after printing why (Redis
- * unreachable: stop), or -2 for a counter the script refused (a counter
- * of another algorithm, left by "limit set": skipped).
+ * Asks the counter key of limit l with a peek of cost 1, through the
+ * Redis client's script call.  Returns 0 with the limit's state and Redis
+ * time in d, -1 after printing why (Redis unreachable: stop), or -2 for a
+ * counter the script refused (a counter of another algorithm, left by
+ * "limit set": skipped).
  */
 static int
 usage_peek(struct redis_store *rs, const char *key, const struct rl_limit *l,
     struct rl_decision *d)
 {
-    char args[ALGO_SCRIPT_ARGS][ALGO_TEXT_MAX];
-    const char *argv[12] = { "EVALSHA", rs->sha, "1", key, "1", "1", "1",
-        args[0], args[1], args[2], args[3], "0" };
-    size_t argvlen[12];
-    long long v[2 + 5];
+    struct limiter_call call;
     redisReply *r;
-    size_t i;
-    int again;
 
-    if (algo_script_args(l, args) == -1) {
+    if (limiter_peek(key, l, &call) == -1) {
         ctl_warn("limit %lld cannot be used", l->id);
         return -2;
     }
-    for (again = 0; again < 2; again++) {
-        for (i = 0; i < 12; i++)
-            argvlen[i] = strlen(argv[i]);
-        if ((r = redis_store_command(rs, key, 12, argv, argvlen)) == NULL) {
-            ctl_warn("redis: %s", rs->error[0] ? rs->error :
-                "redis unreachable");
-            return -1;
-        }
-        if (r->type != REDIS_REPLY_ERROR || strncmp(r->str, "NOSCRIPT", 8))
-            break;
-        /* Redis does not know the script yet: send it along, once. */
-        freeReplyObject(r);
-        r = NULL;
-        argv[0] = "EVAL";
-        argv[1] = embedded_check_lua;
+    if ((r = redis_store_script(rs, &rs->check, call.argc, call.argv,
+        call.argvlen)) == NULL) {
+        ctl_warn("redis: %s", rs->error[0] ? rs->error :
+            "redis unreachable");
+        return -1;
     }
-    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 7) {
-        ctl_warn("limit %lld: counter %s: %s", l->id, key, r != NULL &&
+    if (redis_reply_decision(r, 1, d) == -1 || d->over_budget) {
+        ctl_warn("limit %lld: counter %s: %s", l->id, key,
             r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
-        if (r != NULL)
-            freeReplyObject(r);
+        freeReplyObject(r);
         return -2;
     }
-    for (i = 0; i < 7; i++)
-        v[i] = r->element[i]->type == REDIS_REPLY_INTEGER ?
-            r->element[i]->integer : -1;
     freeReplyObject(r);
-    if (limiter_decode(v, 7, 1, d) == -1) {
-        ctl_warn("limit %lld: counter %s: unexpected reply", l->id, key);
-        return -2;
-    }
     return 0;
 }
 

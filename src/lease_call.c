@@ -2,7 +2,7 @@
  * lease_call.c -- releases and extends leases through the Redis client.
  *
  * One EVALSHA of the check script per call (lua/lease.lua runs it), sent
- * by redis_store_command() to where the lease's tenant lives: the server,
+ * by redis_store_script() to where the lease's tenant lives: the server,
  * the master the sentinels name, or the cluster primary of the tenant's
  * slot.  A NOSCRIPT reply (Redis restarted, failed over or flushed its
  * scripts) is answered by one EVAL of the script's text, as for a check.
@@ -18,34 +18,6 @@
 
 #include "lease.h"
 #include "redis.h"
-
-/* Sends the lease call (argc arguments after the script) to where key
- * lives; NOSCRIPT gets one EVAL of the text.  Returns the reply or NULL. */
-static redisReply *
-lease_send(struct redis_store *rs, const char *key, int argc,
-    const char **args, const size_t *argslen)
-{
-    const char *argv[2 + 5];
-    size_t argvlen[2 + 5];
-    redisReply *r;
-
-    argv[0] = "EVALSHA";
-    argvlen[0] = 7;
-    argv[1] = rs->sha;
-    argvlen[1] = strlen(rs->sha);
-    memcpy(argv + 2, args, (size_t)argc * sizeof(argv[0]));
-    memcpy(argvlen + 2, argslen, (size_t)argc * sizeof(argvlen[0]));
-    r = redis_store_command(rs, key, argc + 2, argv, argvlen);
-    if (r == NULL || r->type != REDIS_REPLY_ERROR ||
-        strncmp(r->str, "NOSCRIPT", 8) != 0)
-        return r;
-    freeReplyObject(r);
-    argv[0] = "EVAL";
-    argvlen[0] = 4;
-    argv[1] = embedded_check_lua;
-    argvlen[1] = strlen(embedded_check_lua);
-    return redis_store_command(rs, key, argc + 2, argv, argvlen);
-}
 
 /* A release (op 'r') or an extension (op 'e') of lease id. */
 static enum lease_result
@@ -68,7 +40,8 @@ lease_run(struct redis_store *rs, const char *id, size_t len, int op,
         return out->result = LEASE_UNKNOWN;
     lease_key(tenant, random, key);
     argc = lease_call_args(key, random, op, value, store, argv, argvlen);
-    if ((r = lease_send(rs, key, argc, argv, argvlen)) == NULL)
+    if ((r = redis_store_script(rs, &rs->check, argc, argv, argvlen)) ==
+        NULL)
         return out->result = LEASE_UNAVAILABLE;
     if (r->type == REDIS_REPLY_ERROR) {
         log_error("redis lease script: %s", r->str);

@@ -381,6 +381,26 @@ limiter_key(const char *tenant_id, const struct rl_rule *rule,
 }
 
 int
+limiter_peek(const char *key, const struct rl_limit *limit,
+    struct limiter_call *call)
+{
+    size_t used = 0;
+
+    call->argc = 0;
+    call->nlimits = call->budgeted = call->keyed = 0;
+    if (limiter_arg(call, &used, "1", 1) == -1 ||
+        limiter_arg(call, &used, key, strlen(key)) == -1 ||
+        limiter_arg(call, &used, "1", 1) == -1 ||      /* cost */
+        limiter_arg(call, &used, "1", 1) == -1 ||      /* peek */
+        limiter_arg(call, &used, "1", 1) == -1 ||      /* one limit */
+        limiter_params(call, &used, limit) == -1 ||
+        limiter_arg(call, &used, "0", 1) == -1)        /* not shadow */
+        return -1;
+    call->nlimits = 1;
+    return 0;
+}
+
+int
 limiter_request_key(struct limiter_call *call, const char *slot,
     const char *id)
 {

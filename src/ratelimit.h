@@ -1228,6 +1228,12 @@ int limiter_key(const char *tenant_id, const struct rl_rule *rule,
     const struct rl_limit *limit, const struct check_request *req,
     char *out, size_t outlen);
 
+/* The call of a peek of cost 1 at limit, whose counter is key: what
+ * ratelimitctl's usage command asks (the reply is one limit's).  Returns
+ * 0, or -1 when the key does not fit or the limit is unusable. */
+int limiter_peek(const char *key, const struct rl_limit *limit,
+    struct limiter_call *call);
+
 /* Adds the tenant's counter budget to a call made by limiter_build(),
  * before its reply slot: the keys rl:{tenant}:budget:names and
  * rl:{tenant}:budget:made, and the arguments budget, RL_BUDGET_WINDOW_S and

@@ -7,7 +7,7 @@
  * c->fd, is plain.  So a TLS connection is a hiredis context connected
  * as usual, a handshake on its socket, and redis_tls_get_reply() in
  * place of redisGetReply(): SSL_write of c->obuf, SSL_read into
- * redisReaderFeed().  redis_store.c sends every command through one
+ * redisReaderFeed().  redis_node.c sends every command through one
  * wrapper that calls one or the other.
  *
  * Deadlines: the handshake runs with the socket non-blocking, each step
@@ -40,7 +40,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
-#include "redis.h"
+#include "redis_client.h"
 
 struct redis_tls {
     SSL *ssl;

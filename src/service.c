@@ -4,10 +4,10 @@
  *
  * decide.c decides without doing I/O; here its seam (struct
  * decide_store) is filled with the real stores: API keys, tenants and
- * rules from PostgreSQL (pg_store.c), the check script in Redis
- * (redis_store.c, with the arguments limiter.c builds), and PostgreSQL's
- * change notifications.  service_tick() is the housekeeping a worker does
- * between requests.
+ * rules from PostgreSQL (pg_store.c), the check script in Redis (the
+ * Redis client of redis.h, with the arguments limiter.c builds), and
+ * PostgreSQL's change notifications.  service_tick() is the housekeeping
+ * a worker does between requests.
  */
 #include <string.h>
 

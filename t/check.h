@@ -36,5 +36,6 @@ Suite *keyfilter_suite(void);
 Suite *arena_suite(void);
 Suite *release_suite(void);
 Suite *lease_suite(void);
+Suite *redis_reply_suite(void);
 
 #endif /* RL_T_CHECK_H */

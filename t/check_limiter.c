@@ -118,6 +118,32 @@ START_TEST(test_build_peek_and_one_limit)
 }
 END_TEST
 
+/* ratelimitctl's peek at one counter: its key as given, cost 1, a peek,
+ * one limit, not shadow; a check's call could carry it. */
+START_TEST(test_peek_layout)
+{
+    static const char *const want[] = {
+        "1", "rl:{t1}:1:9:s0123", "1", "1", "1",
+        "sliding_window", "5", "1", "0", "0",
+    };
+    struct rl_limit limit;
+    struct limiter_call call;
+    char key[4000];
+
+    fixture_limit_sw(&limit, 9, "second", 5, 1);
+    ck_assert_int_eq(limiter_peek("rl:{t1}:1:9:s0123", &limit, &call), 0);
+    assert_argv(&call, want, (int)(sizeof(want) / sizeof(want[0])));
+    ck_assert_int_eq(call.nlimits, 1);
+    ck_assert_int_eq(call.keyed, 0);
+    /* a key longer than a call holds, and an unusable limit */
+    memset(key, 'k', sizeof(key) - 1);
+    key[sizeof(key) - 1] = '\0';
+    ck_assert_int_eq(limiter_peek(key, &limit, &call), -1);
+    limit.algorithm = -1;
+    ck_assert_int_eq(limiter_peek("rl:{t1}:1:9", &limit, &call), -1);
+}
+END_TEST
+
 START_TEST(test_build_gcra_fixed_window)
 {
     static const char *const want[] = {
@@ -1290,6 +1316,7 @@ limiter_suite(void)
     tc = tcase_create("build");
     tcase_add_test(tc, test_build_layout);
     tcase_add_test(tc, test_build_peek_and_one_limit);
+    tcase_add_test(tc, test_peek_layout);
     tcase_add_test(tc, test_build_gcra_fixed_window);
     tcase_add_test(tc, test_build_calendars);
     tcase_add_test(tc, test_build_shadow_flag);

@@ -34,6 +34,7 @@ main(void)
     srunner_add_suite(sr, arena_suite());
     srunner_add_suite(sr, release_suite());
     srunner_add_suite(sr, lease_suite());
+    srunner_add_suite(sr, redis_reply_suite());
     srunner_run_all(sr, CK_NORMAL);
     failed = srunner_ntests_failed(sr);
     srunner_free(sr);
