@@ -140,7 +140,7 @@ end
 -- How long the reply of a call that charged is kept in the reply slot. A
 -- client sends a call again right after it has reconnected, within its
 -- connect and command timeouts (tens of milliseconds), and never later
--- than a second after the first send (redis_store.c); three seconds leave
+-- than a second after the first send (redis_call.c); three seconds leave
 -- room for that. A slot whose caller goes on checking never expires; one
 -- whose caller stopped is gone three seconds later.
 local REPLAY_TTL_MS = 3000

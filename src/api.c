@@ -13,7 +13,6 @@
 #include <string.h>
 
 #include "service.h"
-#include "lease.h"
 
 enum api_method { API_GET = 1, API_POST = 2 };
 

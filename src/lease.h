@@ -139,12 +139,4 @@ enum lease_result lease_extend(struct redis_store *rs, const char *id,
  * clock, with one ZCOUNT.  -1 when Redis does not answer. */
 long long lease_held(struct redis_store *rs, const char *tenant_id);
 
-/* lease_api.c: POST /v1/release and POST /v1/extend (doc/api.md). */
-struct service;
-struct http_request;
-void lease_api_release(struct service *svc, const struct http_request *req,
-    struct rl_response *resp);
-void lease_api_extend(struct service *svc, const struct http_request *req,
-    struct rl_response *resp);
-
 #endif

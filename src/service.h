@@ -49,6 +49,14 @@ void api_handle(struct service *svc, const struct http_request *req,
     struct rl_response *resp);
 
 /* ------------------------------------------------------------------ */
+/* lease_api.c: POST /v1/release and POST /v1/extend (doc/api.md) */
+
+void lease_api_release(struct service *svc, const struct http_request *req,
+    struct rl_response *resp);
+void lease_api_extend(struct service *svc, const struct http_request *req,
+    struct rl_response *resp);
+
+/* ------------------------------------------------------------------ */
 /* views.c: health, metrics, status, configuration reads */
 
 void views_live(struct rl_response *resp);
