@@ -30,6 +30,22 @@
 #                                  target; a stalled pool ends with its
 #                                  timed run (wrk's 2 s timeout counts the
 #                                  stalled checks as errors)
+#   i  lighttpd -> ratelimit-fcgi  a check on a rule of one token-bucket
+#                                  limit (/bench-tb), one subject
+#   j  lighttpd -> ratelimit-fcgi  a check on a rule of one concurrency
+#                                  limit (/bench-lease, max 1000, lease ttl
+#                                  60 s), then the release of its lease
+#                                  (POST /v1/release): wrk's Lua keeps each
+#                                  thread's leases and sends a release
+#                                  for one whenever it holds any, a check
+#                                  otherwise, so the checks and releases
+#                                  alternate; the leases a run ends with
+#                                  lapse at their ttl.  The table prints
+#                                  Redis CPU per check and release against
+#                                  i's per check, and EVALSHA per release,
+#                                  also counted exactly after the rounds
+#                                  (50 checks, then their 50 releases
+#                                  alone, one curl at a time)
 #
 # And the constant-rate tiers, which run first, on the fresh stack: a, b
 # and c, each driven at fixed arrival
@@ -50,7 +66,7 @@
 # demo key and a small JSON body); the probes read and drop the body.
 # Every target runs 4 workers behind its own lighttpd (max-procs 1, the
 # application forks), but g and h, behind nginx.  wrk: 16 connections, 2 threads, BENCH_SECONDS per target after a
-# 2 s warm-up.  The targets take turns, a to h, for BENCH_ROUNDS rounds, so
+# 2 s warm-up.  The targets take turns, a to j, for BENCH_ROUNDS rounds, so
 # that a machine whose speed drifts (a shared VM's does, by a third over
 # minutes) slows every target alike: each ratio is computed in every round
 # and the table gives the median round's, with the rounds' values beside
@@ -90,6 +106,8 @@
 #                               INFO only); the port after it is its TLS port
 #   BENCH_NGINX        [on]     off: no targets g and h
 #   BENCH_NGINX_PORT   [28088]  nginx -> ratelimit-fcgi (g); h the port after
+#   BENCH_LEASES       [on]     off: no targets i and j, nor the count of
+#                               EVALSHA per release after the rounds
 #   BENCH_REDIS_TYPE   [single] cluster: the stack runs on a private Redis
 #                               Cluster (3 primaries, 3 replicas, ports
 #                               BENCH_CLUSTER_PORT..+5, default 12500), and
@@ -156,6 +174,7 @@ TLS_REDIS_PORT=${BENCH_TLS_REDIS_PORT:-26381}
 NGINX_ON=${BENCH_NGINX:-on}
 NGINX_PORT=${BENCH_NGINX_PORT:-28088}
 NGINX=/usr/sbin/nginx
+LEASES=${BENCH_LEASES:-on}
 REDIS_PORT=${BENCH_REDIS_PORT:-26380}
 REDIS_TYPE=${BENCH_REDIS_TYPE:-single}
 REDIS_TRANSPORT=${BENCH_REDIS_TRANSPORT:-tcp}
@@ -223,10 +242,12 @@ case $ONLY in
 all | rate | closed) ;;
 *) die "BENCH_ONLY is all, rate or closed" ;;
 esac
-case $TLS/$NGINX_ON in
-on/on | on/off | off/on | off/off) ;;
-*) die "BENCH_TLS and BENCH_NGINX are on or off" ;;
-esac
+for v in "$TLS" "$NGINX_ON" "$LEASES"; do
+    case $v in
+    on | off) ;;
+    *) die "BENCH_TLS, BENCH_NGINX and BENCH_LEASES are on or off" ;;
+    esac
+done
 for v in "$TLS_PORT" "$TLS_REDIS_PORT" "$NGINX_PORT"; do
     case $v in
     '' | *[!0-9]*) die "BENCH_TLS_PORT, BENCH_TLS_REDIS_PORT and BENCH_NGINX_PORT are port numbers" ;;
@@ -236,7 +257,7 @@ if [ "$TLS" = on ] && [ "$REDIS_TYPE/$REDIS_TRANSPORT" != single/tcp ]; then
     echo "bench: no target f (TLS to Redis): it needs a single Redis over tcp" >&2
     TLS=off
 fi
-[ "$ONLY" != rate ] || TLS=off NGINX_ON=off
+[ "$ONLY" != rate ] || TLS=off NGINX_ON=off LEASES=off
 for f in "$BUILD/ratelimit-fcgi" "$BUILD/ratelimitctl" "$PROBE" "$RATEGEN"; do
     [ -x "$f" ] || die "$f is missing: run make bench"
 done
@@ -675,6 +696,79 @@ end
 dofile("$VAR/done.lua")
 EOF
 
+# j: a check of /bench-lease, then the release of the lease it answered.
+# Each wrk thread keeps the leases its checks were given and sends a
+# release for one of them whenever it holds any, a check otherwise (the
+# next request of any of its connections); the answers counted: checks
+# given a lease, releases answered "released", anything else.
+cat >"$VAR/lease.lua" <<EOF
+-- POST /v1/check for the /bench-lease rule, then POST /v1/release.
+wrk.method = "POST"
+wrk.headers["X-API-Key"] = "$DEMO_KEY"
+wrk.headers["Content-Type"] = "application/json"
+local check
+local leases, held = {}, 0
+checks, releases, others = 0, 0, 0
+local threads = {}
+function setup(thread)
+    table.insert(threads, thread)
+end
+function init(args)
+    -- Formatted here, when wrk.host is known (the Host header).
+    check = wrk.format("POST", "/v1/check", nil,
+        '{"route":"/bench-lease","subject":"bench"}')
+end
+function request()
+    if held > 0 then
+        local id = leases[held]
+        leases[held] = nil
+        held = held - 1
+        return wrk.format("POST", "/v1/release", nil,
+            '{"lease":"' .. id .. '"}')
+    end
+    return check
+end
+function response(status, headers, body)
+    if status == 200 and body:find('"released":true', 1, true) then
+        releases = releases + 1
+        return
+    end
+    local id = status == 200 and body:match('"lease":"([^"]+)"')
+    if id then
+        held = held + 1
+        leases[held] = id
+        checks = checks + 1
+    else
+        others = others + 1
+    end
+end
+function done(summary, latency, requests)
+    local c, r, o = 0, 0, 0
+    for _, t in ipairs(threads) do
+        c = c + t:get("checks")
+        r = r + t:get("releases")
+        o = o + t:get("others")
+    end
+    local e = summary.errors
+    io.write(string.format(
+        "BENCH requests=%d duration_us=%d p50_us=%d p99_us=%d " ..
+        "status_errors=%d socket_errors=%d checks=%d releases=%d " ..
+        "others=%d\\n",
+        summary.requests, summary.duration,
+        latency:percentile(50), latency:percentile(99),
+        e.status, e.connect + e.read + e.write + e.timeout, c, r, o))
+end
+EOF
+cat >"$VAR/tb.lua" <<EOF
+-- POST /v1/check for the /bench-tb rule (one token bucket), one subject.
+wrk.method = "POST"
+wrk.path = "/v1/check"
+wrk.headers["X-API-Key"] = "$DEMO_KEY"
+wrk.headers["Content-Type"] = "application/json"
+wrk.body = '{"route":"/bench-tb","subject":"bench"}'
+dofile("$VAR/done.lua")
+EOF
+
 # Runs wrk for $2 seconds against port $1 with script $3 and argument $4;
 # wrk's output goes to $5.  Returns non-zero when wrk failed.  (timeout
 # --foreground: wrk stays in our process group and gets a Ctrl-C.)
@@ -861,7 +955,54 @@ bench_target() {
         "evalsha_usec=$((bt_usec1 - bt_usec0))" "pg=$bt_pg" \
         "front_ticks=$((bt_l1 - bt_l0))" "app_ticks=$((bt_a1 - bt_a0))" \
         "redis_ticks=$((bt_r1 - bt_r0))" "wrk_cpu_before=$bt_w0" \
-        "wrk_cpu_after=$bt_w1" "machine_ticks=$((bt_m1 - bt_m0))"
+        "wrk_cpu_after=$bt_w1" "machine_ticks=$((bt_m1 - bt_m0))" \
+        "checks=$(wrk_field "$bt_out" checks)" \
+        "releases=$(wrk_field "$bt_out" releases)" \
+        "others=$(wrk_field "$bt_out" others)"
+}
+
+# EVALSHA per release, counted exactly: LE_N checks of /bench-lease,
+# one curl at a time, then, Redis's counts read before and after, the
+# releases of their leases alone; Redis's time in EVALSHA (commandstats
+# usec) during each of the two parts.  Bounded: 5 s per curl.
+LE_N=50
+lease_exact() {
+    say "EVALSHA per release: $LE_N checks, then their $LE_N releases"
+    BT_REDIS_PORT=$REDIS_PORT
+    : >"$VAR/leases"
+    le_u0=$(redis_evalsha_usec)
+    le_i=0
+    while [ "$le_i" -lt "$LE_N" ]; do
+        curl -s -m 5 -H "X-API-Key: $DEMO_KEY" \
+            -H "Content-Type: application/json" \
+            -d '{"route":"/bench-lease","subject":"exact"}' \
+            "http://127.0.0.1:$PORT/v1/check" |
+            sed -n 's/.*"lease":"\([^"]*\)".*/\1/p' >>"$VAR/leases" || true
+        le_i=$((le_i + 1))
+    done
+    le_leases=$(wc -l <"$VAR/leases")
+    le_u1=$(redis_evalsha_usec)
+    le_e0=$(redis_calls evalsha)
+    le_o0=$(redis_calls other)
+    le_ok=0
+    while IFS= read -r le_id; do
+        le_st=$(curl -s -m 5 -o /dev/null -w '%{http_code}' \
+            -H "X-API-Key: $DEMO_KEY" -H "Content-Type: application/json" \
+            -d "{\"lease\":\"$le_id\"}" \
+            "http://127.0.0.1:$PORT/v1/release") || true
+        [ "$le_st" != 200 ] || le_ok=$((le_ok + 1))
+    done <"$VAR/leases"
+    le_e1=$(redis_calls evalsha)
+    le_o1=$(redis_calls other)
+    le_u2=$(redis_evalsha_usec)
+    raw leaseexact "checks=$LE_N" "leases=$le_leases" "released=$le_ok" \
+        "evalsha=$((le_e1 - le_e0))" "other=$((le_o1 - le_o0))" \
+        "check_usec=$((le_u1 - le_u0))" "release_usec=$((le_u2 - le_u1))"
+    if [ "$le_leases" -ne "$LE_N" ] || [ "$le_ok" -ne "$LE_N" ] ||
+        [ $((le_e1 - le_e0)) -ne "$LE_N" ] || [ $((le_o1 - le_o0)) -ne 0 ]; then
+        echo "bench: $le_leases leases of $LE_N checks, $le_ok released with $((le_e1 - le_e0)) EVALSHA and $((le_o1 - le_o0)) other Redis commands: not one EVALSHA per release" >&2
+        FAILED=1
+    fi
 }
 
 # VmRSS of every worker, as "pid:kB" words.
@@ -988,6 +1129,17 @@ if [ "$ONLY" != rate ]; then
     "$BUILD/ratelimitctl" -c "$VAR/ratelimit.conf" rule add demo-corp \
         --route /bench-over --algorithm sliding_window --limit 1 --window 3600 \
         >/dev/null || die "ratelimitctl could not add the /bench-over rule"
+    if [ "$LEASES" = on ]; then
+        "$BUILD/ratelimitctl" -c "$VAR/ratelimit.conf" rule add demo-corp \
+            --route /bench-tb --algorithm token_bucket --capacity 1000000 \
+            --refill-rate 100000 >/dev/null ||
+            die "ratelimitctl could not add the /bench-tb rule"
+        "$BUILD/ratelimitctl" -c "$VAR/ratelimit.conf" rule add demo-corp \
+            --route /bench-lease --algorithm concurrency --max 1000 \
+            --lease-ttl 60s >/dev/null ||
+            die "ratelimitctl could not add the /bench-lease rule"
+        sleep 1         # the rules' NOTIFY reaches the workers
+    fi
     round=1
     while [ "$round" -le "$ROUNDS" ]; do
         say "round $round of $ROUNDS"
@@ -1010,8 +1162,15 @@ if [ "$ONLY" != rate ]; then
             bench_target "h nginx, keep-alive $((2 * WORKERS))" \
                 $((NGINX_PORT + 1)) "$VAR/nginx/nginx.pid" "$VAR/check.lua" h
         fi
+        if [ "$LEASES" = on ]; then
+            bench_target "i ratelimit-fcgi, token bucket" "$PORT" \
+                "$VAR/lighttpd.pid" "$VAR/tb.lua" i
+            bench_target "j check + release of a lease" "$PORT" \
+                "$VAR/lighttpd.pid" "$VAR/lease.lua" j
+        fi
         round=$((round + 1))
     done
+    [ "$LEASES" = off ] || lease_exact
     REDIS_KEYS=$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" DBSIZE 2>/dev/null || echo "?")
 
     # Redis memory per counter, for each algorithm: MEM_COUNTERS checks, each

@@ -15,7 +15,10 @@ and whether each rate was held.  The kinds:
              duration and percentiles, its errors, Redis's EVALSHA count
              and time, PostgreSQL statements, CPU ticks of the front end,
              the application and Redis, wrk's own CPU seconds before and
-             after, the machine's busy ticks; failed=1 when none completed
+             after, the machine's busy ticks; failed=1 when none completed;
+             for target j also the checks given a lease, the releases
+             answered "released" and the other answers, as wrk's Lua
+             counted them
   rss        the workers' VmRSS ("pid:kB ...") before or after a run
   tier       one constant-rate tier: the target, the offered rate and
              rategen's RATE line (empty when it printed none)
@@ -24,6 +27,10 @@ and whether each rate was held.  The kinds:
   mem        Redis memory per counter of one algorithm
   rsssample  one worker's memory at one moment of the memory run
   rssrun     rategen's RATE line of the memory run
+  leaseexact the releases counted alone after the rounds: checks sent,
+             leases they were given, releases answered 200, Redis's
+             EVALSHA and other commands during the releases, and its
+             EVALSHA usec during the checks and during the releases
 
 Usage:
   tables.py report RAW        prints the tables (what build/bench.txt holds)
@@ -140,6 +147,9 @@ class Run:
                     int(rec["redis_ticks"]), int(wrk),
                     int(rec["machine_ticks"]), dur, req]
         self.in_script = "%.1f" % (usec / evalsha) if evalsha > 0 else "-"
+        self.evalsha = evalsha
+        self.checks = int(num(rec.get("checks")))
+        self.releases = int(num(rec.get("releases")))
 
     @property
     def rps(self):
@@ -306,6 +316,9 @@ class Report:
                     rest * us, machine * us,
                     100 * machine / self.tick / (dur / 1e6) / self.ncpu, insc))
         self.p("(d builds every request in wrk's Lua, so its wrk column is higher)")
+        if any(name[:1] == "j" for name, _, _ in cpu):
+            self.p("(j: per request, a check or a release; its requests "
+                   "are built in wrk's Lua)")
         if any(name[:1] in "gh" for name, _, _ in cpu):
             self.p("(g and h: the lighttpd column is nginx's, its master and "
                    "worker)")
@@ -318,6 +331,7 @@ class Report:
                 self.p("one Redis core at 100%%, %s: %.0f µs of Redis CPU per "
                        "check, about %.0f checks/s" % (name[0], us, 1e6 / us))
         self.tls_cost(cpu)
+        self.lease_cost()
         self.p()
         self.worker_rss()
         self.p("Redis (reached over %s) after the run: %s keys, %s used" %
@@ -375,6 +389,72 @@ class Report:
                (both_c, both_f, pct(both_f, both_c),
                 "met" if growth is not None and growth <= 15 else "NOT met",
                 " ".join(rounds)))
+
+    def lease_cost(self):
+        """Target j against i: Redis CPU per check and release of a lease
+        against that of a token-bucket check, over all rounds and by
+        round; EVALSHA per release in j's runs and counted alone."""
+        groups = self.by_target()
+        pairs = [(i, j) for i, j in zip(groups.get("i", []),
+                                        groups.get("j", []))
+                 if not i.failed and not j.failed and i.cpu[6] and
+                 j.cpu[6] and i.cpu[2]]
+        exact = self.kind("leaseexact")
+        if not pairs and not exact:
+            return
+        self.p()
+        self.p("Leases, j (a check on a rule of one concurrency limit, then "
+               "its release)")
+        if pairs:
+            # wrk's requests are the checks and the releases: a check and
+            # its release are two of them.
+            us = 1e6 / self.tick
+            i_us = sum(i.cpu[2] for i, _ in pairs) * us / \
+                sum(i.cpu[6] for i, _ in pairs)
+            j_us = sum(j.cpu[2] for _, j in pairs) * us / \
+                (sum(j.cpu[6] for _, j in pairs) / 2)
+            rounds = ["%.2f" % ((j.cpu[2] / (j.cpu[6] / 2)) /
+                                (i.cpu[2] / i.cpu[6])) for i, j in pairs]
+            ratio = j_us / i_us if i_us > 0 else None
+            self.p("against i (a check on a rule of one token bucket), "
+                   "Redis CPU µs over all rounds:")
+            self.p("  i %.0f per check, j %.0f per check and release: "
+                   "%.2fx (goal at most 1.2x: %s;" %
+                   (i_us, j_us, ratio or 0,
+                    "met" if ratio is not None and ratio <= 1.2
+                    else "NOT met"))
+            self.p("  j / i by round: %s)" % " ".join(rounds))
+            checks = sum(j.checks for _, j in pairs)
+            releases = sum(j.releases for _, j in pairs)
+            evalsha = sum(j.evalsha for _, j in pairs)
+            self.p("  j's timed runs: %d checks given a lease, %d releases, "
+                   "%d EVALSHA:" % (checks, releases, evalsha))
+            if releases > 0:
+                self.p("  %.3f EVALSHA per release, counting one per check "
+                       "(up to one request per" %
+                       ((evalsha - checks) / releases))
+                self.p("  connection was still in flight when wrk "
+                       "stopped counting)")
+        for rec in exact:
+            n = int(num(rec.get("released")))
+            ev = int(num(rec.get("evalsha")))
+            other = int(num(rec.get("other")))
+            met = (n > 0 and ev == n and other == 0 and
+                   rec.get("leases") == rec.get("checks") and
+                   n == int(num(rec.get("checks"))))
+            self.p("EVALSHA per release, counted alone: %s checks, %s "
+                   "leases, %d released (200)," %
+                   (rec.get("checks"), rec.get("leases"), n))
+            self.p("  %d EVALSHA and %d other Redis commands: %s per "
+                   "release (goal exactly one: %s)" %
+                   (ev, other, "%.3f" % (ev / n) if n > 0 else "-",
+                    "met" if met else "NOT met"))
+            nc = int(num(rec.get("leases")))
+            if "check_usec" in rec and nc > 0 and n > 0:
+                self.p("  time in the script (Redis's usec per EVALSHA, one "
+                       "at a time): check %.1f µs, release %.1f µs" %
+                       (num(rec["check_usec"]) / nc,
+                        num(rec["release_usec"]) / n))
 
     def worker_rss(self):
         self.p("ratelimit-fcgi workers, VmRSS kB, around the last round's runs of c and d:")
