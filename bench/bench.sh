@@ -964,12 +964,19 @@ bench_target() {
 # EVALSHA per release, counted exactly: LE_N checks of /bench-lease,
 # one curl at a time, then, Redis's counts read before and after, the
 # releases of their leases alone; Redis's time in EVALSHA (commandstats
-# usec) during each of the two parts.  Bounded: 5 s per curl.
+# usec) during each of the two parts, and during LE_N token-bucket checks
+# sent the same way before them.  Bounded: 5 s per curl.
 LE_N=50
 lease_exact() {
     say "EVALSHA per release: $LE_N checks, then their $LE_N releases"
     BT_REDIS_PORT=$REDIS_PORT
     : >"$VAR/leases"
+    # The same number of token-bucket checks first, one at a time: the
+    # time in the script to set the others beside.
+    le_t0=$(redis_evalsha_usec)
+    curl_checks "$LE_N" "http://127.0.0.1:$PORT/v1/check" "$DEMO_KEY" \
+        /bench-tb exact 5 >"$VAR/tb.curl"
+    le_tb=$(curl -s -K "$VAR/tb.curl" 2>/dev/null | grep -c '^200$') || true
     le_u0=$(redis_evalsha_usec)
     le_i=0
     while [ "$le_i" -lt "$LE_N" ]; do
@@ -997,7 +1004,8 @@ lease_exact() {
     le_u2=$(redis_evalsha_usec)
     raw leaseexact "checks=$LE_N" "leases=$le_leases" "released=$le_ok" \
         "evalsha=$((le_e1 - le_e0))" "other=$((le_o1 - le_o0))" \
-        "check_usec=$((le_u1 - le_u0))" "release_usec=$((le_u2 - le_u1))"
+        "check_usec=$((le_u1 - le_u0))" "release_usec=$((le_u2 - le_u1))" \
+        "tb_checks=$le_tb" "tb_usec=$((le_u0 - le_t0))"
     if [ "$le_leases" -ne "$LE_N" ] || [ "$le_ok" -ne "$LE_N" ] ||
         [ $((le_e1 - le_e0)) -ne "$LE_N" ] || [ $((le_o1 - le_o0)) -ne 0 ]; then
         echo "bench: $le_leases leases of $LE_N checks, $le_ok released with $((le_e1 - le_e0)) EVALSHA and $((le_o1 - le_o0)) other Redis commands: not one EVALSHA per release" >&2

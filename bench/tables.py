@@ -30,7 +30,8 @@ and whether each rate was held.  The kinds:
   leaseexact the releases counted alone after the rounds: checks sent,
              leases they were given, releases answered 200, Redis's
              EVALSHA and other commands during the releases, and its
-             EVALSHA usec during the checks and during the releases
+             EVALSHA usec during the checks and during the releases, and
+             during as many token-bucket checks sent the same way before
 
 Usage:
   tables.py report RAW        prints the tables (what build/bench.txt holds)
@@ -451,9 +452,12 @@ class Report:
                     "met" if met else "NOT met"))
             nc = int(num(rec.get("leases")))
             if "check_usec" in rec and nc > 0 and n > 0:
+                tb = int(num(rec.get("tb_checks")))
                 self.p("  time in the script (Redis's usec per EVALSHA, one "
-                       "at a time): check %.1f µs, release %.1f µs" %
-                       (num(rec["check_usec"]) / nc,
+                       "at a time): token-bucket")
+                self.p("  check %s µs, lease check %.1f µs, release %.1f µs" %
+                       ("%.1f" % (num(rec.get("tb_usec")) / tb) if tb > 0
+                        else "-", num(rec["check_usec"]) / nc,
                         num(rec["release_usec"]) / n))
 
     def worker_rss(self):
