@@ -255,9 +255,24 @@ check "cold pool: 20,000 valid keys used for the first time, none told 401 ($cs)
     eq "$(json_field s401 "$cs")" 0
 # While one worker reads the active keys into the pool's filter (a second
 # or so on a loaded machine), keys it cannot vouch for yet past
-# key_lookup_rate are asked to come back (503); most are served at once.
-check "cold pool: at least 90 % of them answered 200 at once ($cs)" \
-    ge "$(json_field s200 "$cs")" 18000
+# key_lookup_rate are asked to come back (503 key_lookup_deferred).  How
+# many depends on how fast this machine reads 50,000 keys against how
+# fast the checks arrive (from none to 22 % in four runs of one day), so
+# what is asserted is when: every one in the first half of the run (it
+# takes several seconds; the filter about one), none later.
+late=$(awk -F '\t' '
+    NR == 1 || $1 < lo { lo = $1 }
+    NR == 1 || $1 > hi { hi = $1 }
+    { t[NR] = $1; s[NR] = $3 }
+    END {
+        n = 0
+        for (i = 1; i <= NR; i++)
+            if (s[i] != 200 && t[i] > (lo + hi) / 2)
+                n++
+        print n
+    }' "$D/cold.tsv")
+check "cold pool: answers other than 200 only in the run's first half, while the filter is read ($late later; $cs)" \
+    eq "$late" 0
 # When 99 % of the keys had been answered 200, counted from the start of
 # the pool (the time a front end restarted with it would see).
 t99=$(awk -F '\t' -v t0="$started" '$3 == 200 { print $1 + $2 - t0 }' \
