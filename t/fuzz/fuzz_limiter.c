@@ -7,8 +7,9 @@
  * so that wrong counts are tried too), then the reply, 8 bytes per
  * integer.  Promises checked: an accepted reply is the counter budget's
  * refusal (-1, now, a wait of at least 0: no limit decided, nothing
- * allowed) or has exactly the expected shape (2 + 5 per limit), allowed
- * is 0 or 1, a denial has a denying
+ * allowed) or has exactly the expected shape (2 + 5 per limit, and one
+ * more after them when the call carried a lease: the expired leases it
+ * dropped, at least 0), allowed is 0 or 1, a denial has a denying
  * limit, no count or wait is negative except the retry_after -1 of a cost
  * that can never pass; the primary limit is one of them, and a denying one
  * when the verdict is a denial.
@@ -47,7 +48,10 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         free(v);
         return 0;
     }
-    fuzz_assert(n == 2 + 5 * (size_t)nlimits);
+    if (n == 3 + 5 * (size_t)nlimits)
+        fuzz_assert(d.lease_dropped == v[n - 1] && d.lease_dropped >= 0);
+    else
+        fuzz_assert(n == 2 + 5 * (size_t)nlimits && d.lease_dropped == 0);
     fuzz_assert(d.nlimits == nlimits);
     fuzz_assert(d.allowed == 0 || d.allowed == 1);
     fuzz_assert(d.now_ms == v[1]);
