@@ -66,49 +66,33 @@ MASTER=$!
 PIDS="$PIDS $MASTER"
 check "the pool starts with $POOL workers" wait_workers "$MASTER" "$POOL"
 
-cp /etc/nginx/fastcgi_params "$D/fastcgi_params"
-user_line=
-if [ "$(id -u)" = 0 ]; then
-    user_line="user nobody $NOGROUP;"
-fi
 NGX_PID=
 
 # nginx_start K: nginx (2 workers) with an upstream that keeps K
 # connections per nginx worker; sets NGX_PID and waits (at most 10 s) for
 # /health/ready through it.
 nginx_start() {
-    cat >"$D/nginx.conf" <<EOF
-$user_line
-worker_processes 2;
-pid $D/nginx.pid;
-error_log $D/nginx-error.log;
-events { worker_connections 512; }
-http {
-    access_log off;
-    client_body_temp_path $D/tmp/body;
-    fastcgi_temp_path $D/tmp/fastcgi;
-    proxy_temp_path $D/tmp/proxy;
-    scgi_temp_path $D/tmp/scgi;
-    uwsgi_temp_path $D/tmp/uwsgi;
-    upstream ratelimit {
-        server unix:$SOCK;
-        keepalive $1;
-        keepalive_timeout 4s;
+    cat >"$D/keep-site.conf" <<EOF
+upstream ratelimit {
+    server unix:$SOCK;
+    keepalive $1;
+    keepalive_timeout 4s;
+}
+server {
+    listen 127.0.0.1:$P_NGX;
+    fastcgi_keep_conn on;
+    location = /v1/check {
+        include fastcgi_params;
+        fastcgi_pass ratelimit;
     }
-    server {
-        listen 127.0.0.1:$P_NGX;
-        fastcgi_keep_conn on;
-        location = /v1/check {
-            include fastcgi_params;
-            fastcgi_pass ratelimit;
-        }
-        location /health/ {
-            include fastcgi_params;
-            fastcgi_pass ratelimit;
-        }
+    location /health/ {
+        include fastcgi_params;
+        fastcgi_pass ratelimit;
     }
 }
 EOF
+    nginx_conf "$D/nginx.conf" user="nobody $NOGROUP" workers=2 \
+        connections=512 "$D/keep-site.conf"
     : >"$D/nginx-error.log"
     "$NGINX" -c "$D/nginx.conf" -e "$D/nginx-error.log" -g 'daemon off;' \
         >>"$D/nginx-start.log" 2>&1 &
