@@ -22,13 +22,15 @@ REDIS_CLIENT = redis_call redis_topology redis_node redis_tls
 SERVICE = main master worker api service views status $(REDIS_CLIENT) pg_store listen scoreboard observe lease_call lease_api
 CTL = ctl ctl_args ctl_db ctl_migrate ctl_tenant ctl_guard ctl_rule ctl_limit ctl_counter ctl_apply ctl_usage
 
-# The Redis script, in this order: the algorithms, the clock and the driver
-# (see lua/check.lua). $(BUILD)/check.lua, the script embedded, reads only
-# Redis TIME (lua/clock.lua); $(BUILD)/check_test.lua, which the Lua tests
-# and scripts/accuracy load, has lua/clock_test.lua in its place, which
-# also takes a time given as a last "__now_us=" argument.
-LUA = lua/token_bucket.lua lua/sliding_window.lua lua/gcra.lua lua/fixed_window.lua \
-	lua/concurrency.lua lua/budget.lua lua/clock.lua lua/lease.lua lua/check.lua
+# The Redis script, in this order: what the call needs (lua/need.lua), the
+# algorithms, the clock and the driver (see lua/check.lua).
+# $(BUILD)/check.lua, the script embedded, reads only Redis TIME
+# (lua/clock.lua); $(BUILD)/check_test.lua, which the Lua tests and
+# scripts/accuracy load, has lua/clock_test.lua in its place, which also
+# takes a time given as a last "__now_us=" argument.
+LUA = lua/need.lua lua/token_bucket.lua lua/sliding_window.lua lua/gcra.lua \
+	lua/fixed_window.lua lua/concurrency.lua lua/budget.lua lua/clock.lua \
+	lua/lease.lua lua/check.lua
 LUA_TEST = $(patsubst lua/clock.lua,lua/clock_test.lua,$(LUA))
 MIGRATIONS = $(sort $(wildcard schema/[0-9]*.sql))
 

@@ -28,35 +28,38 @@
 -- which is concatenated after it, calls it (see token_bucket.lua for why
 -- there are no tables but the one made for PFADD).
 
--- Decides whether the counters named in made (a list of the keys the call
--- would create, at least one) may be created, with names and made_key the
--- budget's two keys, budget and window the validated numbers. Admitted,
--- they are counted (PFADD, INCRBY; the first counters of a window give
--- both keys their TTL, until the window ends) and nil is returned.
--- Refused, when the tenant has already created budget distinct counters
--- this window, nothing is written and the time in milliseconds until the
--- window ends is returned: the remaining TTL of the made key, which ends
--- with the window that the clock of its first write saw (or, should the
--- key have no TTL, the time to the end of the window by this clock). The
--- count may end up a few over the budget: a call creating k counters is
--- admitted while fewer than budget were created.
-local function budget_admit(names, made_key, budget, window, made, now_us)
-    local k = #made
-    local window_us = window * 1e6
-    local until_end_ms = math.ceil((window_us - now_us % window_us) / 1000)
-    local created = tonumber(redis.call('GET', made_key)) or 0
-    if created + k > budget and
-            redis.call('PFCOUNT', names) >= budget then
-        local ttl_ms = redis.call('PTTL', made_key)
-        if ttl_ms > 0 then
-            return ttl_ms
+local budget_admit
+if need_budget then
+    -- Decides whether the counters named in made (a list of the keys the call
+    -- would create, at least one) may be created, with names and made_key the
+    -- budget's two keys, budget and window the validated numbers. Admitted,
+    -- they are counted (PFADD, INCRBY; the first counters of a window give
+    -- both keys their TTL, until the window ends) and nil is returned.
+    -- Refused, when the tenant has already created budget distinct counters
+    -- this window, nothing is written and the time in milliseconds until the
+    -- window ends is returned: the remaining TTL of the made key, which ends
+    -- with the window that the clock of its first write saw (or, should the
+    -- key have no TTL, the time to the end of the window by this clock). The
+    -- count may end up a few over the budget: a call creating k counters is
+    -- admitted while fewer than budget were created.
+    function budget_admit(names, made_key, budget, window, made, now_us)
+        local k = #made
+        local window_us = window * 1e6
+        local until_end_ms = math.ceil((window_us - now_us % window_us) / 1000)
+        local created = tonumber(redis.call('GET', made_key)) or 0
+        if created + k > budget and
+                redis.call('PFCOUNT', names) >= budget then
+            local ttl_ms = redis.call('PTTL', made_key)
+            if ttl_ms > 0 then
+                return ttl_ms
+            end
+            return until_end_ms
         end
-        return until_end_ms
+        redis.call('PFADD', names, unpack(made))
+        if redis.call('INCRBY', made_key, k) == k then
+            redis.call('PEXPIRE', names, until_end_ms)
+            redis.call('PEXPIRE', made_key, until_end_ms)
+        end
+        return nil
     end
-    redis.call('PFADD', names, unpack(made))
-    if redis.call('INCRBY', made_key, k) == k then
-        redis.call('PEXPIRE', names, until_end_ms)
-        redis.call('PEXPIRE', made_key, until_end_ms)
-    end
-    return nil
 end

@@ -1,12 +1,13 @@
 -- The rate-limit check: decides all limits of one rule in one call.
 --
--- This is the driver of the script made by concatenating token_bucket.lua,
--- sliding_window.lua, gcra.lua, fixed_window.lua, concurrency.lua,
--- budget.lua, clock.lua, lease.lua and this file (the Makefile's LUA; the
--- tests' script has clock_test.lua in place of clock.lua). A call whose
--- ARGV[2] is "r" or "e" is a lease's release or extension, which
--- lease.lua describes and runs; everything below is about checks. It validates the arguments, reads the clock once
--- (Redis TIME, through clock_now_us()), asks every limit whether it allows
+-- This is the driver of the script made by concatenating need.lua,
+-- token_bucket.lua, sliding_window.lua, gcra.lua, fixed_window.lua,
+-- concurrency.lua, budget.lua, clock.lua, lease.lua and this file (the
+-- Makefile's LUA; the tests' script has clock_test.lua in place of
+-- clock.lua). A call whose ARGV[2] is "r" or "e" is a lease's release or
+-- extension, which lease.lua describes and runs; everything below is
+-- about checks. It validates the arguments, reads the clock once (Redis
+-- TIME, through clock_now_us()), asks every limit whether it allows
 -- the cost, and only if every enforced limit does (and this is not a peek,
 -- and the tenant's counter budget lets it create the counters it would)
 -- charges the cost. A denial writes nothing at all; a peek never writes.

@@ -16,66 +16,69 @@
 -- concurrency_commit(), which check.lua calls as it does the other
 -- algorithms' (see token_bucket.lua for why there are no tables).
 
--- Decides one concurrency limit without writing anything. max is the
--- validated p1, ttl_ms the lease's time to live in milliseconds (p2, given
--- in microseconds, rounded up). Returns allowed, limit (max), remaining,
--- reset_ms, retry_ms and fresh as the other algorithms do, then what
--- concurrency_commit() takes after the key: the new lease's expiry, the
--- TTL of the key and whether expired members are there to drop.
---
--- remaining is the slots left once this one is taken (when allowed) or
--- the slots free now. reset_ms is the time until every lease held expires
--- (the one taken included). A denial's retry_ms is the time until the
--- earliest lease expires, but at most a second: a slot is freed by a
--- release far more often than by an expiry, and no clock foretells a
--- release.
-local function concurrency_evaluate(key, max, ttl_ms, now_us)
-    local now_ms = (now_us - now_us % 1000) / 1000
-    local total = redis.call('ZCARD', key)
-    local held, last_ms, first_ms = 0, now_ms, nil
-    if total > 0 then
-        held = redis.call('ZCOUNT', key, '(' .. now_ms, '+inf')
-        if held > 0 then
-            local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-            last_ms = last[2] + 0
-            local first = redis.call('ZRANGEBYSCORE', key, '(' .. now_ms,
-                '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-            first_ms = first[2] + 0
+local concurrency_evaluate, concurrency_commit
+if need_concurrency then
+    -- Decides one concurrency limit without writing anything. max is the
+    -- validated p1, ttl_ms the lease's time to live in milliseconds (p2, given
+    -- in microseconds, rounded up). Returns allowed, limit (max), remaining,
+    -- reset_ms, retry_ms and fresh as the other algorithms do, then what
+    -- concurrency_commit() takes after the key: the new lease's expiry, the
+    -- TTL of the key and whether expired members are there to drop.
+    --
+    -- remaining is the slots left once this one is taken (when allowed) or
+    -- the slots free now. reset_ms is the time until every lease held expires
+    -- (the one taken included). A denial's retry_ms is the time until the
+    -- earliest lease expires, but at most a second: a slot is freed by a
+    -- release far more often than by an expiry, and no clock foretells a
+    -- release.
+    function concurrency_evaluate(key, max, ttl_ms, now_us)
+        local now_ms = (now_us - now_us % 1000) / 1000
+        local total = redis.call('ZCARD', key)
+        local held, last_ms, first_ms = 0, now_ms, nil
+        if total > 0 then
+            held = redis.call('ZCOUNT', key, '(' .. now_ms, '+inf')
+            if held > 0 then
+                local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+                last_ms = last[2] + 0
+                local first = redis.call('ZRANGEBYSCORE', key, '(' .. now_ms,
+                    '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+                first_ms = first[2] + 0
+            end
         end
+        local allowed = held < max
+        local remaining, retry_ms = max - held, 0
+        local expiry_ms = now_ms + ttl_ms
+        if allowed then
+            remaining = remaining - 1
+            if last_ms < expiry_ms then
+                last_ms = expiry_ms
+            end
+        else
+            if not (remaining > 0) then
+                remaining = 0
+            end
+            retry_ms = first_ms - now_ms
+            if not (retry_ms < 1000) then
+                retry_ms = 1000
+            end
+            if not (retry_ms > 1) then
+                retry_ms = 1
+            end
+        end
+        local reset_ms = last_ms - now_ms
+        return allowed, max, remaining, reset_ms, retry_ms, total == 0,
+            expiry_ms, reset_ms + 1000, total > held
     end
-    local allowed = held < max
-    local remaining, retry_ms = max - held, 0
-    local expiry_ms = now_ms + ttl_ms
-    if allowed then
-        remaining = remaining - 1
-        if last_ms < expiry_ms then
-            last_ms = expiry_ms
-        end
-    else
-        if not (remaining > 0) then
-            remaining = 0
-        end
-        retry_ms = first_ms - now_ms
-        if not (retry_ms < 1000) then
-            retry_ms = 1000
-        end
-        if not (retry_ms > 1) then
-            retry_ms = 1
-        end
-    end
-    local reset_ms = last_ms - now_ms
-    return allowed, max, remaining, reset_ms, retry_ms, total == 0,
-        expiry_ms, reset_ms + 1000, total > held
-end
 
--- Takes the slot concurrency_evaluate() allowed, for lease id: drops the
--- expired members first (when it saw some), adds the lease with its
--- expiry and sets the key's TTL.
-local function concurrency_commit(key, id, expiry_ms, ttl_ms, stale, now_us)
-    if stale then
-        redis.call('ZREMRANGEBYSCORE', key, '-inf',
-            (now_us - now_us % 1000) / 1000)
+    -- Takes the slot concurrency_evaluate() allowed, for lease id: drops the
+    -- expired members first (when it saw some), adds the lease with its
+    -- expiry and sets the key's TTL.
+    function concurrency_commit(key, id, expiry_ms, ttl_ms, stale, now_us)
+        if stale then
+            redis.call('ZREMRANGEBYSCORE', key, '-inf',
+                (now_us - now_us % 1000) / 1000)
+        end
+        redis.call('ZADD', key, expiry_ms, id)
+        redis.call('PEXPIRE', key, ttl_ms)
     end
-    redis.call('ZADD', key, expiry_ms, id)
-    redis.call('PEXPIRE', key, ttl_ms)
 end

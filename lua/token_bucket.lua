@@ -7,135 +7,140 @@
 -- cost c passes when at least c tokens are available.
 --
 -- This file only defines the local functions token_bucket_evaluate() and
--- token_bucket_commit(). The build concatenates it with the other algorithms
--- and check.lua into one script; check.lua validates the arguments, calls
--- evaluate for every limit, then commit for every limit it charges. Redis
--- runs the whole script on every call, so everything defined at the top level
--- is made anew each time: the files define a few plain functions and no
--- tables, and return several values instead of building result tables.
+-- token_bucket_commit(), and only for a call that needs them (need.lua).
+-- The build concatenates it with the other algorithms and check.lua into
+-- one script; check.lua validates the arguments, calls evaluate for every
+-- limit, then commit for every limit it charges. Redis runs the whole
+-- script on every call, so everything defined at the top level is made
+-- anew each time: the files define a few plain functions, only those the
+-- call needs, and no tables, and return several values instead of
+-- building result tables.
 
--- Decides one limit without writing anything. capacity and rate are the
--- validated p1 and p2. Returns allowed (boolean), limit, remaining, reset_ms
--- and retry_ms (integers, as described in check.lua), fresh (true when no
--- bucket is stored: a charge creates the key), then what
--- token_bucket_commit() takes after the key: left, the exact tokens to store,
--- ttl_ms, and at_us, the time to store with them.
---
--- A clock that goes back (failover to a node whose clock is behind) finds
--- a "ts" ahead of now. The bucket then refills nothing until the clock
--- reaches ts, and a charge keeps ts rather than store the earlier now:
--- otherwise the next call on the clock ahead would refill the time between
--- the two clocks once more, and a clock flapping between them would refill
--- it on every flap. So the stored time never moves backwards, and the wait
--- until ts counts in reset_ms, retry_ms and the TTL. A ts further ahead
--- than the time an empty bucket takes to fill (capacity / rate) is
--- forgotten, keeping its tokens, as the script did before: the clock went
--- back by more than that, or wrote ts while it was that far ahead (a node
--- a year ahead put right), and a bucket that refills nothing for longer
--- than a full refill would deny a client below its rate. A charge made on
--- a clock ahead thus withholds at most one full refill. All of this is
--- only on the path where the clock did not move forward.
---
--- Token counts are floats: 1e-9 absorbs their rounding error when comparing,
--- and durations in milliseconds are rounded up ignoring float noise of up to
--- a nanosecond (the 1e-6 below), so that exactly 50 ms does not become 51.
--- Bounds are applied with comparisons rather than math.max and math.min,
--- which cost a function call each; "if not (x > 0) then x = 0" is exactly
--- math.max(0, x), also for NaN and -0, and the other files write them the
--- same way.
-local function token_bucket_evaluate(key, capacity, rate, cost, now_us)
-    local stored = redis.call('HMGET', key, 'tokens', 'ts')
-    local tokens = tonumber(stored[1])
-    local ts = tonumber(stored[2])
-    local at_us, ahead_ms = now_us, 0
-    local fresh = stored[1] == false and stored[2] == false
-    if tokens == nil or ts == nil then
-        tokens = capacity
-    else
-        -- A clock that went backwards (failover) refills nothing, and
-        -- ts is kept if it is at most a full refill ahead (see above; a
-        -- NaN ts is not). A ts written by hand as a fraction, or at 2^53
-        -- or more, is kept as the whole number at or after it, formatted
-        -- here as token_bucket_commit() explains. An unreadable count of
-        -- tokens (NaN, minus infinity) counts as none; a negative one is a debt
-        -- (a lease settled above what it reserved: lease.lua), which the
-        -- refill pays back before anything passes.
-        local elapsed_us = now_us - ts
-        if not (elapsed_us > 0) then
-            if -elapsed_us <= capacity * 1e6 / rate then
-                at_us = ts
-                ahead_ms = -elapsed_us / 1000
-                if not (ts % 1 == 0 and ts < 2 ^ 53) then
-                    at_us = string.format('%.0f', math.ceil(ts))
+local token_bucket_evaluate, token_bucket_commit
+if need_token_bucket then
+    -- Decides one limit without writing anything. capacity and rate are the
+    -- validated p1 and p2. Returns allowed (boolean), limit, remaining,
+    -- reset_ms and retry_ms (integers, as described in check.lua), fresh (true
+    -- when no bucket is stored: a charge creates the key), then what
+    -- token_bucket_commit() takes after the key: left, the exact tokens to
+    -- store, ttl_ms, and at_us, the time to store with them.
+    --
+    -- A clock that goes back (failover to a node whose clock is behind) finds
+    -- a "ts" ahead of now. The bucket then refills nothing until the clock
+    -- reaches ts, and a charge keeps ts rather than store the earlier now:
+    -- otherwise the next call on the clock ahead would refill the time between
+    -- the two clocks once more, and a clock flapping between them would refill
+    -- it on every flap. So the stored time never moves backwards, and the wait
+    -- until ts counts in reset_ms, retry_ms and the TTL. A ts further ahead
+    -- than the time an empty bucket takes to fill (capacity / rate) is
+    -- forgotten, keeping its tokens, as the script did before: the clock went
+    -- back by more than that, or wrote ts while it was that far ahead (a node
+    -- a year ahead put right), and a bucket that refills nothing for longer
+    -- than a full refill would deny a client below its rate. A charge made on
+    -- a clock ahead thus withholds at most one full refill. All of this is
+    -- only on the path where the clock did not move forward.
+    --
+    -- Token counts are floats: 1e-9 absorbs their rounding error when
+    -- comparing, and durations in milliseconds are rounded up ignoring float
+    -- noise of up to a nanosecond (the 1e-6 below), so that exactly 50 ms does
+    -- not become 51. Bounds are applied with comparisons rather than math.max
+    -- and math.min, which cost a function call each; "if not (x > 0) then x =
+    -- 0" is exactly math.max(0, x), also for NaN and -0, and the other files
+    -- write them the same way.
+    function token_bucket_evaluate(key, capacity, rate, cost, now_us)
+        local stored = redis.call('HMGET', key, 'tokens', 'ts')
+        local tokens = tonumber(stored[1])
+        local ts = tonumber(stored[2])
+        local at_us, ahead_ms = now_us, 0
+        local fresh = stored[1] == false and stored[2] == false
+        if tokens == nil or ts == nil then
+            tokens = capacity
+        else
+            -- A clock that went backwards (failover) refills nothing, and ts
+            -- is kept if it is at most a full refill ahead (see above; a NaN
+            -- ts is not). A ts written by hand as a fraction, or at 2^53 or
+            -- more, is kept as the whole number at or after it, formatted here
+            -- as token_bucket_commit() explains. An unreadable count of tokens
+            -- (NaN, minus infinity) counts as none; a negative one is a debt
+            -- (a lease settled above what it reserved: lease.lua), which the
+            -- refill pays back before anything passes.
+            local elapsed_us = now_us - ts
+            if not (elapsed_us > 0) then
+                if -elapsed_us <= capacity * 1e6 / rate then
+                    at_us = ts
+                    ahead_ms = -elapsed_us / 1000
+                    if not (ts % 1 == 0 and ts < 2 ^ 53) then
+                        at_us = string.format('%.0f', math.ceil(ts))
+                    end
+                end
+                elapsed_us = 0
+            end
+            if not (tokens > -1e15) then
+                tokens = 0
+            end
+            tokens = tokens + elapsed_us * rate / 1e6
+            if not (tokens < capacity) then
+                tokens = capacity
+            end
+        end
+
+        local allowed, left, retry_ms
+        if tokens + 1e-9 >= cost then
+            allowed = true
+            left = tokens - cost
+            if not (left > 0) then
+                left = 0
+            end
+            retry_ms = 0
+        else
+            allowed = false
+            left = tokens
+            if cost > capacity then
+                retry_ms = -1
+            else
+                retry_ms = math.ceil((cost - tokens) * 1000 / rate + ahead_ms -
+                    1e-6)
+                if not (retry_ms > 1) then
+                    retry_ms = 1
                 end
             end
-            elapsed_us = 0
         end
-        if not (tokens > -1e15) then
-            tokens = 0
+        local reset_ms = math.ceil((capacity - left) * 1000 / rate + ahead_ms -
+            1e-6)
+        if reset_ms < 0 then
+            reset_ms = 0
         end
-        tokens = tokens + elapsed_us * rate / 1e6
-        if not (tokens < capacity) then
-            tokens = capacity
+        -- The key expires a second after the bucket is full again (reset_ms,
+        -- which counts the wait until a ts ahead), when it is the same as a
+        -- new one: a bucket charged once is kept for the refill of that cost,
+        -- not for that of a whole bucket. The TTL is capped (at about 30000
+        -- years) so that absurd parameters cannot make PEXPIRE fail after
+        -- another limit has already been written.
+        local ttl_ms = reset_ms + 1000
+        if 1e15 < ttl_ms then
+            ttl_ms = 1e15
         end
+        local remaining = math.floor(left + 1e-9)
+        if not (remaining > 0) then
+            remaining = 0
+        end
+        return allowed, capacity, remaining, reset_ms, retry_ms,
+            fresh, left, ttl_ms, at_us
     end
 
-    local allowed, left, retry_ms
-    if tokens + 1e-9 >= cost then
-        allowed = true
-        left = tokens - cost
-        if not (left > 0) then
-            left = 0
-        end
-        retry_ms = 0
-    else
-        allowed = false
-        left = tokens
-        if cost > capacity then
-            retry_ms = -1
-        else
-            retry_ms = math.ceil((cost - tokens) * 1000 / rate + ahead_ms -
-                1e-6)
-            if not (retry_ms > 1) then
-                retry_ms = 1
-            end
-        end
+    -- Charges the cost decided by token_bucket_evaluate(), storing left tokens
+    -- at at_us: now, or the stored time if that is ahead of now.
+    --
+    -- Whole numbers are stored as string.format('%.0f') writes them. A whole
+    -- number from 0 up to 2^53 passed to redis.call() as a number becomes the
+    -- same digits on every Redis version, and more cheaply, so the algorithms
+    -- pass such numbers as they are: ttl_ms always is, and at_us is or is
+    -- already formatted (token_bucket_evaluate() does that). The float
+    -- left is formatted here, so that it is stored the same on every Redis
+    -- version (newer ones would write a fraction in a shorter form).
+    function token_bucket_commit(key, left, ttl_ms, at_us)
+        redis.call('HSET', key,
+            'tokens', string.format('%.17g', left), 'ts', at_us)
+        redis.call('PEXPIRE', key, ttl_ms)
     end
-    local reset_ms = math.ceil((capacity - left) * 1000 / rate + ahead_ms -
-        1e-6)
-    if reset_ms < 0 then
-        reset_ms = 0
-    end
-    -- The key expires a second after the bucket is full again (reset_ms,
-    -- which counts the wait until a ts ahead), when it is the same as a
-    -- new one: a bucket charged once is kept for the refill of that cost,
-    -- not for that of a whole bucket. The TTL is capped (at about 30000
-    -- years) so that absurd parameters cannot make PEXPIRE fail after
-    -- another limit has already been written.
-    local ttl_ms = reset_ms + 1000
-    if 1e15 < ttl_ms then
-        ttl_ms = 1e15
-    end
-    local remaining = math.floor(left + 1e-9)
-    if not (remaining > 0) then
-        remaining = 0
-    end
-    return allowed, capacity, remaining, reset_ms, retry_ms,
-        fresh, left, ttl_ms, at_us
-end
-
--- Charges the cost decided by token_bucket_evaluate(), storing left tokens
--- at at_us: now, or the stored time if that is ahead of now.
---
--- Whole numbers are stored as string.format('%.0f') writes them. A whole
--- number from 0 up to 2^53 passed to redis.call() as a number becomes the
--- same digits on every Redis version, and more cheaply, so the algorithms
--- pass such numbers as they are: ttl_ms always is, and at_us is or is
--- already formatted (token_bucket_evaluate() does that). The float
--- left is formatted here, so that it is stored the same on every Redis
--- version (newer ones would write a fraction in a shorter form).
-local function token_bucket_commit(key, left, ttl_ms, at_us)
-    redis.call('HSET', key,
-        'tokens', string.format('%.17g', left), 'ts', at_us)
-    redis.call('PEXPIRE', key, ttl_ms)
 end
