@@ -11,7 +11,9 @@
  * (redis.h).
  * A concurrency limit's counter is a set of leases (lua/concurrency.lua):
  * show lists the live ones with their age (since taken or last extended)
- * and the time until they expire.
+ * and the time until they expire.  A token bucket's is a string of two
+ * packed doubles (lua/token_bucket.lua), shown as its two numbers; the
+ * other algorithms keep hashes, shown field by field.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -182,6 +184,57 @@ ctl_counter_json_value(const char *v)
     return json_object_new_string(v);
 }
 
+/* A double stored big-endian at p (struct.pack('>d') in Lua). */
+static double
+ctl_counter_double(const unsigned char *p)
+{
+    unsigned long long u = 0;
+    double d;
+    int k;
+
+    for (k = 0; k < 8; k++)
+        u = u << 8 | p[k];
+    memcpy(&d, &u, sizeof(d));
+    return d;
+}
+
+/*
+ * The state of a token bucket stored as a string at key (lua/token_bucket.lua:
+ * 16 bytes, tokens and ts as big-endian doubles) into text (state[len]) and
+ * st.  Returns 1 when key holds a string, 0 when it holds something else
+ * or nothing (the caller reads it as a hash), -1 after printing why.
+ */
+static int
+ctl_counter_bucket(struct redis_store *rs, const char *key, char *state,
+    size_t len, struct json_object *st)
+{
+    redisReply *r;
+    double tokens, ts;
+
+    if ((r = ctl_counter_ask(rs, key, "TYPE")) == NULL)
+        return -1;
+    if (r->type != REDIS_REPLY_STATUS || strcmp(r->str, "string") != 0) {
+        freeReplyObject(r);
+        return 0;
+    }
+    freeReplyObject(r);
+    if ((r = ctl_counter_ask(rs, key, "GET")) == NULL)
+        return -1;
+    if (r->type != REDIS_REPLY_STRING || r->len != 16) {
+        snprintf(state, len, "(unreadable: %zu bytes)",
+            r->type == REDIS_REPLY_STRING ? r->len : (size_t)0);
+        freeReplyObject(r);
+        return 1;
+    }
+    tokens = ctl_counter_double((const unsigned char *)r->str);
+    ts = ctl_counter_double((const unsigned char *)r->str + 8);
+    freeReplyObject(r);
+    snprintf(state, len, "tokens=%.17g ts=%.0f", tokens, ts);
+    json_object_object_add(st, "tokens", json_object_new_double(tokens));
+    json_object_object_add(st, "ts", json_object_new_int64((long long)ts));
+    return 1;
+}
+
 /* The most leases counter show lists one by one. */
 #define CTL_COUNTER_LEASES 20
 
@@ -293,7 +346,7 @@ ctl_counter_show(struct ctl *ctl, const struct ctl_command *cmd,
     redisReply *r, *t;
     char state[2048], tenant_id[RL_UUID_LEN + 1];
     size_t used, j;
-    int i, n, rc, fail = 0;
+    int i, n, rc, bucket, fail = 0;
 
     if ((rc = ctl_counter_find(ctl, cmd, a, &cs, &n)) != 0)
         return rc;
@@ -323,6 +376,19 @@ ctl_counter_show(struct ctl *ctl, const struct ctl_command *cmd,
             r = NULL;
             goto print;
         }
+        st = json_object_new_object();
+        if ((bucket = ctl_counter_bucket(&rs, cs[i].key, state,
+            sizeof(state), st)) != 0) {
+            if (bucket == -1 ||
+                (t = ctl_counter_ask(&rs, cs[i].key, "PTTL")) == NULL) {
+                json_object_put(st);
+                fail = 1;
+                break;
+            }
+            r = NULL;
+            goto print;
+        }
+        json_object_put(st);
         if ((r = ctl_counter_ask(&rs, cs[i].key, "HGETALL")) == NULL ||
             (t = ctl_counter_ask(&rs, cs[i].key, "PTTL")) == NULL) {
             if (r != NULL)

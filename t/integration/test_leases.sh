@@ -215,7 +215,7 @@ check "settle 1,500: 500 more charged" eq "$(json_field settled)" 500
 tb_key=$(cc_key /tokens b1)
 # (-500 and what refilled, 10 a second, since the budget was drained.)
 check "the budget is at about -500" \
-    matches "$(rcli HGET "$tb_key" tokens)" '^-(4[0-9][0-9]|500)(\.[0-9]*)?$'
+    matches "$(tb_tokens "$tb_key")" '^-(4[0-9][0-9]|500)(\.[0-9]*)?$'
 check_req "$K1" '{"route":"/tokens","subject":"b1"}'
 check "the next check waits for the refill: 429" eq "$STATUS" 429
 check "for about 50 s" ge "$(json_field retry_after_ms)" 45000

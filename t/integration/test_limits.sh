@@ -256,6 +256,20 @@ for algo in token_bucket sliding_window gcra fixed_window; do
         echo "    statuses: $(sort "$T_TMP/statuses" | uniq -c | tr '\n' ' ')"
     fi
 done
+# counter show reads a token bucket's state, a string of two packed
+# doubles (lua/token_bucket.lua), as its two numbers.
+subj=$(uniq_name s)
+seq_checks 3 "$key" "$(check_body /exact/token_bucket "$subj")"
+ctl counter show "$tenant" /exact/token_bucket --subject "$subj" \
+    >"$T_TMP/tb.out"
+check "counter show: a bucket of 100 charged 3 holds 97 tokens ($(tail -n 1 "$T_TMP/tb.out"))" \
+    matches "$(tail -n 1 "$T_TMP/tb.out")" \
+    ' token_bucket +[a-z]+ +[0-9]+ +tokens=97(\.[0-9]+)? ts=1[0-9]{15}$'
+ctl counter show "$tenant" /exact/token_bucket --subject "$subj" --json \
+    >"$T_TMP/tb.json"
+check "counter show --json: the bucket's tokens and ts are numbers" \
+    eq "$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["counters"][0]["state"]; print(97 <= s["tokens"] < 97.01, type(s["ts"]).__name__, len(str(s["ts"])))' "$T_TMP/tb.json")" \
+    "True int 16"
 
 # ---------------------------------------------------------------- scope
 
