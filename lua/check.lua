@@ -51,7 +51,8 @@
 -- to every shadow limit that allows it on its own; a shadow limit that
 -- would deny is not charged.
 --
--- The reply is a flat array of integers:
+-- The reply is a string of whole numbers, each a big-endian IEEE double
+-- (struct.pack('>d'), 8 bytes, exact for every value here):
 --   allowed (1 if every enforced limit allows), now_ms (Redis time), then
 --   for each limit: allowed_i, limit_i, remaining_i, reset_ms_i,
 --   retry_after_ms_i.
@@ -69,8 +70,8 @@
 -- pass if it denies, and -1 if the cost can never pass. Every key written
 -- gets a TTL, no longer than its state matters. Bad arguments give an error
 -- reply beginning "ERR ratelimit: ". A call the counter budget refuses gets
--- the reply of three integers -1, now_ms, retry_after_ms instead (see
--- below). A call with a lease has one more integer at the end of its
+-- the reply of three numbers -1, now_ms, retry_after_ms instead (see
+-- below). A call with a lease has one more number at the end of its
 -- reply: the number of the tenant's leases that expired unreleased, which
 -- it dropped from the tenant's set of leases (lease.lua; 0 on a denial).
 --
@@ -112,12 +113,15 @@
 -- another id or nothing (the first call never ran, or was a denial) is
 -- decided as a "0" would be. Only a "2" looks. A denial and a peek charge
 -- nothing and store nothing, so that sending them again decides afresh.
--- The slot holds the id, a space, then the reply's 2 + 5 * n numbers as
--- big-endian IEEE doubles (struct.pack), which hold them exactly; Redis
--- truncates them toward zero when it sends them, as it does the reply's.
--- (Packing costs the call a third of what string.format costs.) One key
+-- The slot holds the id, a space, then the reply as it was sent. One key
 -- per caller, overwritten by each call that charges, costs Redis neither
 -- a new key nor an expiry per check.
+--
+-- Why the reply is packed: Redis turns a table the script returns into
+-- its reply element by element, which cost a one-limit check more than
+-- a GET does; a string is sent as it is, and it is also what the reply
+-- slot stores, packed once. (struct.pack costs a third of what
+-- string.format costs.) limiter_decode() (src/limiter.c) reads it.
 --
 -- The arguments are exactly these 3 + 5 * n, three more with the budget,
 -- two more with a lease and one more with the reply slot. (The tests' script also takes one
@@ -330,11 +334,7 @@ if resent then
     local stored = redis.call('GET', once)
     if stored and #stored == #rid + 1 + 8 * width and
             stored:sub(1, #rid + 1) == rid .. ' ' then
-        local replay = { struct.unpack('>' .. string.rep('d', width),
-            stored, #rid + 2) }
-        -- (struct.unpack returns the position after the data last.)
-        replay[width + 1] = nil
-        return replay
+        return stored:sub(#rid + 2)
     end
 end
 
@@ -473,13 +473,14 @@ if made ~= nil and reply[1] == 1 and pending ~= nil then
     local wait_ms = budget_admit(budget_names, budget_made, budget + 0,
         window + 0, made, now_us)
     if wait_ms ~= nil then
-        return { -1, reply[2], wait_ms }
+        return struct.pack('>ddd', -1, reply[2], wait_ms)
     end
 end
 
 -- With a lease, the reply ends with the tenant's expired leases dropped.
-local dropped = 0
+local dropped, charged_call = 0, false
 if reply[1] == 1 and pending ~= nil then
+    charged_call = true
     -- Every enforced limit allows here, so this charges all of them and
     -- the shadow limits that allow. A lease's record lists the sets it
     -- took a slot on and the other limits it charged.
@@ -524,16 +525,15 @@ if reply[1] == 1 and pending ~= nil then
     if leased then
         dropped = lease_record(lease_key, lease_id, now_us, lease_ttl_ms,
             cost, slots, charged)
-        reply[width] = dropped
-    end
-    if once ~= nil then
-        -- One limit, the usual case, has its format written out.
-        redis.call('SET', once, rid .. ' ' .. struct.pack(width == 7 and
-            '>ddddddd' or '>' .. string.rep('d', width),
-            unpack(reply, 1, width)), 'PX', REPLAY_TTL_MS)
     end
 end
 if leased then
     reply[width] = dropped
 end
-return reply
+-- One limit, the usual case, has its format written out.
+local packed = struct.pack(width == 7 and '>ddddddd' or
+    '>' .. string.rep('d', width), unpack(reply, 1, width))
+if charged_call and once ~= nil then
+    redis.call('SET', once, rid .. ' ' .. packed, 'PX', REPLAY_TTL_MS)
+end
+return packed

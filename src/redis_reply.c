@@ -92,19 +92,35 @@ redis_reply_reason(enum redis_reply_kind kind)
     }
 }
 
+/*
+ * The check script answers a string of whole numbers, each a big-endian
+ * IEEE double of 8 bytes (struct.pack('>d'): see "Why the reply is packed"
+ * in lua/check.lua).  Each is read as Redis itself would turn a number into
+ * an integer, truncated toward zero; one that is not finite or not within
+ * 2^53 of zero (no value of the script is) makes the reply unreadable.
+ */
 int
 redis_reply_decision(const redisReply *r, int nlimits, struct rl_decision *d)
 {
     long long v[LIMITER_REPLY_MAX];
-    size_t i;
+    const unsigned char *p;
+    unsigned long long u;
+    double x;
+    size_t i, n;
+    int k;
 
-    if (r == NULL || r->type != REDIS_REPLY_ARRAY ||
-        r->elements > LIMITER_REPLY_MAX)
+    if (r == NULL || r->type != REDIS_REPLY_STRING || r->len % 8 != 0 ||
+        r->len / 8 > LIMITER_REPLY_MAX)
         return -1;
-    for (i = 0; i < r->elements; i++) {
-        if (r->element[i]->type != REDIS_REPLY_INTEGER)
+    n = r->len / 8;
+    for (i = 0; i < n; i++) {
+        p = (const unsigned char *)r->str + 8 * i;
+        for (u = 0, k = 0; k < 8; k++)
+            u = u << 8 | p[k];
+        memcpy(&x, &u, sizeof(x));
+        if (!(x > -9007199254740992.0 && x < 9007199254740992.0))
             return -1;
-        v[i] = r->element[i]->integer;
+        v[i] = (long long)x;
     }
-    return limiter_decode(v, r->elements, nlimits, d);
+    return limiter_decode(v, n, nlimits, d);
 }

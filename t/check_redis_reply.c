@@ -147,36 +147,46 @@ START_TEST(test_reasons)
 }
 END_TEST
 
-/* An array reply of n integers v made in r (room for 48). */
+/* A big-endian IEEE double x at p, as struct.pack('>d') writes it. */
 static void
-int_array(redisReply *r, redisReply *cells, redisReply **ptrs,
-    const long long *v, size_t n)
+put_double(unsigned char *p, double x)
+{
+    unsigned long long u;
+    int k;
+
+    memcpy(&u, &x, sizeof(u));
+    for (k = 7; k >= 0; k--, u >>= 8)
+        p[k] = (unsigned char)(u & 0xff);
+}
+
+/* The script's reply of the n numbers v made in r, packed into buf (room
+ * for 48). */
+static void
+packed(redisReply *r, unsigned char *buf, const double *v, size_t n)
 {
     size_t i;
 
     memset(r, 0, sizeof(*r));
-    r->type = REDIS_REPLY_ARRAY;
-    r->elements = n;
-    r->element = ptrs;
-    for (i = 0; i < n; i++) {
-        memset(&cells[i], 0, sizeof(cells[i]));
-        cells[i].type = REDIS_REPLY_INTEGER;
-        cells[i].integer = v[i];
-        ptrs[i] = &cells[i];
-    }
+    r->type = REDIS_REPLY_STRING;
+    r->len = 8 * n;
+    r->str = (char *)buf;
+    for (i = 0; i < n; i++)
+        put_double(buf + 8 * i, v[i]);
 }
 
 START_TEST(test_decision)
 {
-    static const long long one[7] = { 1, 1733000000123LL, 1, 10, 9, 1000, 0 };
-    static const long long denied[12] = { 0, 5, 1, 10, 9, 100, 0,
+    static const double one[7] = { 1, 1733000000123.0, 1, 10, 9, 1000, 0 };
+    static const double denied[12] = { 0, 5, 1, 10, 9, 100, 0,
         0, 3, 0, 2000, 1500 };
-    static const long long budget[3] = { -1, 5, 600000 };
-    static const long long many[48] = { 0 };
-    redisReply r, cells[48], *ptrs[48], e;
+    static const double budget[3] = { -1, 5, 600000 };
+    static const double many[48] = { 0 };
+    double odd[7];
+    unsigned char buf[8 * 48];
+    redisReply r, e;
     struct rl_decision d;
 
-    int_array(&r, cells, ptrs, one, 7);
+    packed(&r, buf, one, 7);
     ck_assert_int_eq(redis_reply_decision(&r, 1, &d), 0);
     ck_assert_int_eq(d.allowed, 1);
     ck_assert_int_eq(d.now_ms, 1733000000123LL);
@@ -186,24 +196,46 @@ START_TEST(test_decision)
     ck_assert_int_eq(d.st[0].reset_ms, 1000);
     /* the same reply is no answer for two limits */
     ck_assert_int_eq(redis_reply_decision(&r, 2, &d), -1);
-    int_array(&r, cells, ptrs, denied, 12);
+    packed(&r, buf, denied, 12);
     ck_assert_int_eq(redis_reply_decision(&r, 2, &d), 0);
     ck_assert_int_eq(d.allowed, 0);
     ck_assert_int_eq(d.st[1].allowed, 0);
     ck_assert_int_eq(d.st[1].retry_after_ms, 1500);
-    int_array(&r, cells, ptrs, budget, 3);
+    packed(&r, buf, budget, 3);
     ck_assert_int_eq(redis_reply_decision(&r, 1, &d), 0);
     ck_assert_int_eq(d.over_budget, 1);
     ck_assert_int_eq(d.budget_retry_ms, 600000);
-    /* one element that is not an integer */
-    int_array(&r, cells, ptrs, one, 7);
-    cells[6].type = REDIS_REPLY_STRING;
-    cells[6].str = (char *)"0";
+    /* a fraction is truncated toward zero, as Redis turns numbers into
+     * integers */
+    memcpy(odd, one, sizeof(odd));
+    odd[4] = 8.999;
+    odd[5] = 1000.5;
+    packed(&r, buf, odd, 7);
+    ck_assert_int_eq(redis_reply_decision(&r, 1, &d), 0);
+    ck_assert_int_eq(d.st[0].remaining, 8);
+    ck_assert_int_eq(d.st[0].reset_ms, 1000);
+    /* not finite, or beyond 2^53: unreadable */
+    odd[5] = 1.0 / 0.0;
+    packed(&r, buf, odd, 7);
     ck_assert_int_eq(redis_reply_decision(&r, 1, &d), -1);
-    /* more elements than any check has */
-    int_array(&r, cells, ptrs, many, LIMITER_REPLY_MAX + 1);
+    odd[5] = 0.0 / 0.0;
+    packed(&r, buf, odd, 7);
+    ck_assert_int_eq(redis_reply_decision(&r, 1, &d), -1);
+    odd[5] = 9007199254740992.0;
+    packed(&r, buf, odd, 7);
+    ck_assert_int_eq(redis_reply_decision(&r, 1, &d), -1);
+    /* a length that is not whole doubles */
+    packed(&r, buf, one, 7);
+    r.len = 55;
+    ck_assert_int_eq(redis_reply_decision(&r, 1, &d), -1);
+    /* more numbers than any check has */
+    packed(&r, buf, many, LIMITER_REPLY_MAX + 1);
     ck_assert_int_eq(redis_reply_decision(&r, RL_MAX_LIMITS, &d), -1);
-    /* an error, nil, nothing */
+    /* an array of integers (what the script answered before), an error,
+     * nil, nothing */
+    memset(&e, 0, sizeof(e));
+    e.type = REDIS_REPLY_ARRAY;
+    ck_assert_int_eq(redis_reply_decision(&e, 1, &d), -1);
     e = error_reply("ERR ratelimit: cost must be an integer >= 1");
     ck_assert_int_eq(redis_reply_decision(&e, 1, &d), -1);
     memset(&e, 0, sizeof(e));

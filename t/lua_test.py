@@ -81,6 +81,7 @@ class Reply:
 
     @classmethod
     def parse(cls, raw):
+        raw = unpacked(raw)
         if isinstance(raw, resp.ReplyError):
             raise Failed("error reply '%s'" % raw)
         if not isinstance(raw, list) or len(raw) < 2 or \
@@ -110,6 +111,15 @@ class Reply:
     def __len__(self):
         """The number of integers in the reply."""
         return 2 + 5 * len(self.limits)
+
+
+def unpacked(raw):
+    """A reply of the check script, a string of big-endian doubles (see
+    lua/check.lua), as the list of integers they hold, truncated toward
+    zero as the service reads them; any other reply as it is."""
+    if isinstance(raw, bytes) and len(raw) % 8 == 0:
+        return [int(v) for v in struct.unpack(">%dd" % (len(raw) // 8), raw)]
+    return raw
 
 
 def lim(*, allowed, limit, remaining, reset_ms, retry_after_ms):
@@ -1175,7 +1185,7 @@ def budget_keys(tenant):
 
 def budget_call(tenant, keys, limits, budget, mask, cost=1, peek=0, now=N,
                 rid=None, slot_key=None, window=3600):
-    """One call with the tenant's budget; the raw reply (a list)."""
+    """One call with the tenant's budget; the reply as a list (unpacked)."""
     all_keys = list(keys) + budget_keys(tenant)
     if slot_key is not None:
         all_keys.append(slot_key)
@@ -1186,7 +1196,7 @@ def budget_call(tenant, keys, limits, budget, mask, cost=1, peek=0, now=N,
     if rid is not None:
         argv.append(rid)
     argv.append("__now_us=%d" % now)
-    raw = redis.pipeline([evalsha(all_keys, argv)])[0]
+    raw = unpacked(redis.pipeline([evalsha(all_keys, argv)])[0])
     if isinstance(raw, resp.ReplyError):
         raise Failed("error reply '%s'" % raw)
     return raw
@@ -1400,7 +1410,7 @@ def lease_check(keys, limits, lease, ttl_ms, cost=1, now=None, mode=3,
         argv.append(rid)
     if now is not None:
         argv.append("__now_us=%d" % now)
-    raw = redis.pipeline([evalsha(allkeys, argv)])[0]
+    raw = unpacked(redis.pipeline([evalsha(allkeys, argv)])[0])
     if not isinstance(raw, list) or len(raw) < 3 or (len(raw) - 3) % 5:
         raise Failed("not a reply of a call with a lease: %r" % (raw,))
     return Reply.parse(raw[:-1]), raw[-1]
