@@ -1173,7 +1173,8 @@ struct rl_decision {
  * more for a call with a lease. */
 #define LIMITER_REPLY_MAX (3 + 5 * RL_MAX_LIMITS)
 
-/* Decodes the script's flat integer reply: a decision, or the counter
+/* Decodes the script's numbers (redis_reply_decision() unpacks them from
+ * the reply's doubles into v[n]): a decision, or the counter
  * budget's refusal (-1, now_ms, retry_after_ms; d->over_budget set).  A
  * decision of a call with a lease has one number more, last, the expired
  * leases dropped (d->lease_dropped).  Returns 0, or -1 when it has
