@@ -30,19 +30,21 @@ if need_concurrency then
     -- (the one taken included). A denial's retry_ms is the time until the
     -- earliest lease expires, but at most a second: a slot is freed by a
     -- release far more often than by an expiry, and no clock foretells a
-    -- release.
+    -- release. (That earliest lease is read only for a denial. Numbers
+    -- known in advance are passed to redis.call() as strings: Redis prints
+    -- a number it is given with snprintf, which costs as much as a small
+    -- command; now is printed once, as a whole number.)
     function concurrency_evaluate(key, max, ttl_ms, now_us)
         local now_ms = (now_us - now_us % 1000) / 1000
         local total = redis.call('ZCARD', key)
-        local held, last_ms, first_ms = 0, now_ms, nil
+        local held, last_ms, after_now = 0, now_ms, nil
         if total > 0 then
-            held = redis.call('ZCOUNT', key, '(' .. now_ms, '+inf')
+            after_now = string.format('(%d', now_ms)
+            held = redis.call('ZCOUNT', key, after_now, '+inf')
             if held > 0 then
-                local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+                local last = redis.call('ZRANGE', key, '-1', '-1',
+                    'WITHSCORES')
                 last_ms = last[2] + 0
-                local first = redis.call('ZRANGEBYSCORE', key, '(' .. now_ms,
-                    '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-                first_ms = first[2] + 0
             end
         end
         local allowed = held < max
@@ -57,7 +59,9 @@ if need_concurrency then
             if not (remaining > 0) then
                 remaining = 0
             end
-            retry_ms = first_ms - now_ms
+            local first = redis.call('ZRANGEBYSCORE', key, after_now,
+                '+inf', 'WITHSCORES', 'LIMIT', '0', '1')
+            retry_ms = first[2] - now_ms
             if not (retry_ms < 1000) then
                 retry_ms = 1000
             end

@@ -53,6 +53,14 @@ local LEASE_GRACE_MS = 60000
 -- (the bounds of a concurrency limit's lease ttl, and of an extension).
 local LEASE_TTL_MIN_MS, LEASE_TTL_MAX_MS = 1000, 3600000
 
+-- How long the tenant's set of leases lives after its last write: the
+-- longest lease and its grace, as the string redis.call() takes (see
+-- concurrency_evaluate() for why a string).
+local LEASE_SET_TTL_MS = '3660000'
+
+-- LEASE_GRACE_MS as that string, for the tombstone of a release.
+local LEASE_GRACE_TEXT = '60000'
+
 local lease_set_of, lease_record
 if need_lease_record then
     -- The tenant's set of leases for the record key (rl:{t}:lease:ID).
@@ -69,9 +77,10 @@ if need_lease_record then
     function lease_record(key, id, now_us, ttl_ms, cost, slots, charged)
         local now_ms = (now_us - now_us % 1000) / 1000
         local set = lease_set_of(key)
-        local dropped = redis.call('ZREMRANGEBYSCORE', set, '-inf', now_ms)
+        local dropped = redis.call('ZREMRANGEBYSCORE', set, '-inf',
+            string.format('%d', now_ms))
         redis.call('ZADD', set, now_ms + ttl_ms, id)
-        redis.call('PEXPIRE', set, LEASE_TTL_MAX_MS + LEASE_GRACE_MS)
+        redis.call('PEXPIRE', set, LEASE_SET_TTL_MS)
         local record = { now_ms + ttl_ms, ttl_ms, cost, #slots }
         for i = 1, #slots do
             record[#record + 1] = slots[i]
@@ -244,7 +253,7 @@ if need_lease_call then
                 end
             end
         end
-        redis.call('SET', key, 'released', 'PX', LEASE_GRACE_MS)
+        redis.call('SET', key, 'released', 'PX', LEASE_GRACE_TEXT)
         redis.call('ZREM', lease_set_of(key), id)
         return { 1, now_ms, freed, delta }
     end
