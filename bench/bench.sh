@@ -46,6 +46,12 @@
 #                                  also counted exactly after the rounds
 #                                  (50 checks, then their 50 releases
 #                                  alone, one curl at a time)
+#   k  lighttpd -> ratelimit-fcgi  i's rule with two token buckets
+#                                  (/bench-tb2), and
+#   l  lighttpd -> ratelimit-fcgi  with eight (/bench-tb8): the table
+#                                  prints Redis's and the application's
+#                                  CPU per check of c, i, k and l against
+#                                  b's, by round
 #
 # And the constant-rate tiers, which run first, on the fresh stack: a, b
 # and c, each driven at fixed arrival
@@ -106,7 +112,7 @@
 #                               INFO only); the port after it is its TLS port
 #   BENCH_NGINX        [on]     off: no targets g and h
 #   BENCH_NGINX_PORT   [28088]  nginx -> ratelimit-fcgi (g); h the port after
-#   BENCH_LEASES       [on]     off: no targets i and j, nor the count of
+#   BENCH_LEASES       [on]     off: no targets i to l, nor the count of
 #                               EVALSHA per release after the rounds
 #   BENCH_REDIS_TYPE   [single] cluster: the stack runs on a private Redis
 #                               Cluster (3 primaries, 3 replicas, ports
@@ -759,15 +765,22 @@ function done(summary, latency, requests)
         e.status, e.connect + e.read + e.write + e.timeout, c, r, o))
 end
 EOF
-cat >"$VAR/tb.lua" <<EOF
--- POST /v1/check for the /bench-tb rule (one token bucket), one subject.
+# check_script FILE ROUTE WHAT: a wrk script in FILE that sends POST
+# /v1/check for ROUTE (a rule of WHAT), one subject.
+check_script() {
+    cat >"$1" <<EOF
+-- POST /v1/check for the $2 rule ($3), one subject.
 wrk.method = "POST"
 wrk.path = "/v1/check"
 wrk.headers["X-API-Key"] = "$DEMO_KEY"
 wrk.headers["Content-Type"] = "application/json"
-wrk.body = '{"route":"/bench-tb","subject":"bench"}'
+wrk.body = '{"route":"$2","subject":"bench"}'
 dofile("$VAR/done.lua")
 EOF
+}
+check_script "$VAR/tb.lua" /bench-tb "one token bucket"
+check_script "$VAR/tb2.lua" /bench-tb2 "two token buckets"
+check_script "$VAR/tb8.lua" /bench-tb8 "eight token buckets"
 
 # Runs wrk for $2 seconds against port $1 with script $3 and argument $4;
 # wrk's output goes to $5.  Returns non-zero when wrk failed.  (timeout
@@ -1146,6 +1159,23 @@ if [ "$ONLY" != rate ]; then
             --route /bench-lease --algorithm concurrency --max 1000 \
             --lease-ttl 60s >/dev/null ||
             die "ratelimitctl could not add the /bench-lease rule"
+        # k and l: the token bucket of i, two and eight times over.
+        for nb in 2 8; do
+            nb_rule=$("$BUILD/ratelimitctl" -c "$VAR/ratelimit.conf" \
+                rule add demo-corp --route "/bench-tb$nb" \
+                --algorithm token_bucket --capacity 1000000 \
+                --refill-rate 100000 | awk '$1 == "id" { print $2; exit }')
+            [ -n "$nb_rule" ] ||
+                die "ratelimitctl could not add the /bench-tb$nb rule"
+            nb_i=2
+            while [ "$nb_i" -le "$nb" ]; do
+                "$BUILD/ratelimitctl" -c "$VAR/ratelimit.conf" limit add \
+                    "$nb_rule" --name "bucket$nb_i" --algorithm token_bucket \
+                    --capacity 1000000 --refill-rate 100000 >/dev/null ||
+                    die "ratelimitctl could not add limit $nb_i of /bench-tb$nb"
+                nb_i=$((nb_i + 1))
+            done
+        done
         sleep 1         # the rules' NOTIFY reaches the workers
     fi
     round=1
@@ -1175,6 +1205,10 @@ if [ "$ONLY" != rate ]; then
                 "$VAR/lighttpd.pid" "$VAR/tb.lua" i
             bench_target "j check + release of a lease" "$PORT" \
                 "$VAR/lighttpd.pid" "$VAR/lease.lua" j
+            bench_target "k ratelimit-fcgi, 2 token buckets" "$PORT" \
+                "$VAR/lighttpd.pid" "$VAR/tb2.lua" k
+            bench_target "l ratelimit-fcgi, 8 token buckets" "$PORT" \
+                "$VAR/lighttpd.pid" "$VAR/tb8.lua" l
         fi
         round=$((round + 1))
     done

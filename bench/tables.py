@@ -331,6 +331,7 @@ class Report:
                 us = redis * 1e6 / self.tick / req
                 self.p("one Redis core at 100%%, %s: %.0f µs of Redis CPU per "
                        "check, about %.0f checks/s" % (name[0], us, 1e6 / us))
+        self.probe_cost()
         self.tls_cost(cpu)
         self.lease_cost()
         self.p()
@@ -354,6 +355,51 @@ class Report:
                    (rec["algorithm"], ok, keys, nbytes,
                     "%.0f" % (nbytes / ok) if ok > 0 else "-"))
         self.memory_run()
+
+    def cpu_ratio(self, col, x, y):
+        """CPU column col (1 app, 2 redis) per request of target x against
+        target y's, round by round: (median, [values]) as strings, or None
+        when no round has both."""
+        groups = self.by_target()
+        vals = []
+        for a, b in zip(groups.get(x, []), groups.get(y, [])):
+            if a.failed or b.failed or not a.cpu[6] or not b.cpu[6] or \
+                    not b.cpu[col]:
+                continue
+            vals.append((a.cpu[col] / a.cpu[6]) / (b.cpu[col] / b.cpu[6]))
+        if not vals:
+            return None
+        return ("%.2f" % sorted(vals)[(len(vals) + 1) // 2 - 1],
+                ["%.2f" % v for v in vals])
+
+    def probe_cost(self):
+        """Redis's and the application's CPU per check of c (one sliding
+        window), i, k and l (one, two and eight token buckets) against the
+        EVALSHA probe's (b) in the same round: medians of the rounds, and
+        the goals for a one-limit check (Redis at most 1.3x, the
+        application at most 1.0x)."""
+        names = [(t, n) for t, n in (("c", "c (sliding window)"),
+                                     ("i", "i (token bucket)"),
+                                     ("k", "k (2 token buckets)"),
+                                     ("l", "l (8 token buckets)"))
+                 if self.cpu_ratio(2, t, "b") is not None]
+        if not names:
+            return
+        self.p()
+        self.p("CPU per check against the EVALSHA probe's (b), the median of "
+               "the rounds' ratios:")
+        for col, what, goal, judged in ((2, "Redis", 1.3, "i"),
+                                        (1, "application", 1.0, "c")):
+            for t, label in names:
+                r = self.cpu_ratio(col, t, "b")
+                if r is None:
+                    continue
+                note = ""
+                if t == judged:
+                    note = "; goal at most %.1fx: %s" % (
+                        goal, "met" if float(r[0]) <= goal else "NOT met")
+                self.p("  %-11s %-20s %sx (rounds: %s%s)" %
+                       (what, label, r[0], " ".join(r[1]), note))
 
     def tls_cost(self, cpu):
         """What TLS to Redis adds per check: f against c, application and

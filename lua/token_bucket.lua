@@ -13,7 +13,7 @@
 -- HSET and PEXPIRE; and packing the two numbers costs Redis a small part
 -- of what printing them as decimal text ("%.17g") and reading them back
 -- did. Measured with callgrind in redis-server, a one-limit check went
--- from 130,000 to about 100,000 instructions (doc/performance.md). Earlier
+-- from 130,000 to 113,000 instructions (doc/performance.md). Earlier
 -- versions stored a hash with the fields "tokens" and "ts" as decimal
 -- text; such a bucket is still read (GET fails on it, and HMGET reads it)
 -- and the next charge replaces it with the string.
