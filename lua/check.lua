@@ -378,8 +378,8 @@ for i = 1, n do
     local allowed, limit, remaining, reset_ms, retry_ms, fresh, s1, s2, s3,
         s4
     if algorithm == 'token_bucket' then
-        allowed, limit, remaining, reset_ms, retry_ms, fresh, s1, s2, s3 =
-            token_bucket_evaluate(keys[i], p1, p2 + 0, cost, now_us)
+        allowed, limit, remaining, reset_ms, retry_ms, fresh, s1, s2, s3,
+            s4 = token_bucket_evaluate(keys[i], p1, p2 + 0, cost, now_us)
     elseif algorithm == 'sliding_window' then
         allowed, limit, remaining, reset_ms, retry_ms, fresh, s1, s2, s3,
             s4 = sliding_window_evaluate(keys[i], p1, p2 + 0, cost, now_us)
@@ -507,7 +507,7 @@ if reply[1] == 1 and pending ~= nil then
             end
             if algorithm == 'token_bucket' then
                 token_bucket_commit(keys[i], pending[p], pending[p + 1],
-                    pending[p + 2])
+                    pending[p + 2], pending[p + 3])
             elseif algorithm == 'sliding_window' then
                 sliding_window_commit(keys[i], pending[p], pending[p + 1],
                     pending[p + 2], pending[p + 3])

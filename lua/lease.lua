@@ -118,12 +118,14 @@ if need_lease_call then
             if left > capacity then
                 left = capacity
             end
+            -- (A new TTL, two seconds past full, as token_bucket.lua sets.)
             local ttl_ms = math.ceil((capacity - left) * 1000 / rate - 1e-6) +
-                1000
+                2000
             if 1e15 < ttl_ms then
                 ttl_ms = 1e15
             end
-            token_bucket_commit(key, left, ttl_ms, at_us)
+            token_bucket_commit(key, left, ttl_ms, at_us,
+                now_us / 1000 + ttl_ms)
         elseif algorithm == 'gcra' then
             local limit, period = p1 + 0, p2 + 0
             local _, _, _, _, _, _, tat =

@@ -1,19 +1,25 @@
 -- Token bucket algorithm for the rate-limit check script.
 --
--- The state of one limit is a Redis string of 16 bytes, two big-endian
--- IEEE doubles (struct.pack('>dd')): the number of tokens left at the
--- last write ("tokens", a float) and the Redis time of that write in
+-- The state of one limit is a Redis string of 24 bytes, three big-endian
+-- IEEE doubles (struct.pack('>ddd')): the number of tokens left at the
+-- last write ("tokens", a float), the Redis time of that write in
 -- microseconds ("ts", a whole number, exact in a double until the year
--- 2255). Tokens refill lazily at "rate" per second up to "capacity", and a
--- bucket that does not exist yet is full. A request of cost c passes when
--- at least c tokens are available.
+-- 2255) and when the key expires, in milliseconds of Redis time ("exp",
+-- as the last write that set its TTL put it). Tokens refill lazily at
+-- "rate" per second up to "capacity", and a bucket that does not exist
+-- yet is full. A request of cost c passes when at least c tokens are
+-- available.
 --
 -- Why a string, and packed: a check reads the state with one GET and
--- writes it with one SET that also sets its TTL, where a hash took HMGET,
--- HSET and PEXPIRE; and packing the two numbers costs Redis a small part
--- of what printing them as decimal text ("%.17g") and reading them back
--- did. Measured with callgrind in redis-server, a one-limit check went
--- from 130,000 to 113,000 instructions (doc/performance.md). Earlier
+-- writes it with one SET, where a hash took HMGET, HSET and PEXPIRE; and
+-- packing the numbers costs Redis a small part of what printing them as
+-- decimal text ("%.17g") and reading them back did. Why exp: a SET that
+-- keeps the key's TTL (KEEPTTL) costs Redis half of one that sets it (PX,
+-- and the number printed), so a charge sets the TTL only when the key
+-- would otherwise expire before the bucket is full again, and then sets
+-- it a second longer than needed; the charges of the next second keep it.
+-- Measured with callgrind in redis-server, a one-limit check went from
+-- 130,000 to about 100,000 instructions (doc/performance.md). Earlier
 -- versions stored a hash with the fields "tokens" and "ts" as decimal
 -- text; such a bucket is still read (GET fails on it, and HMGET reads it)
 -- and the next charge replaces it with the string.
@@ -35,7 +41,8 @@ if need_token_bucket then
     -- reset_ms and retry_ms (integers, as described in check.lua), fresh (true
     -- when no bucket is stored: a charge creates the key), then what
     -- token_bucket_commit() takes after the key: left, the exact tokens to
-    -- store, ttl_ms, and at_us, the time to store with them.
+    -- store, ttl_ms (or false), at_us, the time to store with them, and
+    -- exp_ms, the key's expiry to store.
     --
     -- A clock that goes back (failover to a node whose clock is behind) finds
     -- a "ts" ahead of now. The bucket then refills nothing until the clock
@@ -62,10 +69,10 @@ if need_token_bucket then
     function token_bucket_evaluate(key, capacity, rate, cost, now_us)
         local stored = redis.pcall('GET', key)
         local fresh = stored == false
-        local tokens, ts
+        local tokens, ts, exp_ms
         if type(stored) == 'string' then
-            if #stored == 16 then
-                tokens, ts = struct.unpack('>dd', stored)
+            if #stored == 24 then
+                tokens, ts, exp_ms = struct.unpack('>ddd', stored)
             end
         elseif not fresh then
             -- A hash (WRONGTYPE): a bucket an earlier version wrote.
@@ -129,28 +136,45 @@ if need_token_bucket then
         if reset_ms < 0 then
             reset_ms = 0
         end
-        -- The key expires a second after the bucket is full again (reset_ms,
-        -- which counts the wait until a ts ahead), when it is the same as a
-        -- new one: a bucket charged once is kept for the refill of that cost,
-        -- not for that of a whole bucket. The TTL is capped (at about 30000
-        -- years) so that absurd parameters cannot make PEXPIRE fail after
-        -- another limit has already been written.
+        -- The key expires one to two seconds after the bucket is full again
+        -- (reset_ms, which counts the wait until a ts ahead), when it is the
+        -- same as a new one: a bucket charged once is kept for the refill of
+        -- that cost, not for that of a whole bucket. A charge keeps the
+        -- key's TTL when it lasts at least a second past reset_ms (ttl_ms
+        -- false), and otherwise sets it to two seconds past (see the top).
+        -- The TTL is capped (at about 30000 years) so that absurd
+        -- parameters cannot make SET fail after another limit has already
+        -- been written.
+        local now_ms = now_us / 1000
         local ttl_ms = reset_ms + 1000
-        if 1e15 < ttl_ms then
-            ttl_ms = 1e15
+        if exp_ms ~= nil and exp_ms >= now_ms + ttl_ms then
+            ttl_ms = false
+        else
+            ttl_ms = ttl_ms + 1000
+            if 1e15 < ttl_ms then
+                ttl_ms = 1e15
+            end
+            exp_ms = now_ms + ttl_ms
         end
         local remaining = math.floor(left + 1e-9)
         if not (remaining > 0) then
             remaining = 0
         end
         return allowed, capacity, remaining, reset_ms, retry_ms,
-            fresh, left, ttl_ms, at_us
+            fresh, left, ttl_ms, at_us, exp_ms
     end
 
     -- Charges the cost decided by token_bucket_evaluate(), storing left tokens
-    -- at at_us (now, or the stored time if that is ahead of now) with the
-    -- TTL ttl_ms, a whole number (which redis.call() passes as its digits).
-    function token_bucket_commit(key, left, ttl_ms, at_us)
-        redis.call('SET', key, struct.pack('>dd', left, at_us), 'PX', ttl_ms)
+    -- at at_us (now, or the stored time if that is ahead of now) and the
+    -- key's expiry exp_ms: with the TTL ttl_ms, a whole number, or keeping
+    -- the key's TTL when ttl_ms is false.
+    function token_bucket_commit(key, left, ttl_ms, at_us, exp_ms)
+        if ttl_ms then
+            redis.call('SET', key, struct.pack('>ddd', left, at_us, exp_ms),
+                'PX', ttl_ms)
+        else
+            redis.call('SET', key, struct.pack('>ddd', left, at_us, exp_ms),
+                'KEEPTTL')
+        end
     end
 end

@@ -11,7 +11,7 @@
  * (redis.h).
  * A concurrency limit's counter is a set of leases (lua/concurrency.lua):
  * show lists the live ones with their age (since taken or last extended)
- * and the time until they expire.  A token bucket's is a string of two
+ * and the time until they expire.  A token bucket's is a string of three
  * packed doubles (lua/token_bucket.lua), shown as its two numbers; the
  * other algorithms keep hashes, shown field by field.
  */
@@ -200,8 +200,8 @@ ctl_counter_double(const unsigned char *p)
 
 /*
  * The state of a token bucket stored as a string at key (lua/token_bucket.lua:
- * 16 bytes, tokens and ts as big-endian doubles) into text (state[len]) and
- * st.  Returns 1 when key holds a string, 0 when it holds something else
+ * 24 bytes, tokens, ts and the key's expiry as big-endian doubles; the
+ * expiry is PTTL's to show) into text (state[len]) and st.  Returns 1 when key holds a string, 0 when it holds something else
  * or nothing (the caller reads it as a hash), -1 after printing why.
  */
 static int
@@ -220,7 +220,7 @@ ctl_counter_bucket(struct redis_store *rs, const char *key, char *state,
     freeReplyObject(r);
     if ((r = ctl_counter_ask(rs, key, "GET")) == NULL)
         return -1;
-    if (r->type != REDIS_REPLY_STRING || r->len != 16) {
+    if (r->type != REDIS_REPLY_STRING || r->len != 24) {
         snprintf(state, len, "(unreadable: %zu bytes)",
             r->type == REDIS_REPLY_STRING ? r->len : (size_t)0);
         freeReplyObject(r);

@@ -220,14 +220,15 @@ def slot(key):
 
 def state(key):
     """The state at key as an ordered dict of strings ({} if none): a
-    hash's fields, or a token bucket's 16-byte string (two big-endian
-    doubles) as the fields "tokens" and "ts" in the text the hash of
-    earlier versions held ("%.17g" and a whole number)."""
+    hash's fields, or a token bucket's 24-byte string (three big-endian
+    doubles: tokens, ts, exp) as the fields "tokens" and "ts" in the text
+    the hash of earlier versions held ("%.17g" and a whole number); exp,
+    the key's expiry, is checked against its PTTL by expect_pttl."""
     if cmd("TYPE", key) == "string":
         raw = redis.command("GET", key)
-        if len(raw) != 16:
+        if len(raw) != 24:
             return {"bad length": str(len(raw))}
-        tokens, ts = struct.unpack(">dd", raw)
+        tokens, ts, _ = struct.unpack(">ddd", raw)
         return {"tokens": "%.17g" % tokens, "ts": "%.0f" % ts}
     flat = cmd("HGETALL", key)
     return dict(zip(flat[0::2], flat[1::2]))
@@ -385,9 +386,21 @@ def test_tb_ttl():
     r = check(["tb:ttl"], TB5)
     expect_eq("allowed", r.allowed, 1)
     # Until it is full again, as a new bucket would be: 1 / 20 s = 50 ms
-    # (not the 250 ms of a refill from empty), plus 1 s.
+    # (not the 250 ms of a refill from empty), plus 1 s, plus the second
+    # that lets the next charges keep the TTL.
     expect_eq("reset_ms", r.limits[0].reset_ms, 50)
-    expect_pttl("tb:ttl", 1050, t0)
+    expect_pttl("tb:ttl", 2050, t0)
+    # The bucket stores when its key expires, as the TTL says.
+    _, _, exp_ms = struct.unpack(">ddd", redis.command("GET", "tb:ttl"))
+    pttl, (sec, usec) = redis.pipeline([["PTTL", "tb:ttl"], ["TIME"]])
+    expect_range("stored expiry against PTTL",
+                 exp_ms - time_ms(sec, usec), pttl - 2, pttl + 2)
+    # Three more charges need the key 100, 150 and 200 ms + 1 s from now:
+    # the TTL set covers them and is kept (a new one would be up to 2200).
+    for k in range(3):
+        r = check(["tb:ttl"], TB5)
+    expect_range("reset_ms after four", r.limits[0].reset_ms, 150, 200)
+    expect_pttl("tb:ttl", 2050, t0)
 
 
 def test_tb_cost_above_capacity():
@@ -2181,8 +2194,8 @@ def test_tb_clock_back():
     expect_eq("an earlier version's hash replaced", cmd("TYPE", "back:tb"),
               "string")
     # Full again when the reply's reset_ms has passed (1 token at N + 5 s,
-    # 9 s to refill), plus 1 s.
-    expect_pttl("back:tb", 15000, t0)
+    # 9 s to refill), plus 2 s (a TTL set anew: see token_bucket.lua).
+    expect_pttl("back:tb", 16000, t0)
     out = check_times(2, ["back:tb"], a, now=N + 1000000)
     expect_reply("last token", out[0], reply(
         allowed=1, now_ms=NMS + 1000, limits=[
@@ -2219,7 +2232,7 @@ def test_tb_clock_back():
             lim(allowed=1, limit=10, remaining=1, reset_ms=9000,
                 retry_after_ms=0)]))
     expect_state("further ahead", "back:tb3", {"tokens": 1, "ts": N})
-    expect_pttl("back:tb3", 10000, t0)
+    expect_pttl("back:tb3", 11000, t0)
     # A time edited by hand to a fraction is kept rounded up.
     cmd("HSET", "back:tb4", "tokens", "2", "ts", "%d.5" % (N + 1000000))
     check(["back:tb4"], a, now=N)

@@ -439,8 +439,9 @@ rcli() {
     redis-cli -h 127.0.0.1 -p "$REDIS_PORT" "$@"
 }
 
-# tb_tokens KEY: the tokens of the token bucket at KEY, whose state is two
-# big-endian doubles, tokens and ts (lua/token_bucket.lua); "" if none.
+# tb_tokens KEY: the tokens of the token bucket at KEY, whose state is
+# three big-endian doubles, tokens first (lua/token_bucket.lua); "" if
+# none.
 tb_tokens() {
     rcli GET "$1" | python3 -c '
 import struct, sys

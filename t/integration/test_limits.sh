@@ -256,8 +256,8 @@ for algo in token_bucket sliding_window gcra fixed_window; do
         echo "    statuses: $(sort "$T_TMP/statuses" | uniq -c | tr '\n' ' ')"
     fi
 done
-# counter show reads a token bucket's state, a string of two packed
-# doubles (lua/token_bucket.lua), as its two numbers.
+# counter show reads a token bucket's state, a string of packed doubles
+# (lua/token_bucket.lua), as its tokens and time.
 subj=$(uniq_name s)
 seq_checks 3 "$key" "$(check_body /exact/token_bucket "$subj")"
 ctl counter show "$tenant" /exact/token_bucket --subject "$subj" \
