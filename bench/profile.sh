@@ -17,8 +17,8 @@
 # N1 and then N2 calls of a script, and the difference per call is what
 # one call costs Redis.  The scripts: lua/check.lua as the service sends
 # it (a one-limit sliding window, one subject, with the worker's reply
-# slot and a new call id each time), the same without the reply slot, and
-# the EVALSHA probe's one-liner.
+# slot and a new call id each time), the same without the reply slot, the
+# same for a one-limit token bucket, and the EVALSHA probe's one-liner.
 #
 # Writes the table to build/profile.txt, with the functions that cost c
 # and e most per request (inclusive: with what they call; also the
@@ -281,8 +281,9 @@ done
 # ------------------------------------------------------- inside Redis
 
 # The calls, one inline command a line: $VAR/calls.slot (check.lua as the
-# service sends it: the reply slot and a new call id each time),
-# calls.plain (without them) and calls.probe (the probe's script).
+# service sends it for a one-limit sliding window: the reply slot and a
+# new call id each time), calls.plain (without them), calls.tb (as slot,
+# for a one-limit token bucket) and calls.probe (the probe's script).
 CHECK_SHA=$(sha1sum "$BUILD/check.lua" | cut -d' ' -f1)
 PROBE_SHA=$(printf '%s' "return redis.call('INCR', KEYS[1])" | sha1sum |
     cut -d' ' -f1)
@@ -290,9 +291,12 @@ awk -v n="$N2" -v sha="$CHECK_SHA" -v probe="$PROBE_SHA" -v d="$VAR" '
     BEGIN {
         k = "rl:{11111111-2222-3333-4444-555555555555}"
         lim = "1 0 1 sliding_window 1000000000 3600 0 0"
+        tb = "1 0 1 token_bucket 1000000000 100000 0 0"
         for (i = 1; i <= n; i++) {
             printf "EVALSHA %s 2 %s:1:1:sbench %s:req:5f3a9c0e12ab44d1 " \
                 "%s %x\n", sha, k, k, lim, i >d "/calls.slot"
+            printf "EVALSHA %s 2 %s:1:2:sbench %s:req:5f3a9c0e12ab44d1 " \
+                "%s %x\n", sha, k, k, tb, i >d "/calls.tb"
             printf "EVALSHA %s 1 %s:1:1:sbench %s\n", sha, k, lim \
                 >d "/calls.plain"
             printf "EVALSHA %s 1 bench:probe\n", probe >d "/calls.probe"
@@ -328,7 +332,7 @@ redis_measure() {
     CG_REDIS_PID=""
 }
 
-REDIS_SCRIPTS="slot plain probe"
+REDIS_SCRIPTS="slot plain tb probe"
 for rs in $REDIS_SCRIPTS; do
     for n in "$N1" "$N2"; do
         say "Redis under callgrind, $n calls ($rs)"
@@ -437,6 +441,7 @@ cp "$VAR"/*.callgrind."$N2".* "$KEEP"/
         rs_2=$(instructions "redis-$rs" "$N2")
         case $rs in
         slot) rs_what="check.lua as the service sends it (reply slot, call id)" ;;
+        tb) rs_what="the same for a one-limit token bucket" ;;
         plain) rs_what="check.lua without the reply slot" ;;
         *) rs_what="the EVALSHA probe's script (one INCR)" ;;
         esac
