@@ -121,11 +121,13 @@
 -- its reply element by element, which cost a one-limit check more than
 -- a GET does; a string is sent as it is, and it is also what the reply
 -- slot stores, packed once. (struct.pack costs a third of what
--- string.format costs.) limiter_decode() (src/limiter.c) reads it.
+-- string.format costs.) redis_reply_decision() (src/redis_reply.c)
+-- unpacks it for limiter_decode() (src/limiter.c).
 --
 -- The arguments are exactly these 3 + 5 * n, three more with the budget,
--- two more with a lease and one more with the reply slot. (The tests' script also takes one
--- more, a time that replaces Redis TIME: see clock_test.lua.)
+-- two more with a lease and one more with the reply slot. (The tests'
+-- script also takes one more, a time that replaces Redis TIME: see
+-- clock_test.lua.)
 --
 -- Redis runs the whole script on every call, so this driver is straight-line
 -- code that dispatches on the algorithm name with if/elseif. It makes no
