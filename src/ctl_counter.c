@@ -184,20 +184,6 @@ ctl_counter_json_value(const char *v)
     return json_object_new_string(v);
 }
 
-/* A double stored big-endian at p (struct.pack('>d') in Lua). */
-static double
-ctl_counter_double(const unsigned char *p)
-{
-    unsigned long long u = 0;
-    double d;
-    int k;
-
-    for (k = 0; k < 8; k++)
-        u = u << 8 | p[k];
-    memcpy(&d, &u, sizeof(d));
-    return d;
-}
-
 /*
  * The state of a token bucket stored as a string at key (lua/token_bucket.lua:
  * 24 bytes, tokens, ts and the key's expiry as big-endian doubles; the
@@ -226,8 +212,8 @@ ctl_counter_bucket(struct redis_store *rs, const char *key, char *state,
         freeReplyObject(r);
         return 1;
     }
-    tokens = ctl_counter_double((const unsigned char *)r->str);
-    ts = ctl_counter_double((const unsigned char *)r->str + 8);
+    tokens = util_be_double((const unsigned char *)r->str);
+    ts = util_be_double((const unsigned char *)r->str + 8);
     freeReplyObject(r);
     snprintf(state, len, "tokens=%.17g ts=%.0f", tokens, ts);
     json_object_object_add(st, "tokens", json_object_new_double(tokens));

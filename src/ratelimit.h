@@ -311,6 +311,10 @@ int buf_printf(struct rl_buf *b, const char *fmt, ...)
 /* ------------------------------------------------------------------ */
 /* util.c */
 
+/* The big-endian IEEE double at p[0..7], as Lua's struct.pack('>d') in
+ * the check script writes the numbers it stores and answers. */
+double util_be_double(const unsigned char *p);
+
 /* SHA-256 of data into out[32]; util_sha256_hex: lowercase hex of it into
  * out[65]. */
 void util_sha256(const void *data, size_t len, unsigned char out[32]);

@@ -103,21 +103,15 @@ int
 redis_reply_decision(const redisReply *r, int nlimits, struct rl_decision *d)
 {
     long long v[LIMITER_REPLY_MAX];
-    const unsigned char *p;
-    unsigned long long u;
     double x;
     size_t i, n;
-    int k;
 
     if (r == NULL || r->type != REDIS_REPLY_STRING || r->len % 8 != 0 ||
         r->len / 8 > LIMITER_REPLY_MAX)
         return -1;
     n = r->len / 8;
     for (i = 0; i < n; i++) {
-        p = (const unsigned char *)r->str + 8 * i;
-        for (u = 0, k = 0; k < 8; k++)
-            u = u << 8 | p[k];
-        memcpy(&x, &u, sizeof(x));
+        x = util_be_double((const unsigned char *)r->str + 8 * i);
         if (!(x > -9007199254740992.0 && x < 9007199254740992.0))
             return -1;
         v[i] = (long long)x;

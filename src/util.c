@@ -66,6 +66,19 @@ util_sha256_memo(struct sha256_memo *m, const void *data, size_t len,
     }
 }
 
+double
+util_be_double(const unsigned char *p)
+{
+    uint64_t u = 0;
+    double d;
+    int k;
+
+    for (k = 0; k < 8; k++)
+        u = u << 8 | p[k];
+    memcpy(&d, &u, sizeof(d));
+    return d;
+}
+
 void
 util_sha256_hex(const void *data, size_t len, char out[65])
 {
