@@ -480,9 +480,8 @@ if made ~= nil and reply[1] == 1 and pending ~= nil then
 end
 
 -- With a lease, the reply ends with the tenant's expired leases dropped.
-local dropped, charged_call = 0, false
+local dropped = 0
 if reply[1] == 1 and pending ~= nil then
-    charged_call = true
     -- Every enforced limit allows here, so this charges all of them and
     -- the shadow limits that allow. A lease's record lists the sets it
     -- took a slot on and the other limits it charged.
@@ -535,7 +534,8 @@ end
 -- One limit, the usual case, has its format written out.
 local packed = struct.pack(width == 7 and '>ddddddd' or
     '>' .. string.rep('d', width), unpack(reply, 1, width))
-if charged_call and once ~= nil then
+-- (Allowed and not a peek: the call charged, as above.)
+if once ~= nil and reply[1] == 1 and pending ~= nil then
     redis.call('SET', once, rid .. ' ' .. packed, 'PX', REPLAY_TTL_MS)
 end
 return packed

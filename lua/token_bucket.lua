@@ -169,12 +169,11 @@ if need_token_bucket then
     -- key's expiry exp_ms: with the TTL ttl_ms, a whole number, or keeping
     -- the key's TTL when ttl_ms is false.
     function token_bucket_commit(key, left, ttl_ms, at_us, exp_ms)
+        local state = struct.pack('>ddd', left, at_us, exp_ms)
         if ttl_ms then
-            redis.call('SET', key, struct.pack('>ddd', left, at_us, exp_ms),
-                'PX', ttl_ms)
+            redis.call('SET', key, state, 'PX', ttl_ms)
         else
-            redis.call('SET', key, struct.pack('>ddd', left, at_us, exp_ms),
-                'KEEPTTL')
+            redis.call('SET', key, state, 'KEEPTTL')
         end
     end
 end
