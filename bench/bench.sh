@@ -660,24 +660,21 @@ function done(summary, latency, requests)
         e.status, e.connect + e.read + e.write + e.timeout))
 end
 EOF
-cat >"$VAR/check.lua" <<EOF
--- POST /v1/check for the /bench rule; one subject for every request.
+# check_script FILE ROUTE WHAT: a wrk script in FILE that sends POST
+# /v1/check for ROUTE (a rule of WHAT), one subject.
+check_script() {
+    cat >"$1" <<EOF
+-- POST /v1/check for the $2 rule ($3), one subject.
 wrk.method = "POST"
 wrk.path = "/v1/check"
 wrk.headers["X-API-Key"] = "$DEMO_KEY"
 wrk.headers["Content-Type"] = "application/json"
-wrk.body = '{"route":"/bench","subject":"bench"}'
+wrk.body = '{"route":"$2","subject":"bench"}'
 dofile("$VAR/done.lua")
 EOF
-cat >"$VAR/over.lua" <<EOF
--- POST /v1/check for the /bench-over rule (1 an hour): all over the limit.
-wrk.method = "POST"
-wrk.path = "/v1/check"
-wrk.headers["X-API-Key"] = "$DEMO_KEY"
-wrk.headers["Content-Type"] = "application/json"
-wrk.body = '{"route":"/bench-over","subject":"bench"}'
-dofile("$VAR/done.lua")
-EOF
+}
+check_script "$VAR/check.lua" /bench "one sliding window"
+check_script "$VAR/over.lua" /bench-over "1 an hour: all over the limit"
 cat >"$VAR/fresh.lua" <<EOF
 -- POST /v1/check for the /bench rule with a subject never used before:
 -- "<run tag>-<thread>-<counter>".
@@ -765,19 +762,6 @@ function done(summary, latency, requests)
         e.status, e.connect + e.read + e.write + e.timeout, c, r, o))
 end
 EOF
-# check_script FILE ROUTE WHAT: a wrk script in FILE that sends POST
-# /v1/check for ROUTE (a rule of WHAT), one subject.
-check_script() {
-    cat >"$1" <<EOF
--- POST /v1/check for the $2 rule ($3), one subject.
-wrk.method = "POST"
-wrk.path = "/v1/check"
-wrk.headers["X-API-Key"] = "$DEMO_KEY"
-wrk.headers["Content-Type"] = "application/json"
-wrk.body = '{"route":"$2","subject":"bench"}'
-dofile("$VAR/done.lua")
-EOF
-}
 check_script "$VAR/tb.lua" /bench-tb "one token bucket"
 check_script "$VAR/tb2.lua" /bench-tb2 "two token buckets"
 check_script "$VAR/tb8.lua" /bench-tb8 "eight token buckets"
