@@ -106,6 +106,12 @@ enum {
  * (a few, so that they spread over the pool). */
 #define WORKER_HANDOFF_BATCH 4
 
+/* How soon a worker that leaves while the pool goes on tries again to
+ * hand off a kept connection when the hand-off socket's queue is full
+ * (Linux queues net.unix.max_dgram_qlen datagrams, 10 by default, and a
+ * worker may keep more connections than that). */
+#define WORKER_HANDOFF_RETRY_MS 5
+
 /* How often a busy worker looks at its memory (max_worker_rss_mb). */
 #define WORKER_RSS_CHECK_MS 100
 
@@ -674,8 +680,9 @@ worker_conn_end(struct worker *w, struct worker_conn *c, int closed)
  * it has carried), and the worker that
  * receives it carries on as if the connection had always been its own.
  * This worker's copy is closed without a shutdown, which would reach the
- * web server.  Returns 1 when it was passed, 0 when it could not be (no
- * pool, or the socket's queue is full): c is untouched then.
+ * web server.  Returns 1 when it was passed, -1 when the socket's queue
+ * is full for now, 0 when it cannot be passed (no pool, another error):
+ * c is untouched then.
  */
 static int
 worker_conn_hand_off(struct worker *w, struct worker_conn *c)
@@ -711,7 +718,8 @@ worker_conn_hand_off(struct worker *w, struct worker_conn *c)
     if (sendmsg(w->handoff_send, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) == -1) {
         log_debug("FastCGI: hand-off of a kept connection: %s",
             strerror(errno));
-        return 0;
+        return errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS ?
+            -1 : 0;
     }
     /* The connection stays open elsewhere, so closing this descriptor
      * would not take it out of the epoll set by itself. */
@@ -937,11 +945,19 @@ worker_conn_poll(struct worker *w, struct worker_conn *c, uint32_t events)
         c->started = 0;
         c->deadline_ms = util_now_ms() + w->cfg->fcgi_keepalive_timeout_ms;
         /* A worker on its way out passes the connection on, or closes
-         * it after its answer when it cannot. */
+         * it after its answer when it cannot.  One that leaves while the
+         * pool goes on keeps it while the hand-off queue is full, waiting
+         * for its next request like any kept connection, and
+         * worker_conn_expire tries again: closing it now would race with
+         * the web server's next request. */
         if (w->leaving || worker_stop) {
-            if (!worker_conn_hand_off(w, c))
+            rc = worker_conn_hand_off(w, c);
+            if (rc == 1)
+                return served;
+            if (rc == 0 || worker_stop) {
                 worker_conn_end(w, c, 0);
-            return served;
+                return served;
+            }
         }
         events = 0;
     }
@@ -1103,8 +1119,20 @@ worker_conn_expire(struct worker *w)
         c = &w->conns[i];
         if (c->fd < 0)
             continue;
-        if (!c->started && w->leaving && worker_conn_hand_off(w, c))
-            continue;
+        if (!c->started && w->leaving) {
+            int h = worker_conn_hand_off(w, c);
+
+            if (h == 1)
+                continue;
+            /* The hand-off queue is full: try again soon, until the
+             * connection's own deadline, rather than close it (see
+             * worker_conn_poll). */
+            if (h == -1 && !worker_stop && now < c->deadline_ms) {
+                if (WORKER_HANDOFF_RETRY_MS < wait)
+                    wait = WORKER_HANDOFF_RETRY_MS;
+                continue;
+            }
+        }
         if (!c->started && (w->leaving || now >= c->deadline_ms)) {
             if (worker_conn_drop_idle(w, c)) {
                 log_debug("FastCGI kept connection closed: idle past its "
