@@ -951,6 +951,7 @@ struct rl_counters {
     unsigned long script_errors;    /* Redis answered the script wrongly */
     unsigned long misconfigured;    /* plans refused: too many limits */
     unsigned long fcgi_refused;     /* connections dropped: bad records */
+    unsigned long fcgi_evicted;     /* closed to make room for one */
     unsigned long worker_crashes;   /* workers that died abnormally */
     unsigned long worker_rss_exits; /* workers replaced for their memory */
     unsigned long key_lookups;      /* key store lookups */

@@ -113,6 +113,8 @@ struct scoreboard_slot {
     unsigned long requests;
     int64_t start_s;            /* when the worker started (wall clock) */
     int leaving;                /* enum stats_exit: why it is leaving */
+    int room;                   /* it takes connections handed off: not
+                                   leaving, an entry free (worker.c) */
     /* The request in hand, or else the last one (/status?full).  Read
      * without a lock: a reader may see a mix of two requests' texts. */
     int64_t request_us;         /* how long the last one took */

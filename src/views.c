@@ -330,6 +330,10 @@ views_metrics(struct service *svc, const struct key_info *viewer,
     views_metric(b, "ratelimit_fcgi_refused_total", "FastCGI connections "
         "dropped for malformed or refused records.", "counter", "",
         c->fcgi_refused);
+    views_metric(b, "ratelimit_fcgi_evicted_total", "FastCGI connections "
+        "closed to make room for a new one (an idle kept one, else the "
+        "oldest incomplete one): every worker's worker_connections were "
+        "taken.", "counter", "", c->fcgi_evicted);
     views_metric(b, "ratelimit_worker_starts_total", "Worker processes "
         "started.", "counter", "", (unsigned long)st->worker_starts);
     for (i = 0; i < EXIT_N; i++) {

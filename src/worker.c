@@ -115,15 +115,18 @@ enum {
 /* How often a busy worker looks at its memory (max_worker_rss_mb). */
 #define WORKER_RSS_CHECK_MS 100
 
-/* A connection the worker has accepted and waits on for a whole request
- * (the first, or the next on a kept connection), without sitting on it. */
-/* What goes with a kept connection's descriptor over the hand-off socket. */
+/* What goes with a connection's descriptor over the hand-off socket: a
+ * kept one's state, or a new one's (fresh) acceptance time. */
 struct worker_handoff {
     unsigned long requests;
+    int64_t accepted_ms;        /* monotonic, the same clock in each worker */
     unsigned char tcp;
     unsigned char timed;
+    unsigned char fresh;        /* just accepted, no request answered yet */
 };
 
+/* A connection the worker has accepted and waits on for a whole request
+ * (the first, or the next on a kept connection), without sitting on it. */
 struct worker_conn {
     int fd;                     /* -1: a free entry */
     int tcp;
@@ -673,19 +676,10 @@ worker_conn_end(struct worker *w, struct worker_conn *c, int closed)
     w->nconns--;
 }
 
-/*
- * Passes c, a kept connection with no request under way, to another
- * worker of the pool: its descriptor goes over the hand-off socket (with
- * what its entry knows: TCP or not, SO_SNDTIMEO set or not, the requests
- * it has carried), and the worker that
- * receives it carries on as if the connection had always been its own.
- * This worker's copy is closed without a shutdown, which would reach the
- * web server.  Returns 1 when it was passed, -1 when the socket's queue
- * is full for now, 0 when it cannot be passed (no pool, another error):
- * c is untouched then.
- */
+/* Puts descriptor fd, with *h, on the hand-off socket: 1 when it went, -1
+ * when the socket's queue is full for now, 0 when it cannot go. */
 static int
-worker_conn_hand_off(struct worker *w, struct worker_conn *c)
+worker_handoff_send(struct worker *w, int fd, struct worker_handoff *h)
 {
     struct msghdr msg;
     struct iovec iov;
@@ -694,18 +688,13 @@ worker_conn_hand_off(struct worker *w, struct worker_conn *c)
         struct cmsghdr align;
         char buf[CMSG_SPACE(sizeof(int))];
     } ctl;
-    struct worker_handoff h;
 
     if (w->handoff_send < 0)
         return 0;
-    memset(&h, 0, sizeof(h));
-    h.requests = c->requests;
-    h.tcp = (unsigned char)c->tcp;
-    h.timed = (unsigned char)c->timed;
     memset(&msg, 0, sizeof(msg));
     memset(&ctl, 0, sizeof(ctl));
-    iov.iov_base = &h;
-    iov.iov_len = sizeof(h);
+    iov.iov_base = h;
+    iov.iov_len = sizeof(*h);
     msg.msg_iov = &iov;
     msg.msg_iovlen = 1;
     msg.msg_control = ctl.buf;
@@ -714,13 +703,37 @@ worker_conn_hand_off(struct worker *w, struct worker_conn *c)
     cm->cmsg_level = SOL_SOCKET;
     cm->cmsg_type = SCM_RIGHTS;
     cm->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(cm), &c->fd, sizeof(int));
+    memcpy(CMSG_DATA(cm), &fd, sizeof(int));
     if (sendmsg(w->handoff_send, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) == -1) {
-        log_debug("FastCGI: hand-off of a kept connection: %s",
-            strerror(errno));
+        log_debug("FastCGI: hand-off of a connection: %s", strerror(errno));
         return errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS ?
             -1 : 0;
     }
+    return 1;
+}
+
+/*
+ * Passes c, a kept connection with no request under way, to another
+ * worker of the pool: its descriptor goes over the hand-off socket (with
+ * what its entry knows: TCP or not, SO_SNDTIMEO set or not, the requests
+ * it has carried), and the worker that receives it carries on as if the
+ * connection had always been its own.  This worker's copy is closed
+ * without a shutdown, which would reach the web server.  Returns 1 when
+ * it was passed, -1 when the socket's queue is full for now, 0 when it
+ * cannot be passed (no pool, another error): c is untouched then.
+ */
+static int
+worker_conn_hand_off(struct worker *w, struct worker_conn *c)
+{
+    struct worker_handoff h;
+    int rc;
+
+    memset(&h, 0, sizeof(h));
+    h.requests = c->requests;
+    h.tcp = (unsigned char)c->tcp;
+    h.timed = (unsigned char)c->timed;
+    if ((rc = worker_handoff_send(w, c->fd, &h)) != 1)
+        return rc;
     /* The connection stays open elsewhere, so closing this descriptor
      * would not take it out of the epoll set by itself. */
     if (c->watched)
@@ -733,7 +746,7 @@ worker_conn_hand_off(struct worker *w, struct worker_conn *c)
 }
 
 /* Takes one connection off the hand-off socket: returns its descriptor
- * (and fills *h, as worker_conn_hand_off sent it), or -1 when none
+ * (and fills *h, as worker_handoff_send sent it), or -1 when none
  * waits. */
 static int
 worker_handoff_recv(struct worker *w, struct worker_handoff *h)
@@ -861,6 +874,10 @@ worker_handoff_watch(struct worker *w)
     struct epoll_event ev;
     int want = !w->leaving && w->nconns < w->conns_max;
 
+    /* The others read it to decide whether to pass a connection they
+     * have no room for (worker_conn_place). */
+    __atomic_store_n(&w->slot->room, want && w->handoff_recv >= 0,
+        __ATOMIC_RELAXED);
     if (w->handoff_recv < 0 || want == w->handoff_watched)
         return;
     memset(&ev, 0, sizeof(ev));
@@ -1020,12 +1037,14 @@ worker_conn_evict(struct worker *w)
         if (worker_conn_drop_idle(w, idle)) {
             log_debug("FastCGI: %d connections held; closed an idle kept "
                 "one", w->conns_max);
+            COUNT(&w->svc, fcgi_evicted);
             return idle;
         }
     }
     log_warn("FastCGI: %d connections wait for a whole request in worker "
         "%ld; dropping the one that waited longest", w->conns_max,
         (long)getpid());
+    COUNT(&w->svc, fcgi_evicted);
     worker_conn_end(w, oldest, 0);
     return oldest;
 }
@@ -1063,10 +1082,58 @@ worker_conn_start(struct worker *w, int fd, int tcp)
     return worker_conn_poll(w, c, 0);
 }
 
-/* Kept connections that a worker on its way out handed off: each is
- * taken, while there is a free entry, as a kept connection of this
- * worker's, idle or with a request waiting.  Returns 1 when a request was
- * answered. */
+/* Another live worker of the pool takes hand-offs (its room, published by
+ * worker_handoff_watch; it may be a moment old). */
+static int
+worker_room_elsewhere(const struct worker *w)
+{
+    const struct scoreboard_slot *s;
+    pid_t self = getpid();
+    int i;
+
+    if (w->board == NULL || w->board->workers == 0)
+        return 0;
+    for (i = 0; i < RL_MAX_WORKERS; i++) {
+        s = &w->board->slots[i];
+        if (s->pid != 0 && s->pid != self &&
+            __atomic_load_n(&s->room, __ATOMIC_RELAXED))
+            return 1;
+    }
+    return 0;
+}
+
+/*
+ * A connection just accepted, fd: this worker takes it while it has a
+ * free entry.  When all are taken and another worker has room, the
+ * connection goes there over the hand-off socket, unread: making room here
+ * would mean closing an idle kept connection, which races with the web
+ * server's next request on it (nginx answers 502 for a request written
+ * into a connection closed under it).  Only when the whole pool is full
+ * does worker_conn_evict close one.  Returns 1 when a request was
+ * answered.
+ */
+static int
+worker_conn_place(struct worker *w, int fd, int tcp)
+{
+    struct worker_handoff h;
+
+    if (w->nconns >= w->conns_max && worker_room_elsewhere(w)) {
+        memset(&h, 0, sizeof(h));
+        h.tcp = (unsigned char)tcp;
+        h.fresh = 1;
+        h.accepted_ms = util_now_ms();
+        if (worker_handoff_send(w, fd, &h) == 1) {
+            close(fd);
+            return 0;
+        }
+    }
+    return worker_conn_start(w, fd, tcp);
+}
+
+/* Connections that another worker handed off (kept ones from a worker on
+ * its way out, new ones from a worker with no room): each is taken, while
+ * there is a free entry, as if this worker had accepted it, idle or with
+ * a request waiting.  Returns 1 when a request was answered. */
 static int
 worker_handoff_take(struct worker *w)
 {
@@ -1079,10 +1146,18 @@ worker_handoff_take(struct worker *w)
         if ((fd = worker_handoff_recv(w, &h)) < 0)
             break;
         c = worker_conn_new(w, fd, h.tcp);
-        c->kept = 1;
         c->timed = h.timed;
         c->requests = h.requests;
-        c->deadline_ms = util_now_ms() + w->cfg->fcgi_keepalive_timeout_ms;
+        if (h.fresh) {
+            /* Its first request's deadline counts from its acceptance. */
+            c->started = 1;
+            c->request_ms = h.accepted_ms;
+            c->deadline_ms = h.accepted_ms + w->cfg->fcgi_read_timeout_ms;
+        } else {
+            c->kept = 1;
+            c->deadline_ms = util_now_ms() +
+                w->cfg->fcgi_keepalive_timeout_ms;
+        }
         served |= worker_conn_poll(w, c, 0);
     }
     return served;
@@ -1284,7 +1359,7 @@ worker_run(const struct rl_config *cfg, int listen_fd,
                     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one,
                         sizeof(one));
                 }
-                served |= worker_conn_start(&w, fd, ss.ss_family != AF_UNIX);
+                served |= worker_conn_place(&w, fd, ss.ss_family != AF_UNIX);
             }
         }
         if (fatal) {

@@ -15,7 +15,9 @@
 #            pool holds and goes silent, while checks flow: they are still
 #            answered at once
 #   reload   SIGHUP, SIGUSR2 and max_requests under load: every old worker
-#            leaves with kept connections open, and no check is lost
+#            leaves with kept connections open, and no check is lost; a
+#            worker with no free entry passes a new connection to one with
+#            room (none is closed to make room: ratelimit_fcgi_evicted_total)
 #   stop     SIGQUIT with a check in hand (Redis paused) and idle kept
 #            connections: the check is answered, then the pool stops at
 #            once rather than after the keep-alive timeout
@@ -89,6 +91,10 @@ server {
         include fastcgi_params;
         fastcgi_pass ratelimit;
     }
+    location = /metrics {
+        include fastcgi_params;
+        fastcgi_pass ratelimit;
+    }
 }
 EOF
     nginx_conf "$D/nginx.conf" user="nobody $NOGROUP" workers=2 \
@@ -123,6 +129,13 @@ lg_stat() {
 not_200() {
     awk -F '\t' '$3 != 200 { print $3 }' "$D/load-$1.tsv" | sort | uniq -c |
         tr -s ' \n' ' '
+}
+
+# evicted: ratelimit_fcgi_evicted_total, the connections the pool closed
+# to make room for a new one.
+evicted() {
+    curl -s -m 5 "http://127.0.0.1:$P_NGX/metrics" |
+        awk '$1 == "ratelimit_fcgi_evicted_total" { print $2 }'
 }
 
 # nginx_errors: what nginx logged at error level, and the pool at warn,
@@ -169,6 +182,7 @@ check "exact: and deny 350 ($denied)" eq "$denied" 350
 # opens its connections; each completes one FCGI_KEEP_CONN request and then
 # stays open and silent (8 s at most).
 SILENT_N=$((POOL * CONNS * 2))
+ev0=$(evicted)
 load silent /keep/silent 2000 --rate 400 &
 LOAD=$!
 sleep 0.5
@@ -178,6 +192,9 @@ SILENT=$!
 wait "$LOAD"
 wait "$SILENT"
 echo "    silent: $(lg_stat silent requests) checks, p99 $(lg_stat silent p99_ms) ms, slowest $(lg_stat silent max_ms) ms; the silent client: $(json_field connected "$(cat "$D/silent.json")") connected, $(json_field closed_by_peer "$(cat "$D/silent.json")") closed by the pool"
+ev1=$(evicted)
+check "silent: the full pool closed idle connections to make room ($ev0 -> $ev1 in ratelimit_fcgi_evicted_total)" \
+    ge "$((ev1 - ev0))" "$((SILENT_N - POOL * CONNS))"
 check "silent: each of its $SILENT_N requests was answered before it went silent" \
     eq "$(json_field connected "$(cat "$D/silent.json")")" "$SILENT_N"
 check "silent: 2000 checks meanwhile, all answered 200 ($(not_200 silent))" \
@@ -219,12 +236,20 @@ app_conf_lines "$D/app.conf" "listen = unix:$SOCK" "listen_mode = 0660" \
     ${user_lines:+"$user_lines"}
 kill -HUP "$MASTER"
 retry 50 sh -c "[ \$(grep -c 'configuration reloaded' '$D/app.log') = 3 ]"
+ev0=$(evicted)
 load recycle /keep/recycle 2400 --rate 400
+ev1=$(evicted)
 recycled=$(grep -c 'served max_requests' "$D/app.log")
 check "max_requests: workers were replaced under load ($recycled times)" \
     ge "$recycled" 8
 check "max_requests: every check answered 200 ($(not_200 recycle))" \
     eq "$(lg_stat recycle s200)" 2400
+# The pool has room for 64 connections, nginx keeps at most 32: a worker
+# with all of its entries taken passes a new connection to one with room
+# rather than close a kept one that nginx may be writing its next request
+# into.
+check "max_requests: no kept connection was closed to make room ($ev0 -> $ev1)" \
+    eq "$((ev1 - ev0))" 0
 nginx_errors
 
 # ---------------------------------------------------------------- stop
