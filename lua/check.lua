@@ -115,7 +115,10 @@
 -- nothing and store nothing, so that sending them again decides afresh.
 -- The slot holds the id, a space, then the reply as it was sent. One key
 -- per caller, overwritten by each call that charges, costs Redis neither
--- a new key nor an expiry per check.
+-- a new key nor an expiry per check. A call with a lease ("3", "4") keeps
+-- its reply in the lease's record instead, which exists only if the call
+-- ran and charged: its resend ("4") looks there, and it writes no reply
+-- slot.
 --
 -- Why the reply is packed: Redis turns a table the script returns into
 -- its reply element by element, which cost a one-limit check more than
@@ -149,8 +152,10 @@ end
 -- connect and command timeouts (tens of milliseconds), and never later
 -- than a second after the first send (redis_call.c); three seconds leave
 -- room for that. A slot whose caller goes on checking never expires; one
--- whose caller stopped is gone three seconds later.
-local REPLAY_TTL_MS = 3000
+-- whose caller stopped is gone three seconds later. (A string: Redis
+-- prints a number given to redis.call() with snprintf, as
+-- concurrency.lua says.)
+local REPLAY_TTL_MS = '3000'
 
 local function check_error(message)
     return redis.error_reply('ERR ratelimit: ' .. message)
@@ -332,7 +337,12 @@ local width = 2 + 5 * n
 if leased then
     width = width + 1
 end
-if resent then
+if resent and leased then
+    local stored = lease_replay(lease_key, width)
+    if stored then
+        return stored
+    end
+elseif resent then
     local stored = redis.call('GET', once)
     if stored and #stored == #rid + 1 + 8 * width and
             stored:sub(1, #rid + 1) == rid .. ' ' then
@@ -480,12 +490,11 @@ if made ~= nil and reply[1] == 1 and pending ~= nil then
 end
 
 -- With a lease, the reply ends with the tenant's expired leases dropped.
-local dropped = 0
+local dropped, slots, charged = 0, nil, nil
 if reply[1] == 1 and pending ~= nil then
     -- Every enforced limit allows here, so this charges all of them and
     -- the shadow limits that allow. A lease's record lists the sets it
     -- took a slot on and the other limits it charged.
-    local slots, charged
     if leased then
         slots, charged = {}, {}
     end
@@ -524,8 +533,7 @@ if reply[1] == 1 and pending ~= nil then
         end
     end
     if leased then
-        dropped = lease_record(lease_key, lease_id, now_us, lease_ttl_ms,
-            cost, slots, charged)
+        dropped = lease_join(lease_key, lease_id, now_us, lease_ttl_ms)
     end
 end
 if leased then
@@ -534,8 +542,14 @@ end
 -- One limit, the usual case, has its format written out.
 local packed = struct.pack(width == 7 and '>ddddddd' or
     '>' .. string.rep('d', width), unpack(reply, 1, width))
--- (Allowed and not a peek: the call charged, as above.)
-if once ~= nil and reply[1] == 1 and pending ~= nil then
-    redis.call('SET', once, rid .. ' ' .. packed, 'PX', REPLAY_TTL_MS)
+-- (Allowed and not a peek: the call charged, as above.) A lease's record
+-- keeps the reply in place of the reply slot.
+if reply[1] == 1 and pending ~= nil then
+    if leased then
+        lease_record(lease_key, now_us, lease_ttl_ms, cost, slots, charged,
+            packed)
+    elseif once ~= nil then
+        redis.call('SET', once, rid .. ' ' .. packed, 'PX', REPLAY_TTL_MS)
+    end
 end
 return packed

@@ -13,6 +13,12 @@
 --   window the charge went to (the window's number or start, for the two
 --   window algorithms; 0 otherwise).
 --
+-- A second MessagePack object follows the list: the check's reply as it
+-- was sent (check.lua), which a resend of the check returns. The record
+-- is the proof that the check ran, so a check with a lease needs no reply
+-- slot written (an extension rewrites the record without it: by then the
+-- check was answered).
+--
 -- expiry_ms is when the lease expires (Redis time): its slots are free
 -- then, as concurrency.lua counts them. The record lives LEASE_GRACE_MS
 -- longer, so that a release that comes too late is told "expired", not
@@ -61,26 +67,33 @@ local LEASE_SET_TTL_MS = '3660000'
 -- LEASE_GRACE_MS as that string, for the tombstone of a release.
 local LEASE_GRACE_TEXT = '60000'
 
-local lease_set_of, lease_record
+local lease_set_of, lease_join, lease_record, lease_replay
 if need_lease_record then
     -- The tenant's set of leases for the record key (rl:{t}:lease:ID).
     function lease_set_of(key)
         return key:match('^(rl:{[^}]*}:)lease:') .. 'leases'
     end
 
-    -- Writes the record of a lease that a check has just taken: key, id, the
-    -- lease's ttl_ms, the check's cost, slots (the list of concurrency keys it
-    -- took a slot on, possibly empty) and charged (the flat list of six values
-    -- per rate limit it charged, possibly empty); adds it to the tenant's set,
-    -- which lives as long as the longest lease could. Returns the number of
-    -- the tenant's leases that expired unreleased, dropped from the set.
-    function lease_record(key, id, now_us, ttl_ms, cost, slots, charged)
+    -- Adds lease id, with record key and ttl_ms, that a check has just
+    -- taken to the tenant's set, which lives as long as the longest lease
+    -- could. Returns the number of the tenant's leases that expired
+    -- unreleased, dropped from the set.
+    function lease_join(key, id, now_us, ttl_ms)
         local now_ms = (now_us - now_us % 1000) / 1000
         local set = lease_set_of(key)
         local dropped = redis.call('ZREMRANGEBYSCORE', set, '-inf',
             string.format('%d', now_ms))
         redis.call('ZADD', set, now_ms + ttl_ms, id)
         redis.call('PEXPIRE', set, LEASE_SET_TTL_MS)
+        return dropped
+    end
+
+    -- Writes the record of that lease: key, the lease's ttl_ms, the check's
+    -- cost, slots (the list of concurrency keys it took a slot on, possibly
+    -- empty), charged (the flat list of six values per rate limit it
+    -- charged, possibly empty) and the check's packed reply.
+    function lease_record(key, now_us, ttl_ms, cost, slots, charged, reply)
+        local now_ms = (now_us - now_us % 1000) / 1000
         local record = { now_ms + ttl_ms, ttl_ms, cost, #slots }
         for i = 1, #slots do
             record[#record + 1] = slots[i]
@@ -88,9 +101,21 @@ if need_lease_record then
         for i = 1, #charged do
             record[#record + 1] = charged[i]
         end
-        redis.call('SET', key, cmsgpack.pack(record), 'PX',
+        redis.call('SET', key, cmsgpack.pack(record, reply), 'PX',
             ttl_ms + LEASE_GRACE_MS)
-        return dropped
+    end
+
+    -- The reply of the check that wrote record key, when it is there and
+    -- width doubles long (check.lua's resend); nil otherwise.
+    function lease_replay(key, width)
+        local stored = redis.call('GET', key)
+        if stored and stored ~= 'released' then
+            local _, reply = cmsgpack.unpack(stored)
+            if type(reply) == 'string' and #reply == 8 * width then
+                return reply
+            end
+        end
+        return nil
     end
 end
 

@@ -10,17 +10,20 @@
 -- reads ARGV as check.lua describes it, and validates nothing: check.lua
 -- refuses a bad call before it calls any function, so a flag set for a
 -- call that is then refused costs a closure and no more, and a call that
--- is not refused names only algorithms this file saw. A release or an
--- extension (lease.lua) may settle a charge on any algorithm, so it
--- needs them all.
+-- is not refused names only algorithms this file saw. A release with a
+-- cost (lease.lua) may settle a charge on any algorithm, so it needs them
+-- all; a release without one and an extension need none.
 local need_token_bucket, need_sliding_window, need_gcra, need_fixed_window
 local need_concurrency, need_budget, need_lease_record, need_lease_call
 do
     local argv = ARGV
     local op = argv[2]
     if op == 'r' or op == 'e' then
-        need_token_bucket, need_sliding_window, need_gcra = true, true, true
-        need_fixed_window, need_concurrency = true, true
+        if op == 'r' and argv[1] ~= '-' then
+            need_token_bucket, need_sliding_window, need_gcra = true, true,
+                true
+            need_fixed_window = true
+        end
         need_lease_record, need_lease_call = true, true
     else
         local n = tonumber(argv[3])

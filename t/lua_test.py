@@ -1556,6 +1556,15 @@ def test_lease_replay():
                                   again[1]),
               (len(first[0]), first[0].limits, first[1]))
     expect_eq("one slot", cmd("ZCARD", "rl:{t}:cc8"), 1)
+    # The record keeps the reply; the reply slot is not written.
+    expect_eq("no reply slot written", cmd("GET", "rl:{t}:req:x"), None)
+    # A resend whose first send was a denial (no record) is decided
+    # afresh: with the one slot of 1 held, denied again.
+    lease_check(["rl:{t}:cc8b"], [cc(1, 60)], "e2", 60000, now=N)
+    r, _ = lease_check(["rl:{t}:cc8b"], [cc(1, 60)], "e3", 60000, now=N,
+                       mode=4, slot_key="rl:{t}:req:x", rid="q2")
+    expect_eq("a resend after a denial: denied", r.allowed, 0)
+    expect_eq("and writes no record", cmd("EXISTS", "rl:{t}:lease:e3"), 0)
 
 
 def test_lease_extend():
