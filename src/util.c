@@ -88,23 +88,47 @@ util_sha256_hex(const void *data, size_t len, char out[65])
     util_hex(md, sizeof(md), out);
 }
 
+/*
+ * A check formats some twenty numbers (the counters' keys, the command's
+ * argument lengths), most of one or two digits: the length is found by
+ * comparisons, and the digits are written from the end two at a time, so
+ * a number of d digits costs d / 2 divisions and nothing is reversed.
+ */
 size_t
 util_lltoa(long long v, char out[21])
 {
-    char tmp[21];
+    static const char pairs[] =
+        "00010203040506070809101112131415161718192021222324252627282930"
+        "31323334353637383940414243444546474849505152535455565758596061"
+        "6263646566676869707172737475767778798081828384858687888990919293"
+        "949596979899";
     unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v :
-        (unsigned long long)v;
-    size_t n = 0, len;
+        (unsigned long long)v, p = 10;
+    size_t n = 1, len, i;
+    unsigned d;
 
-    do {
-        tmp[n++] = (char)('0' + u % 10);
-        u /= 10;
-    } while (u != 0);
+    /* 10^19 is the last power of ten below 2^64: u has 20 digits at most. */
+    while (n < 20 && u >= p) {
+        n++;
+        p *= 10;
+    }
+    len = (v < 0) + n;
+    i = len;
+    out[i] = '\0';
+    while (u >= 100) {
+        d = (unsigned)(u % 100) * 2;
+        u /= 100;
+        out[--i] = pairs[d + 1];
+        out[--i] = pairs[d];
+    }
+    if (u >= 10) {
+        d = (unsigned)u * 2;
+        out[--i] = pairs[d + 1];
+        out[--i] = pairs[d];
+    } else
+        out[--i] = (char)('0' + u);
     if (v < 0)
-        tmp[n++] = '-';
-    for (len = 0; len < n; len++)
-        out[len] = tmp[n - 1 - len];
-    out[len] = '\0';
+        out[0] = '-';
     return len;
 }
 

@@ -1,8 +1,11 @@
 /*
  * check_util.c -- tests of src/util.c: SHA-256 in hex, bounded copies,
- * host:port splitting, the clocks, the OS random generator and the
- * escapes that keep a log line or a /status field on one line.
+ * host:port splitting, the clocks, the OS random generator, the escapes
+ * that keep a log line or a /status field on one line, and numbers in
+ * decimal.
  */
+#include <limits.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <check.h>              /* t/check.h: the suites, then Check */
@@ -266,6 +269,46 @@ START_TEST(test_edit_distance)
 }
 END_TEST
 
+/* util_lltoa writes what printf's %lld does, at every length and at the
+ * ends of the range. */
+START_TEST(test_lltoa)
+{
+    char got[21], want[32];
+    long long v, p = 1;
+    unsigned long long x = 88172645463325252ULL;
+    int i, k;
+
+    for (i = 0; i < 19; i++, p *= 10) {
+        long long around[] = { p - 1, p, p + 1, -(p - 1), -p, -(p + 1) };
+
+        for (k = 0; k < 6; k++) {
+            v = around[k];
+            snprintf(want, sizeof(want), "%lld", v);
+            ck_assert_uint_eq(util_lltoa(v, got), strlen(want));
+            ck_assert_str_eq(got, want);
+        }
+    }
+    for (k = 0; k < 3; k++) {
+        v = k == 0 ? LLONG_MAX : k == 1 ? LLONG_MIN : LLONG_MIN + 1;
+        snprintf(want, sizeof(want), "%lld", v);
+        ck_assert_uint_eq(util_lltoa(v, got), strlen(want));
+        ck_assert_str_eq(got, want);
+    }
+    /* xorshift64: numbers of every length and sign. */
+    for (i = 0; i < 20000; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v = (long long)(x >> (x % 64));
+        if (x & 1)
+            v = -v;
+        snprintf(want, sizeof(want), "%lld", v);
+        ck_assert_uint_eq(util_lltoa(v, got), strlen(want));
+        ck_assert_str_eq(got, want);
+    }
+}
+END_TEST
+
 Suite *
 util_suite(void)
 {
@@ -279,6 +322,7 @@ util_suite(void)
     tcase_add_test(tc, test_sha256_memo);
     tcase_add_test(tc, test_split_hostport);
     tcase_add_test(tc, test_copy);
+    tcase_add_test(tc, test_lltoa);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("escape");
