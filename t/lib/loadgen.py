@@ -21,11 +21,13 @@ flight when the duration is over get --timeout more seconds.
                 "other": n, "noanswer": n, "max_ms": x, "p99_ms": x, ...}
         for the requests that started within [--from, --to]
     loadgen.py window FILE [--steady N]
-        prints {"first_ms": x, "back_ms": x, "window_ms": x, "late": n}
+        prints {"first_ms": x, "back_ms": x, "window_ms": x, "late": n,
+                "late_ms": x}
         for an outage: when the first request not answered 200 started,
         when the first of N (20) requests in a row answered 200 after it
-        started, the time between, and how many requests started after
-        that were not answered 200 (all 0 when every one was)
+        started, the time between, how many requests started after that
+        were not answered 200, and how long after back_ms the last of
+        those started (all 0 when every one was)
     loadgen.py keys N
         prints N random API keys, one a line
 
@@ -316,12 +318,14 @@ def cmd_window(args):
                          in (line.rstrip("\n").split("\t", 3) for line in f))
     first = back = candidate = None
     run = late = 0
+    last = None
     for start, status in answers:
         if status != 200:
             if first is None:
                 first = start
             if back is not None:
                 late += 1
+                last = start
             run = 0
         elif first is not None and back is None:
             if run == 0:
@@ -332,7 +336,8 @@ def cmd_window(args):
     first = first or 0
     back = back if back is not None else first
     print(json.dumps({"first_ms": first, "back_ms": back,
-                      "window_ms": back - first, "late": late}))
+                      "window_ms": back - first, "late": late,
+                      "late_ms": (last - back) if last is not None else 0}))
 
 
 def cmd_keys(args):
