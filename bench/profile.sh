@@ -18,7 +18,9 @@
 # one call costs Redis.  The scripts: lua/check.lua as the service sends
 # it (a one-limit sliding window, one subject, with the worker's reply
 # slot and a new call id each time), the same without the reply slot, the
-# same for a one-limit token bucket, and the EVALSHA probe's one-liner.
+# same for a one-limit token bucket, a check that takes a lease on a rule
+# of one concurrency limit (max 1,000,000,000, lease ttl 60 s), that check
+# followed by the release of its lease, and the EVALSHA probe's one-liner.
 #
 # Writes the table to build/profile.txt, with the functions that cost c
 # and e most per request (inclusive: with what they call; also the
@@ -283,7 +285,9 @@ done
 # The calls, one inline command a line: $VAR/calls.slot (check.lua as the
 # service sends it for a one-limit sliding window: the reply slot and a
 # new call id each time), calls.plain (without them), calls.tb (as slot,
-# for a one-limit token bucket) and calls.probe (the probe's script).
+# for a one-limit token bucket), calls.lease (a check taking a lease, as
+# the service sends it), calls.pair (each such check, then its release:
+# two lines per pair) and calls.probe (the probe's script).
 CHECK_SHA=$(sha1sum "$BUILD/check.lua" | cut -d' ' -f1)
 PROBE_SHA=$(printf '%s' "return redis.call('INCR', KEYS[1])" | sha1sum |
     cut -d' ' -f1)
@@ -292,7 +296,16 @@ awk -v n="$N2" -v sha="$CHECK_SHA" -v probe="$PROBE_SHA" -v d="$VAR" '
         k = "rl:{11111111-2222-3333-4444-555555555555}"
         lim = "1 0 1 sliding_window 1000000000 3600 0 0"
         tb = "1 0 1 token_bucket 1000000000 100000 0 0"
+        cc = "1 3 1 concurrency 1000000000 60000000 0 0"
         for (i = 1; i <= n; i++) {
+            id = sprintf("%032x", i)
+            lease = sprintf("EVALSHA %s 3 %s:1:3:cbench %s:lease:%s " \
+                "%s:req:5f3a9c0e12ab44d1 %s %s 60000 %x", sha, k, k, id, k,
+                cc, id, i)
+            print lease >d "/calls.lease"
+            print lease >d "/calls.pair"
+            printf "EVALSHA %s 1 %s:lease:%s - r %s\n", sha, k, id, id \
+                >d "/calls.pair"
             printf "EVALSHA %s 2 %s:1:1:sbench %s:req:5f3a9c0e12ab44d1 " \
                 "%s %x\n", sha, k, k, lim, i >d "/calls.slot"
             printf "EVALSHA %s 2 %s:1:2:sbench %s:req:5f3a9c0e12ab44d1 " \
@@ -332,7 +345,7 @@ redis_measure() {
     CG_REDIS_PID=""
 }
 
-REDIS_SCRIPTS="slot plain tb probe"
+REDIS_SCRIPTS="slot plain tb lease pair probe"
 for rs in $REDIS_SCRIPTS; do
     for n in "$N1" "$N2"; do
         say "Redis under callgrind, $n calls ($rs)"
@@ -443,10 +456,16 @@ cp "$VAR"/*.callgrind."$N2".* "$KEEP"/
         slot) rs_what="check.lua as the service sends it (reply slot, call id)" ;;
         tb) rs_what="the same for a one-limit token bucket" ;;
         plain) rs_what="check.lua without the reply slot" ;;
+        lease) rs_what="a check taking a lease (one concurrency limit)" ;;
+        pair) rs_what="that check and the release of its lease" ;;
         *) rs_what="the EVALSHA probe's script (one INCR)" ;;
         esac
+        # (calls.pair: a check and then its release, a line each; so a
+        # pair is two of its calls.)
+        rs_per=1
+        [ "$rs" = pair ] && rs_per=2
         awk -v a="$rs_1" -v b="$rs_2" -v d=$((N2 - N1)) -v w="$rs_what" \
-            'BEGIN { printf "  %10.0f  %s\n", (b - a) / d, w }'
+            -v m="$rs_per" 'BEGIN { printf "  %10.0f  %s\n", m * (b - a) / d, w }'
     done
     for f in ours over; do
         echo
