@@ -273,6 +273,10 @@ late=$(awk -F '\t' '
     }' "$D/cold.tsv")
 check "cold pool: answers other than 200 only in the run's first half, while the filter is read ($late later; $cs)" \
     eq "$late" 0
+# What the cold pool said of its filter (when it was read, how many keys,
+# or why not), and its warnings: a late 503 says why there.
+grep -E 'key filter|: (warn|error): ' "$D/cold.log" | grep -v 'run as root' |
+    tail -n 6 | sed 's/^/    cold pool log: /'
 # When 99 % of the keys had been answered 200, counted from the start of
 # the pool (the time a front end restarted with it would see).
 t99=$(awk -F '\t' -v t0="$started" '$3 == 200 { print $1 + $2 - t0 }' \
