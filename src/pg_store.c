@@ -734,7 +734,7 @@ pg_store_pid_alive(int32_t pid)
 static int
 pg_store_filter_read(struct pg_store *ps)
 {
-    int64_t deadline = util_now_ms() + PG_FILTER_BUILD_MS;
+    int64_t start = util_now_ms(), deadline = start + PG_FILTER_BUILD_MS;
     PGresult *r;
     long n = 0, bad = 0;
     int ok = 0, f;
@@ -753,7 +753,8 @@ pg_store_filter_read(struct pg_store *ps)
         while (!PQisBusy(ps->conn)) {
             if ((r = PQgetResult(ps->conn)) == NULL) {
                 if (ok)
-                    log_info("key filter: %ld active keys read", n);
+                    log_info("key filter: %ld active keys read in %lld ms",
+                        n, (long long)(util_now_ms() - start));
                 else
                     pg_store_fail(ps, "postgresql unreachable",
                         "key filter", "no result");
