@@ -785,6 +785,16 @@ worker_handoff_recv(struct worker *w, struct worker_handoff *h)
     return fd;
 }
 
+/* A request begins on c at since_ms (monotonic): it must arrive whole
+ * within fcgi_read_timeout_ms of then. */
+static void
+worker_conn_request(struct worker *w, struct worker_conn *c, int64_t since_ms)
+{
+    c->started = 1;
+    c->request_ms = since_ms;
+    c->deadline_ms = since_ms + w->cfg->fcgi_read_timeout_ms;
+}
+
 /* Answers one request that libfcgi has read the parameters of. */
 static void
 worker_serve(struct worker *w, const struct fcgi_scan *s,
@@ -928,11 +938,8 @@ worker_conn_poll(struct worker *w, struct worker_conn *c, uint32_t events)
         }
         /* On a kept connection the read deadline starts with the next
          * request's first byte. */
-        if (!c->started && (rc == 1 || got > 0)) {
-            c->started = 1;
-            c->request_ms = util_now_ms();
-            c->deadline_ms = c->request_ms + w->cfg->fcgi_read_timeout_ms;
-        }
+        if (!c->started && (rc == 1 || got > 0))
+            worker_conn_request(w, c, util_now_ms());
         if (rc == 0) {
             if (!c->watched) {
                 memset(&ev, 0, sizeof(ev));
@@ -992,9 +999,7 @@ worker_conn_drop_idle(struct worker *w, struct worker_conn *c)
     char b;
 
     if (recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 1) {
-        c->started = 1;
-        c->request_ms = util_now_ms();
-        c->deadline_ms = c->request_ms + w->cfg->fcgi_read_timeout_ms;
+        worker_conn_request(w, c, util_now_ms());
         return 0;
     }
     worker_conn_end(w, c, 0);
@@ -1076,9 +1081,7 @@ worker_conn_start(struct worker *w, int fd, int tcp)
 {
     struct worker_conn *c = worker_conn_new(w, fd, tcp);
 
-    c->started = 1;
-    c->request_ms = util_now_ms();
-    c->deadline_ms = c->request_ms + w->cfg->fcgi_read_timeout_ms;
+    worker_conn_request(w, c, util_now_ms());
     return worker_conn_poll(w, c, 0);
 }
 
@@ -1150,9 +1153,7 @@ worker_handoff_take(struct worker *w)
         c->requests = h.requests;
         if (h.fresh) {
             /* Its first request's deadline counts from its acceptance. */
-            c->started = 1;
-            c->request_ms = h.accepted_ms;
-            c->deadline_ms = h.accepted_ms + w->cfg->fcgi_read_timeout_ms;
+            worker_conn_request(w, c, h.accepted_ms);
         } else {
             c->kept = 1;
             c->deadline_ms = util_now_ms() +
