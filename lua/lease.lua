@@ -262,7 +262,11 @@ if need_lease_call then
             record[1] = new_expiry
             redis.call('SET', key, cmsgpack.pack(record), 'PX',
                 ttl_ms + LEASE_GRACE_MS)
-            redis.call('ZADD', lease_set_of(key), 'XX', new_expiry, id)
+            -- (The set lives as long as its longest lease could: the
+            -- extended one may now outlive the last write's expiry.)
+            local set = lease_set_of(key)
+            redis.call('ZADD', set, 'XX', new_expiry, id)
+            redis.call('PEXPIRE', set, LEASE_SET_TTL_MS)
             return { 1, now_ms, ttl_ms }
         end
         local freed = 0

@@ -1570,8 +1570,12 @@ def test_lease_replay():
 def test_lease_extend():
     # A lease of 2 s extended to 10 s at 1 s holds its slot until 11 s.
     lease_check(["rl:{t}:cc9"], [cc(1, 2)], "f1", 2000, now=N)
+    # The tenant's set of leases outlives the extended lease too: its
+    # expiry is renewed (shortened by hand here to show it).
+    cmd("PEXPIRE", "rl:{t}:leases", 5000)
     got = lease_op("f1", "e", 10000, now=N + 1000000)
     expect_eq("extended", got, [1, NMS + 1000, 10000])
+    expect_ttl("rl:{t}:leases", 3660000)
     r, _ = lease_check(["rl:{t}:cc9"], [cc(1, 2)], "f2", 2000,
                        now=N + 10999000)
     expect_eq("held at 10.999 s", r.allowed, 0)
