@@ -100,15 +100,19 @@ EOF
 #   answer to them, however late), freed
 #   (when the first allowed poll reached the backend: its slot was taken
 #   just before; -1 when none was allowed), polls, poll_other (statuses
-#   other than 200 and 429).  Times in wall ms, the backend's clock.
+#   other than 200 and 429), all_free (when Redis first held no live
+#   lease in COUNTER, the concurrency limit's sorted set, read with ZCOUNT
+#   on REDIS_PORT every 5 ms over the same span as the polls; -1 if
+#   never).  Times in wall ms, the backend's clock, which is Redis's.
 cat >"$D/hold.py" <<'EOF'
-import http.client, sys, threading, time
+import http.client, socket, sys, threading, time
 
 url, key, tag, sleep_ms = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 abort_ms = int(sys.argv[5]) if len(sys.argv) > 5 and sys.argv[5] != "-" else 0
 poll_max = int(sys.argv[6]) if len(sys.argv) > 6 else 3000
 poll_every = int(sys.argv[7]) if len(sys.argv) > 7 else 5
 n, backend_log = int(sys.argv[8]), sys.argv[9]
+redis_port, counter = int(sys.argv[10]), sys.argv[11]
 host, port = url.split("/")[2].split(":")
 path = "/" + url.split("/", 3)[3]
 now = lambda: int(time.time() * 1000)
@@ -161,6 +165,26 @@ def poll(start, deadline):
             polled["other"].append(st)
         time.sleep(poll_every / 1000.0)
 
+# Live leases in the counter: ZCOUNT from now, as ratelimitctl counts.
+def live(sock, f):
+    args = ["ZCOUNT", counter, "(%d" % now(), "+inf"]
+    sock.sendall(("*%d\r\n" % len(args) + "".join(
+        "$%d\r\n%s\r\n" % (len(a), a) for a in args)).encode())
+    line = f.readline().decode()
+    return int(line[1:]) if line.startswith(":") else -1
+
+freeing = {"at": -1}
+def watch(start, deadline):
+    while now() < start:
+        time.sleep(0.002)
+    with socket.create_connection(("127.0.0.1", redis_port), 5) as sock:
+        f = sock.makefile("rb")
+        while now() < deadline:
+            if live(sock, f) == 0:
+                freeing["at"] = now()
+                return
+            time.sleep(0.005)
+
 t_held = now()
 threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
 for t in threads:
@@ -176,10 +200,13 @@ except OSError:
 extra_ms = now() - t0
 due = t_held + (min(sleep_ms, abort_ms) if abort_ms else sleep_ms)
 poller = threading.Thread(target=poll, args=(due - 100, due + poll_max))
+watcher = threading.Thread(target=watch, args=(due - 100, due + poll_max))
 poller.start()
+watcher.start()
 for t in threads:
     t.join()
 poller.join()
+watcher.join()
 deadline = now() + sleep_ms + 2000
 while len(lines(("end", "gone"), tag + "-")) < n + 1 + polled["n"] and now() < deadline:
     time.sleep(0.01)
@@ -200,6 +227,7 @@ print("backend_end=%d" % max([ends.get("%s-%d" % (tag, i), 0) for i in range(n)]
 print("freed=%d" % freed)
 print("polls=%d" % polled["n"])
 print("poll_other=%s" % ",".join(polled["other"]))
+print("all_free=%d" % freeing["at"])
 EOF
 
 # hold URL TAG SLEEP_MS [ABORT_MS [POLL_MAX_MS [POLL_EVERY_MS]]]: runs
@@ -213,13 +241,15 @@ hold() {
     hd_every=${6:-5}
     H_held='' H_extra='' H_extra_ms='' H_first_start='' H_end=''
     H_first_end='' H_backend_end='' H_freed='' H_polls='' H_poll_other=''
+    H_all_free=''
     python3 "$D/hold.py" "$hd_url" "$KEY" "$hd_tag" "$hd_sleep" "$hd_abort" \
-        "$hd_max" "$hd_every" "$MAX" "$D/backend.log" >"$T_TMP/hold.out" 2>&1
+        "$hd_max" "$hd_every" "$MAX" "$D/backend.log" "$REDIS_PORT" \
+        "$CC_KEY" >"$T_TMP/hold.out" 2>&1
     # shellcheck disable=SC2034 # hd_value is read through eval
     while IFS='=' read -r hd_name hd_value; do
         case $hd_name in
         held | extra | extra_ms | first_start | end | first_end | \
-            backend_end | freed | polls | poll_other)
+            backend_end | freed | polls | poll_other | all_free)
             eval "H_$hd_name=\$hd_value"
             ;;
         esac
@@ -257,6 +287,16 @@ lease_scenarios() {
         le "$ls_after" 100
     check "$ls_who: no poll got anything but 200 or 429 ($H_poll_other)" \
         eq "$H_poll_other" ""
+    # Every slot, not only the first: Redis holds no live lease of the
+    # limit within 100 ms of the backend's last answer (the allowed poll's
+    # own lease included).
+    ls_all=$((H_all_free - H_backend_end))
+    check "$ls_who: Redis saw every slot free ($H_all_free)" \
+        ne "$H_all_free" -1
+    check "$ls_who: ... not before the backend's last answer ($ls_all ms)" \
+        ge "$ls_all" 0
+    check "$ls_who: ... within 100 ms of it ($ls_all ms; Redis read every 5 ms)" \
+        le "$ls_all" 100
     echo "    $ls_who: a slot free $ls_after ms after the backend's first answer, polled every 5 ms ($H_polls polls; the $MAX answers $((H_end - H_first_end)) ms apart)"
 
     # Clients that give up after 300 ms of a 1500 ms request: the slot is
@@ -272,6 +312,10 @@ lease_scenarios() {
     ls_after=$((H_freed - H_backend_end))
     check "$ls_who: ... by 100 ms after the backend's answer ($ls_after ms)" \
         le "$ls_after" 100
+    ls_all=$((H_all_free - H_backend_end))
+    check "$ls_who: all $MAX slots of the requests given up are free by 100 ms after the backend's last answer ($ls_all ms)" \
+        le "$ls_all" 100
+    check "$ls_who: ... as Redis read them ($H_all_free)" ne "$H_all_free" -1
     echo "    $ls_who: a client gone: slots free $((H_freed - H_end)) ms after it left, $ls_after ms after the backend's answer"
     if [ "$ls_who" = nginx ]; then
         check "nginx: ends the request when the client leaves: freed before the backend answered ($ls_after ms)" \
@@ -375,6 +419,16 @@ check "a rule with a concurrency limit of $MAX (ttl ${TTL_S} s) and a daily quot
     eq "$rc" 0
 [ "$rc" = 0 ] || cat "$T_TMP/rule.out" "$T_TMP/limit.out"
 KEY_ID=$(key_id "$KEY")
+# The Redis key of the key's concurrency counter, where hold.py counts
+# the live leases.
+CC_KEY=$(ctl counter show "$TENANT" /api/x --key "$KEY_ID" --json 2>/dev/null |
+    python3 -c '
+import json, sys
+for c in json.load(sys.stdin)["counters"]:
+    if c["algorithm"] == "concurrency":
+        print(c["key"])')
+check "the concurrency counter's Redis key is known ($CC_KEY)" \
+    test -n "$CC_KEY"
 # The daily quota's counter must not roll over while this file runs.
 avoid_edge 86400 180
 
