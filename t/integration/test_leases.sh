@@ -68,6 +68,8 @@ ctl rule add "$T1" --route /lost --algorithm concurrency --max 1000 \
     --lease-ttl 5m >/dev/null
 ctl rule add "$T1" --route /tokens --algorithm token_bucket \
     --capacity 10000 --refill-rate 10 >/dev/null
+ctl rule add "$T2" --route /cc2 --algorithm concurrency --max 5 \
+    --lease-ttl 60s >/dev/null
 
 # release KEY BODY, extend KEY BODY: the two lease calls.
 release() {
@@ -449,6 +451,33 @@ check "/status: the tenant has them in flight (the dashboard's column)" \
 check "/status: in flight in all, at least 3 (the dashboard's figure)" \
     ge "$(jq_py "d.get('in_flight', -1)" "$BODY")" 3
 
+# The series is bounded as the other per-tenant ones: a pool with
+# metrics_tenants = top:1 shows the leases of the tenant with the most
+# checks only, though both hold some.
+PM=$((PORT + 193))
+if private_app lm "$PM" "metrics_tenants=top:1" "workers=1"; then
+    check "the top:1 pool is ready" retry 50 ready_on "$PM"
+    for i in 1 2 3; do
+        curl -s -o /dev/null -m 5 -X POST "http://127.0.0.1:$PM/v1/check" \
+            -H "X-API-Key: $K1" -H 'Content-Type: application/json' \
+            -d '{"route":"/cc50","subject":"top"}'
+    done
+    curl -s -o "$T_TMP/t2.out" -m 5 -X POST "http://127.0.0.1:$PM/v1/check" \
+        -H "X-API-Key: $K2" -H 'Content-Type: application/json' \
+        -d '{"route":"/cc2","subject":"top"}'
+    LT2=$(json_field lease "$(cat "$T_TMP/t2.out")")
+    check "the other tenant holds a lease too ($LT2)" contains "$LT2" .
+    curl -s -o "$T_TMP/lm.metrics" -m 5 "http://127.0.0.1:$PM/metrics"
+    check "top:1: one ratelimit_tenant_leases_held series, the busier tenant's ($(grep '^ratelimit_tenant_leases_held' "$T_TMP/lm.metrics" | tr '\n' ' '))" \
+        eq "$(grep '^ratelimit_tenant_leases_held{' "$T_TMP/lm.metrics" |
+            sed 's/ .*//')" "ratelimit_tenant_leases_held{tenant=\"$T1\"}"
+    release "$K2" "{\"lease\":\"$LT2\"}"
+    check "the other tenant's lease released" eq "$STATUS" 200
+    stop_private
+else
+    fail "a pool with metrics_tenants = top:1 starts"
+fi
+
 # ------------------------------------------------------------ lost replies
 
 # Every Redis client connection is killed every 10 ms while 500 checks
@@ -491,6 +520,72 @@ for l in $(jq_py '" ".join(d["leases"])' "$out"); do
     [ -n "$(rcli ZSCORE "$lk" "${l#*.}")" ] || missing=$((missing + 1))
 done
 check "lost replies: every lease answered is held" eq "$missing" 0
+
+# ------------------------------------------------------------ counter show, bounds, scope
+
+# counter show gives each live lease its age: the time since it was
+# taken, and the time it has left, which add up to its ttl.
+check_req "$K1" '{"route":"/cc","subject":"age"}'
+LA=$(json_field lease)
+check "a lease to age" eq "$STATUS" 200
+sleep 1.2
+ctl counter show "$T1" /cc --subject age --json >"$T_TMP/age.json" 2>&1
+lease_age() {
+    python3 -c '
+import json, sys
+for c in json.load(open(sys.argv[1]))["counters"]:
+    for l in (c.get("state") or {}).get("leases", []):
+        print(l["lease"], l["age_ms"], l["age_ms"] + l["expires_in_ms"])' \
+        "$T_TMP/age.json"
+}
+# in_ms N LO HI: LO <= N <= HI.
+in_ms() {
+    ge "$1" "$2" && le "$1" "$3"
+}
+A_ID='' A_AGE='' A_TTL=''
+read -r A_ID A_AGE A_TTL <<EOF
+$(lease_age)
+EOF
+check "counter show --json lists the lease ($A_ID)" eq "$A_ID" "$LA"
+check "its age is the time since it was taken, 1.2 s ago ($A_AGE ms)" \
+    in_ms "$A_AGE" 1200 4000
+check "its age and the time it has left add up to its ttl ($A_TTL ms)" \
+    eq "$A_TTL" 60000
+release "$K1" "{\"lease\":\"$LA\"}"
+check "the aged lease released" eq "$STATUS" 200
+
+# The lease ttl of a concurrency limit is 1 s to 1 h; ratelimitctl
+# refuses anything else and says so, and adds nothing.
+for ttl in 999ms 0s 61m 2h; do
+    ctl rule add "$T1" --route /badttl --algorithm concurrency --max 1 \
+        --lease-ttl "$ttl" >"$T_TMP/ttl.out" 2>&1
+    check "--lease-ttl $ttl: exit status 2 ($(cat "$T_TMP/ttl.out"))" eq "$?" 2
+    check "--lease-ttl $ttl: the bounds said" \
+        contains "$(cat "$T_TMP/ttl.out")" "out of range (1s to 1h)"
+done
+check "no rule was added for them" \
+    eq "$(ctl rule list "$T1" 2>/dev/null | grep -c /badttl)" 0
+ctl rule add "$T1" --route /hour --algorithm concurrency --max 1 \
+    --lease-ttl 1h >"$T_TMP/ttl.out" 2>&1
+check "--lease-ttl 1h, the longest, is taken ($(cat "$T_TMP/ttl.out"))" eq "$?" 0
+
+# Counted by key: two subjects of one key share the slot; another key of
+# the same tenant has its own.
+ctl rule add "$T1" --route /cck --algorithm concurrency --max 1 \
+    --lease-ttl 60s --count key >/dev/null
+K1B=$(new_key "$T1")
+sleep 1
+check_req "$K1" '{"route":"/cck","subject":"s1"}'
+LB=$(json_field lease)
+check "--count key: the key's one slot taken" eq "$STATUS" 200
+check_req "$K1" '{"route":"/cck","subject":"s2"}'
+check "--count key: another subject of the same key gets 429" eq "$STATUS" 429
+check_req "$K1B" '{"route":"/cck","subject":"s1"}'
+LB2=$(json_field lease)
+check "--count key: another key of the tenant has its own slot" eq "$STATUS" 200
+release "$K1" "{\"lease\":\"$LB\"}"
+release "$K1B" "{\"lease\":\"$LB2\"}"
+check "--count key: released" eq "$STATUS" 200
 
 # ------------------------------------------------------------ the docs' examples
 
