@@ -70,6 +70,16 @@ new_tenant "$spare"
 skey=$(new_key "$spare")
 new_sw_rule "$spare" /spare 3 3600
 badmin=$(new_key "$busy" admin)
+# The busy tenant holds two leases of an in-flight limit (5 minutes):
+# its row and the page's figure show them in flight.
+ctl rule add "$busy" --route /dash/lease --algorithm concurrency --max 5 \
+    --lease-ttl 5m >/dev/null
+sleep 1
+for s in l1 l2; do
+    req POST /v1/check "{\"route\":\"/dash/lease\",\"subject\":\"$s\"}" \
+        "X-API-Key: $bkey" "Content-Type: application/json"
+    check "the busy tenant takes lease $s ($STATUS)" eq "$STATUS" 200
+done
 
 # One round of the load: checks of both tenants (the limited one soon
 # only denied), a route with no rule, and an unknown key (other 4xx).
@@ -253,11 +263,12 @@ check "?tenant=: another tenant's admin key sees none of it ($STATUS $tv)" \
 fetch "$BASE_URL/status?json&history&tenant=$(urlq "$busy")" \
     -H "X-API-Key: $badmin"
 tv=$(tview_json)
-check "?tenant=: its own tenant's admin key sees its rule ($STATUS $(json_field rules "$tv"))" \
+check "?tenant=: its own tenant's admin key sees its rules, the load's and the leases' ($STATUS $(json_field rules "$tv"))" \
     python3 -c '
 import json, sys
-r = json.loads(sys.argv[1])
-sys.exit(0 if len(r) == 1 and r[0][0] == "/dash/* \u00b7 default" and r[0][2] > 0
+r = sorted(json.loads(sys.argv[1]))
+sys.exit(0 if len(r) == 2 and r[0][0] == "/dash/* \u00b7 default" and r[0][2] > 0
+         and r[1][0] == "/dash/lease \u00b7 default"
          else 1)' "$(json_field rules "$tv")"
 
 # The charts need seconds to draw: wait until the history holds at least
@@ -298,6 +309,7 @@ class Facts(HTMLParser):
     def __init__(self):
         super().__init__()
         self.stack, self.ids, self.text = [], {}, {}
+        self.in_flight = None
         self.rows = {"top": [], "workers": [], "tenants": [], "trules": []}
 
     def table(self):
@@ -307,6 +319,8 @@ class Facts(HTMLParser):
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
         t = self.table()
+        if "data-in-flight" in a:
+            self.in_flight = a["data-in-flight"]
         if a.get("id"):
             self.ids[a["id"]] = a
             self.text[a["id"]] = ""
@@ -368,6 +382,7 @@ print(json.dumps({
     "pg_ok": ids.get("h-pg", {}).get("data-ok"),
     "version": p.text.get("version", "").strip(),
     "conn": p.text.get("conn", "").strip(),
+    "in_flight": p.in_flight,
 }))
 EOF
 }
@@ -418,6 +433,13 @@ import json, sys
 rows = [r for r in json.loads(sys.argv[1])["tenants"] if r[0] == sys.argv[2]]
 sys.exit(0 if len(rows) == 1 and rows[0][1] == sys.argv[2] and
          float(rows[0][2]) > 0 else 1)' "$facts" "$busy"
+check "its row shows the 2 leases it holds in flight" \
+    python3 -c '
+import json, sys
+rows = [r for r in json.loads(sys.argv[1])["tenants"] if r[0] == sys.argv[2]]
+sys.exit(0 if len(rows) == 1 and rows[0][-1] == "2" else 1)' "$facts" "$busy"
+check "the in-flight figure counts them ($(json_field in_flight "$facts"))" \
+    ge "$(json_field in_flight "$facts")" 2
 check "Redis and PostgreSQL p50 and p99, key and rule cache hit rates shown ($(json_field figures "$facts"))" \
     python3 -c '
 import json, sys
