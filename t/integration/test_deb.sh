@@ -193,7 +193,11 @@ t_built=$(date +%s)
 
 check "the daemon is /usr/sbin/ratelimit-fcgi" test -x /usr/sbin/ratelimit-fcgi
 check "ratelimitctl is /usr/bin/ratelimitctl" test -x /usr/bin/ratelimitctl
-for page in ratelimit-fcgi ratelimitctl; do
+check "ratelimit-release (the leases' companion) is /usr/bin/ratelimit-release" \
+    test -x /usr/bin/ratelimit-release
+check "ratelimit-release -h runs and names itself" \
+    contains "$(/usr/bin/ratelimit-release -h 2>&1)" ratelimit-release
+for page in ratelimit-fcgi ratelimitctl ratelimit-release; do
     check "man finds $page(8)" eq "$(man -w "$page" 2>/dev/null)" \
         "/usr/share/man/man8/$page.8.gz"
 done
@@ -285,8 +289,12 @@ check "ratelimit-fcgi -t accepts the edited configuration as ratelimit ($out)" \
 # ---------------------------------------------------------------- systemd
 
 rc=0
+for unit in ratelimit-release.socket ratelimit-release.service; do
+    check "the package has $UNITS/$unit" test -s "$UNITS/$unit"
+done
 systemd-analyze verify "$UNITS/ratelimit-fcgi.socket" \
-    "$UNITS/ratelimit-fcgi.service" >"$D/verify.out" 2>&1 || rc=$?
+    "$UNITS/ratelimit-fcgi.service" "$UNITS/ratelimit-release.socket" \
+    "$UNITS/ratelimit-release.service" >"$D/verify.out" 2>&1 || rc=$?
 if [ "$rc" = 0 ] || ! grep -qi 'failed to \(connect\|initialize\)\|no such file.*bus' \
     "$D/verify.out"; then
     check "systemd-analyze verify: the installed units are valid ($rc: $(head -c 300 "$D/verify.out"))" \
