@@ -670,6 +670,9 @@ check "it has queries ($(json_field queries "$g")), latency from _bucket, topk" 
     "1 1 1"
 check "every metric its queries use is one /metrics exports (missing: $(json_field missing "$g"))" \
     eq "$(json_field missing "$g")" "[]"
+check "it shows leases: in flight by tenant, events, settled cost" \
+    eq "$(json_field used "$g" | grep -o '"ratelimit_\(tenant_leases_held\|leases_total\|lease_settled_cost_total\)"' | sort | tr '\n' ' ')" \
+    '"ratelimit_lease_settled_cost_total" "ratelimit_leases_total" "ratelimit_tenant_leases_held" '
 # shellcheck disable=SC2016 # the board's own $tenant
 check "it has a \$tenant variable of the tenants /metrics names ($(json_field tenant_var "$g"))" \
     eq "$(json_field tenant_var "$g")" \
