@@ -75,6 +75,28 @@ counters() {
     rcli --scan --pattern "rl:{$1}:*" | wc -l | tr -d ' '
 }
 
+# steady_load OUT KEY BODY DONE: the steady tenant's load beside the
+# spray's (200 checks a second on 4 connections) until the file DONE
+# exists, at most 72 s (beyond the spray's own bound of 60 + 5 s): loadgen
+# runs of 5 s, each started 4 s after the one before, so that one is always
+# sending whatever a run takes to start, and none is left running for long
+# once the spray is over (one run of a fixed 40 s went on for 20 s after
+# it).  OUT gets the lines of every run.  Run it in the background.
+steady_load() {
+    sl_i=0
+    while [ "$sl_i" -lt 18 ] && [ ! -e "$4" ]; do
+        lg "$1.$sl_i" "$2" "$3" --rate 200 --requests 1000 --duration 5 \
+            --concurrency 4 >/dev/null &
+        sl_next=$(($(now_ms) + 4000))
+        while [ ! -e "$4" ] && [ "$(now_ms)" -lt "$sl_next" ]; do
+            sleep 0.1
+        done
+        sl_i=$((sl_i + 1))
+    done
+    wait
+    cat "$1".[0-9]* >"$1"
+}
+
 used_memory() {
     rcli INFO memory | tr -d '\r' | awk -F: '$1 == "used_memory" { print $2 }'
 }
@@ -165,14 +187,15 @@ check "before the spray, the steady tenant's checks are all 200" \
 # The same load as the spray's, on one old subject: what the machine does
 # to the steady tenant's p99 without a new key.
 t_busy=$(now_ms)
-lg "$T_TMP/busy-steady" "$steady_key" "$steady_body" --rate 200 \
-    --requests 8000 --duration 40 --concurrency 4 >/dev/null &
+steady_load "$T_TMP/busy-steady" "$steady_key" "$steady_body" \
+    "$T_TMP/busy.done" &
 steady_pid=$!
 sleep 1
 lg "$T_TMP/busy" "$busy_key" "$(check_body /api/x busy-user)" \
     --requests "$SPRAY" --rate "$SPRAY_RATE" --duration 60 \
     --concurrency 8 >/dev/null
 t_busy_end=$(now_ms)
+: >"$T_TMP/busy.done"
 wait "$steady_pid"
 p99_busy=$(stat "$T_TMP/busy-steady" p99_ms --from "$t_busy" \
     --to "$t_busy_end")
@@ -183,14 +206,15 @@ rcli CONFIG SET maxmemory "$limit" >/dev/null
 echo "    maxmemory $limit bytes ($HEADROOM above what Redis used)"
 
 t_spray=$(now_ms)
-lg "$T_TMP/during" "$steady_key" "$steady_body" --rate 200 \
-    --requests 8000 --duration 40 --concurrency 4 >/dev/null &
+steady_load "$T_TMP/during" "$steady_key" "$steady_body" \
+    "$T_TMP/during.done" &
 steady_pid=$!
 sleep 1
 spray_out=$(lg "$T_TMP/spray" "$spray_key" "$spray_body" \
     --new-subjects "spray-$$" --requests "$SPRAY" --rate "$SPRAY_RATE" \
     --duration 60 --concurrency 8)
 t_end=$(now_ms)
+: >"$T_TMP/during.done"
 wait "$steady_pid"
 echo "    spray: $spray_out"
 
