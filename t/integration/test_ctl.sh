@@ -10,6 +10,10 @@
 # decides, written with psql behind ratelimitctl's back.
 set -u
 
+# Debian's programs first, as lib.sh has them: a version manager's
+# python3 shim earlier in PATH can take half a second to start.
+PATH=/usr/bin:/bin:$PATH
+export PATH
 CTL=${RATELIMITCTL:-build/ratelimitctl}
 CTL_PG_PORT=${CTL_TEST_PG_PORT:-$((${PG_PORT:-15433} + 6))}
 HTTP_PORT=${PORT:-}
@@ -28,6 +32,24 @@ command -v psql >/dev/null 2>&1 || {
     echo "test_ctl.sh: psql is missing (install postgresql-client)" >&2
     exit 1
 }
+# psql itself, not Debian's pg_wrapper (/usr/bin/psql, a Perl script that
+# picks the newest client on every call, some 50 ms each over the few
+# hundred calls here): the newest PostgreSQL's, as scripts/pg.sh picks the
+# server's; "psql" where there is none.
+PSQL=psql
+PSQL_MAJOR=0
+for ps_bin in /usr/lib/postgresql/*/bin/psql; do
+    ps_v=${ps_bin#/usr/lib/postgresql/}
+    ps_v=${ps_v%%/*}
+    ps_v=${ps_v%%.*}
+    case $ps_v in
+    '' | *[!0-9]*) continue ;;
+    esac
+    if [ -x "$ps_bin" ] && [ "$ps_v" -gt "$PSQL_MAJOR" ]; then
+        PSQL=$ps_bin
+        PSQL_MAJOR=$ps_v
+    fi
+done
 
 TMP=$(mktemp -d)
 cleanup() {
@@ -73,14 +95,14 @@ ctl() {
 
 # sql QUERY: prints the result unaligned, without headers.
 sql() {
-    psql -X -q -tA -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$CTL_PG_PORT" -U ratelimit \
+    "$PSQL" -X -q -tA -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$CTL_PG_PORT" -U ratelimit \
         -d ratelimit -c "$1"
 }
 
 # sql_fails DESCRIPTION PATTERN QUERY: the statement must fail, with PATTERN
 # (a constraint's name, say) in psql's message.
 sql_fails() {
-    if psql -X -q -tA -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$CTL_PG_PORT" \
+    if "$PSQL" -X -q -tA -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$CTL_PG_PORT" \
         -U ratelimit -d ratelimit -c "$3" >"$TMP/out" 2>"$TMP/err"; then
         not_ok "$1 (the statement succeeded)"
     elif grep -q -e "$2" "$TMP/err"; then
@@ -207,7 +229,7 @@ is "002 adds rules.always and limits.period_us, burst, calendar" \
 # (007_leases.sql defines 002's constraints again, with one algorithm
 # more: the two run again in order leave the schema as migrate did.)
 BEFORE_002=$(schema_002)
-psql -X -q -v ON_ERROR_STOP=1 -1 -h 127.0.0.1 -p "$CTL_PG_PORT" -U ratelimit \
+"$PSQL" -X -q -v ON_ERROR_STOP=1 -1 -h 127.0.0.1 -p "$CTL_PG_PORT" -U ratelimit \
     -d ratelimit -f schema/002_limits.sql -f schema/007_leases.sql \
     >"$TMP/err" 2>&1
 is "002_limits.sql and 007_leases.sql run again by hand succeed and change nothing" \
@@ -281,7 +303,7 @@ is "the stored prefix is the key's first 8 characters; role check, active" \
 # The key goes in as a psql variable, read from a script on stdin.
 is "the raw key (nor its random part) is stored anywhere in api_keys" \
     "$(printf '%s\n' "SELECT count(*) FROM api_keys a WHERE strpos(a::text, :'key') > 0 OR strpos(a::text, substr(:'key', 4)) > 0;" |
-        psql -X -q -tA -v ON_ERROR_STOP=1 -v key="$KEY" -h 127.0.0.1 \
+        "$PSQL" -X -q -tA -v ON_ERROR_STOP=1 -v key="$KEY" -h 127.0.0.1 \
             -p "$CTL_PG_PORT" -U ratelimit -d ratelimit)" 0
 ctl key create acme --role admin
 ADMIN_ID=$(field id)
@@ -668,7 +690,7 @@ printf '%s\n' "LISTEN ratelimit_changes;" \
     "INSERT INTO limits (rule_id, name, algorithm, limit_count, calendar) VALUES ($G3_RULE, 'n', 'fixed_window', 9, 'hour');" \
     "INSERT INTO api_keys (tenant_id, key_hash, key_prefix) VALUES ('$ACME_ID', repeat('ab', 32), 'rl_note');" \
     "DELETE FROM api_keys WHERE key_hash = repeat('ab', 32);" |
-    psql -X -q -h 127.0.0.1 -p "$CTL_PG_PORT" -U ratelimit -d ratelimit \
+    "$PSQL" -X -q -h 127.0.0.1 -p "$CTL_PG_PORT" -U ratelimit -d ratelimit \
         >"$TMP/notify" 2>&1
 AB_HASH=$(printf 'ab%.0s' $(seq 32))
 is "revoking a key notifies api_keys:<tenant id>:<its hash>:revoked, once" \
@@ -691,7 +713,7 @@ is "adding a limit notifies limits:<tenant id>:<rule id> (its count check notifi
 # --- the dev seed -----------------------------------------------------
 
 seed() {
-    psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$CTL_PG_PORT" -U ratelimit \
+    "$PSQL" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$CTL_PG_PORT" -U ratelimit \
         -d ratelimit -f schema/dev_seed.sql >"$TMP/err" 2>&1
     echo $?
 }
@@ -903,7 +925,7 @@ except (ValueError, OSError, AttributeError):
     is "stack: a check of /mc is allowed (8 limits, all of them decided)" \
         "$(check_status /mc)" "200 -"
     # The tenant-wide quota of 1 an hour that a plan of 8 + 1 used to drop.
-    psql -X -q -tA -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PG_PORT" \
+    "$PSQL" -X -q -tA -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PG_PORT" \
         -U ratelimit -d ratelimit -v tenant="$MC_TENANT" >"$TMP/err" 2>&1 <<'SQL'
 WITH r AS (INSERT INTO rules (tenant_id, route_pattern, always)
            SELECT id, '*', true FROM tenants WHERE name = :'tenant'
