@@ -17,7 +17,8 @@
  *                    hand (it is sent SIGQUIT); after a grace period the
  *                    rest are killed
  *   SIGHUP, SIGUSR2  re-read the configuration; on success, replace the
- *                    workers one by one as they finish (gracefully)
+ *                    workers one at a time (master_roll), each passing
+ *                    its kept connections to the others
  *   SIGUSR1          reopen the logs (logrotate's signal)
  *   others           the catchable signals whose default would end the
  *                    master silently (SIGALRM, SIGIO, ...) are logged and
@@ -81,6 +82,8 @@
 #define MASTER_BACKOFF_MIN_MS 10    /* first respawn delay of a failing slot */
 #define MASTER_BACKOFF_MAX_MS 1000
 #define MASTER_TICK_MS 200
+#define MASTER_RETIRE_MS 2000       /* a reload's worker to pass on its
+                                       connections and leave */
 
 struct master_slot {
     int64_t started_ms;
@@ -88,7 +91,9 @@ struct master_slot {
     int failures;               /* fast abnormal exits in a row */
     int sent;                   /* SIGQUIT, SIGTERM or SIGKILL, when the
                                    master sent its worker one (a stop, a
-                                   reload, a deadline) */
+                                   deadline), or SIGUSR2 (a reload) */
+    unsigned gen;               /* the configuration its worker runs */
+    int64_t retire_ms;          /* when it was sent SIGUSR2 */
 };
 
 static char **master_argv;      /* a copy of the command line */
@@ -206,6 +211,7 @@ struct master {
     struct master_slot slot[RL_MAX_WORKERS];
     int handoff[2];             /* kept connections passed between workers
                                    (worker.c), or -1 */
+    unsigned gen;               /* configurations read (master_reload) */
     /* Deaths logged one by one in the current second, and those past the
      * budget (the pool's size), counted for one line after it. */
     int64_t deaths_since_ms;
@@ -258,6 +264,7 @@ master_spawn(struct master *m, int i, const sigset_t *oldmask)
 
     memset(slot, 0, sizeof(*slot));
     m->slot[i].sent = 0;
+    m->slot[i].gen = m->gen;
     /* Lines the log held back are written now, by the master: a worker
      * forked with them pending would write them as its own when it
      * leaves. */
@@ -273,6 +280,9 @@ master_spawn(struct master *m, int i, const sigset_t *oldmask)
         if (getppid() != m->board->master)
             _exit(0);
         master_title("worker (%s)", master_config_name(m->cfg));
+        /* A reload's SIGUSR2 that comes before the worker takes it
+         * (worker.c) is lost, not fatal: the master then stops it. */
+        signal(SIGUSR2, SIG_IGN);
         sigprocmask(SIG_SETMASK, oldmask, NULL);
         slot->pid = getpid();
         rc = worker_run(m->cfg, m->listen_fd, slot, &m->shm,
@@ -489,6 +499,54 @@ master_enforce_timeout(struct master *m)
     }
 }
 
+/*
+ * A reload replaces the workers one at a time, so that the others take
+ * the kept FastCGI connections of the one leaving (worker.c's hand-off)
+ * and the pool keeps serving with all but one of its workers.  Once every
+ * slot has a worker, one still running an older configuration is sent
+ * SIGUSR2: it stops taking connections, passes its kept ones to the
+ * others (waiting while the hand-off queue is full, where a stop would
+ * close them), finishes what it has in hand and leaves, and the loop
+ * starts its replacement, with the configuration read last; then the
+ * next.  One that has not left MASTER_RETIRE_MS later is sent SIGQUIT,
+ * which closes what it could not pass on.  A reload during the round
+ * starts it again for every worker of an older configuration.
+ */
+static void
+master_roll(struct master *m)
+{
+    struct master_slot *ms;
+    int64_t now = util_now_ms();
+    long i, next = -1;
+    pid_t pid;
+
+    for (i = 0; i < m->cfg->workers; i++) {
+        ms = &m->slot[i];
+        if ((pid = m->board->slots[i].pid) == 0)
+            return;             /* a slot waits for its worker */
+        if (ms->sent == SIGUSR2) {
+            if (now - ms->retire_ms >= MASTER_RETIRE_MS) {
+                log_info("worker %ld has not left %d ms after the reload "
+                    "asked it to; stopping it", (long)pid,
+                    MASTER_RETIRE_MS);
+                ms->sent = SIGQUIT;
+                kill(pid, SIGQUIT);
+            }
+            return;
+        }
+        if (ms->sent != 0)
+            return;             /* on its way out already */
+        if (ms->gen != m->gen && next < 0)
+            next = i;
+    }
+    if (next < 0)
+        return;
+    ms = &m->slot[next];
+    ms->sent = SIGUSR2;
+    ms->retire_ms = now;
+    kill(m->board->slots[next].pid, SIGUSR2);
+}
+
 /* Milliseconds until the next thing the loop must do by itself. */
 static long
 master_wait_ms(const struct master *m)
@@ -560,10 +618,11 @@ master_reload(struct master *m)
     /* What the pool learnt from PostgreSQL is checked again. */
     shm_changed(&m->shm);
     log_set_level(fresh.log_level);
-    log_info("SIGHUP: configuration reloaded; replacing workers");
-    /* Workers finish their request and exit; the loop respawns them with
-     * the new configuration, which they inherit through fork. */
-    master_signal_all(m, SIGQUIT);
+    log_info("SIGHUP: configuration reloaded; replacing workers one at "
+        "a time");
+    /* master_roll() replaces the workers, which inherit the new
+     * configuration through fork. */
+    m->gen++;
 }
 
 /* The process a master made by a takeover watches (see master_takeover),
@@ -666,6 +725,7 @@ master_run(struct rl_config *cfg, int listen_fd)
                     m.slot[i].sent = SIGQUIT;
                     kill(m.board->slots[i].pid, SIGQUIT);
                 }
+            master_roll(&m);
         }
         master_enforce_timeout(&m);
         master_deaths_report(&m);

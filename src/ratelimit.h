@@ -952,6 +952,7 @@ struct rl_counters {
     unsigned long misconfigured;    /* plans refused: too many limits */
     unsigned long fcgi_refused;     /* connections dropped: bad records */
     unsigned long fcgi_evicted;     /* closed to make room for one */
+    unsigned long fcgi_unpassed;    /* kept ones a leaving worker closed */
     unsigned long worker_crashes;   /* workers that died abnormally */
     unsigned long worker_rss_exits; /* workers replaced for their memory */
     unsigned long key_lookups;      /* key store lookups */

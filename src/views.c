@@ -334,6 +334,11 @@ views_metrics(struct service *svc, const struct key_info *viewer,
         "closed to make room for a new one (an idle kept one, else the "
         "oldest incomplete one): every worker's worker_connections were "
         "taken.", "counter", "", c->fcgi_evicted);
+    views_metric(b, "ratelimit_fcgi_closed_leaving_total", "Kept FastCGI "
+        "connections that a worker on its way out (a stop, a reload, "
+        "max_requests, max_worker_rss_mb) closed because no other worker "
+        "took them: the pool was stopping, or the hand-off queue stayed "
+        "full.", "counter", "", c->fcgi_unpassed);
     views_metric(b, "ratelimit_worker_starts_total", "Worker processes "
         "started.", "counter", "", (unsigned long)st->worker_starts);
     for (i = 0; i < EXIT_N; i++) {

@@ -52,7 +52,10 @@
  *
  * Signals: SIGQUIT asks for a graceful stop, and so does RL_SIG_MASTER_GONE,
  * sent by the kernel when the master dies; SIGUSR1 asks for the logs to be
- * reopened.  They stay blocked and are read from a signalfd that sits in
+ * reopened; SIGUSR2, from the master in a reload, asks the worker to leave
+ * while the pool goes on, as after max_requests (its kept connections go
+ * to the others, waiting while the hand-off queue is full, where a stop
+ * closes them).  They stay blocked and are read from a signalfd that sits in
  * the worker's epoll set, so a signal never interrupts a read or write in
  * the middle of a request (libfcgi does not retry one) and blocking them
  * costs no system call per request: the requests under way complete, then
@@ -172,6 +175,8 @@ struct worker {
 };
 
 static volatile sig_atomic_t worker_stop;
+/* The master's SIGUSR2 (a reload): leave while the pool goes on. */
+static volatile sig_atomic_t worker_retire;
 static volatile sig_atomic_t worker_orphaned;
 static volatile sig_atomic_t worker_reopen;
 
@@ -221,6 +226,8 @@ worker_signals(struct worker *w, int pooled)
     sa.sa_flags = SA_RESTART;
     sigaction(SIGPIPE, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
+    /* In a pool SIGUSR2 comes from the master (a reload: see below);
+     * alone, the process ignores it as it does SIGHUP. */
     sigaction(SIGUSR2, &sa, NULL);
     /* The master passes SIGUSR1 on: the logs are reopened between
      * requests. */
@@ -234,6 +241,8 @@ worker_signals(struct worker *w, int pooled)
     sigaddset(&set, SIGQUIT);
     sigaddset(&set, RL_SIG_MASTER_GONE);
     sigaddset(&set, SIGUSR1);
+    if (pooled)
+        sigaddset(&set, SIGUSR2);
     if (sigprocmask(SIG_BLOCK, &set, &w->oldmask) == -1 ||
         (w->sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC)) == -1) {
         log_error("signalfd: %s", strerror(errno));
@@ -251,6 +260,8 @@ worker_signals_read(struct worker *w)
     while (read(w->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
         if (si.ssi_signo == SIGUSR1)
             worker_reopen = 1;
+        else if (si.ssi_signo == SIGUSR2)
+            worker_retire = 1;
         else if ((int)si.ssi_signo == RL_SIG_MASTER_GONE)
             worker_on_master_gone(RL_SIG_MASTER_GONE);
         else
@@ -979,6 +990,7 @@ worker_conn_poll(struct worker *w, struct worker_conn *c, uint32_t events)
             if (rc == 1)
                 return served;
             if (rc == 0 || worker_stop) {
+                COUNT(&w->svc, fcgi_unpassed);
                 worker_conn_end(w, c, 0);
                 return served;
             }
@@ -1210,9 +1222,13 @@ worker_conn_expire(struct worker *w)
             }
         }
         if (!c->started && (w->leaving || now >= c->deadline_ms)) {
+            int leaving = now < c->deadline_ms;
+
             if (worker_conn_drop_idle(w, c)) {
                 log_debug("FastCGI kept connection closed: idle past its "
                     "deadline, or the worker leaves");
+                if (leaving)
+                    COUNT(&w->svc, fcgi_unpassed);
                 continue;
             }
         } else if (now >= c->deadline_ms) {
@@ -1313,7 +1329,8 @@ worker_run(const struct rl_config *cfg, int listen_fd,
      * connections, answers the requests under way (each within its
      * deadline) and closes the kept connections that wait for nothing. */
     for (;;) {
-        if (!w.leaving && (worker_stop || worker_should_leave(&w)))
+        if (!w.leaving && (worker_stop || worker_retire ||
+            worker_should_leave(&w)))
             worker_leave(&w);
         wait = worker_conn_expire(&w);
         if (w.leaving && w.nconns == 0)
