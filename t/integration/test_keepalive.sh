@@ -138,6 +138,13 @@ evicted() {
         awk '$1 == "ratelimit_fcgi_evicted_total" { print $2 }'
 }
 
+# unpassed: ratelimit_fcgi_closed_leaving_total, the kept connections
+# workers on their way out closed because no other worker took them.
+unpassed() {
+    curl -s -m 5 "http://127.0.0.1:$P_NGX/metrics" |
+        awk '$1 == "ratelimit_fcgi_closed_leaving_total" { print $2 }'
+}
+
 # nginx_errors: what nginx logged at error level, and the pool at warn,
 # since the last call (a lost request says why).
 nginx_errors() {
@@ -211,6 +218,7 @@ nginx_errors
 # (400 a second): every worker is replaced while nginx holds connections
 # to it, and not one check is lost.
 w0=$(workers_of "$MASTER" | tr '\n' ' ')
+up0=$(unpassed)
 load reload /keep/reload 2400 --rate 400 &
 LOAD=$!
 sleep 1.5
@@ -225,6 +233,38 @@ check "reload: the load ran across both ($(lg_stat reload requests) checks)" \
     eq "$(lg_stat reload requests)" 2400
 check "reload: every check answered 200 while the workers were replaced ($(not_200 reload); workers $w0-> $w1)" \
     eq "$(lg_stat reload s200)" 2400
+echo "    reload: p99 $(lg_stat reload p99_ms) ms, slowest $(lg_stat reload max_ms) ms"
+up1=$(unpassed)
+check "reload: no kept connection was closed by a worker on its way out ($up0 -> $up1)" \
+    eq "$(is_int "$up0" && is_int "$up1" && echo $((up1 - up0)))" 0
+check "reload: every worker was replaced ($w0-> $w1)" \
+    eq "$(echo "$w0 $w1" | tr ' ' '\n' | grep . | sort | uniq -d)" ""
+nginx_errors
+
+# 32 idle kept connections (eight a worker), then SIGHUP: the workers are
+# replaced one at a time, each passing its kept connections to the three
+# others, so none is closed.  (Replacing all four at once put 32 on the
+# hand-off queue, which holds 10 while no worker takes them, and closed
+# the rest.)
+w0=$(workers_of "$MASTER" | tr '\n' ' ')
+up0=$(unpassed)
+rm -f "$D/kept.ready"
+python3 "$ROOT/t/lib/fcgi_client.py" idle "unix:$SOCK" --connections 32 \
+    --hold 3.5 --ready-file "$D/kept.ready" >"$D/kept.json" 2>&1 &
+KEPT=$!
+retry 50 test -e "$D/kept.ready"
+kill -HUP "$MASTER"
+wait "$KEPT"
+retry 50 sh -c "[ \$(grep -c 'configuration reloaded' '$D/app.log') = 3 ]"
+up1=$(unpassed)
+w1=$(workers_of "$MASTER" | tr '\n' ' ')
+kept=$(cat "$D/kept.json")
+check "reload with 32 idle kept connections: all 32 were kept open ($(json_field connected "$kept") connected, $(json_field closed_by_peer "$kept") closed by the pool)" \
+    eq "$(json_field connected "$kept")/$(json_field closed_by_peer "$kept")" 32/0
+check "reload with 32 idle kept connections: none closed by a worker on its way out ($up0 -> $up1)" \
+    eq "$(is_int "$up0" && is_int "$up1" && echo $((up1 - up0)))" 0
+check "reload with 32 idle kept connections: every worker was replaced ($w0-> $w1)" \
+    eq "$(echo "$w0 $w1" | tr ' ' '\n' | grep . | sort | uniq -d)" ""
 nginx_errors
 
 # max_requests = 150: each worker leaves after 150 checks, and its kept
@@ -235,7 +275,7 @@ app_conf_lines "$D/app.conf" "listen = unix:$SOCK" "listen_mode = 0660" \
     "redis_command_timeout_ms = 5000" "pg_query_timeout_ms = 5000" \
     ${user_lines:+"$user_lines"}
 kill -HUP "$MASTER"
-retry 50 sh -c "[ \$(grep -c 'configuration reloaded' '$D/app.log') = 3 ]"
+retry 50 sh -c "[ \$(grep -c 'configuration reloaded' '$D/app.log') = 4 ]"
 ev0=$(evicted)
 load recycle /keep/recycle 2400 --rate 400
 ev1=$(evicted)
