@@ -499,9 +499,9 @@ pg_statements() {
 
 # doc_block FILE HEADING [N]: prints the Nth ```sh block under HEADING
 # (default 1) of FILE (README.md, doc/api.md...; relative to the tree) and
-# notes it in $DOC_BLOCKS_RUN (beside $RESULTS, or the one file of a sharded
-# run), so that test_readme can show that every shell block of the
-# documentation was run by a test.
+# notes it in $DOC_BLOCKS_RUN (run.sh's, or beside $RESULTS), so that
+# run.sh can show at the end of a whole run that every shell block of the
+# documentation was run by a test (t/integration/doc_blocks.py).
 DOC_BLOCKS_RUN=${DOC_BLOCKS_RUN:-${RESULTS:+${RESULTS%/*}/doc-blocks-run}}
 doc_block() {
     [ -z "$DOC_BLOCKS_RUN" ] ||

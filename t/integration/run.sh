@@ -40,12 +40,25 @@ RATELIMITCTL=$BUILD/ratelimitctl
 # time waiting (timeouts, faults, paced load), so two at once take about
 # half as long.
 SERIAL_TESTS=${SERIAL_TESTS:-deb limits scale}
+
+# doc_blocks_check RAN: after a whole run, every ```sh block of README.md
+# and doc/ was run by a test (RAN: what lib.sh's doc_block noted); one
+# result line, then "1 passed, 0 failed" or "0 passed, 1 failed".
+doc_blocks_check() {
+    dbc_unrun=$(python3 t/integration/doc_blocks.py "$1" README.md doc/*.md)
+    if [ -z "$dbc_unrun" ]; then
+        echo "ok - run.sh: every shell block of README.md and doc/ is run by a test"
+        echo "1 passed, 0 failed"
+    else
+        echo "not ok - run.sh: every shell block of README.md and doc/ is run by a test (not run: $(printf '%s\n' "$dbc_unrun" | tr '\n' ' '))"
+        echo "0 passed, 1 failed"
+    fi
+}
 if [ "${SHARDS:-1}" -gt 1 ] && [ -z "${TESTS:-}" ]; then
     SH_TMP=$(mktemp -d "${TMPDIR:-/tmp}/ratelimit-shards.XXXXXX")
     DOC_BLOCKS_RUN=$SH_TMP/doc-blocks-run
-    DOC_BLOCKS_ALL=1
     : >"$DOC_BLOCKS_RUN"
-    export DOC_BLOCKS_RUN DOC_BLOCKS_ALL
+    export DOC_BLOCKS_RUN
     weights=t/integration/seconds
     [ -s "$BUILD/test-seconds" ] && weights=$BUILD/test-seconds
     lists=$(for t in t/integration/test_*.sh; do
@@ -80,8 +93,11 @@ if [ "${SHARDS:-1}" -gt 1 ] && [ -z "${TESTS:-}" ]; then
     cat "$SH_TMP/1.out"
     echo "run.sh: shard 2:$list2"
     cat "$SH_TMP/2.out"
+    doc_blocks_check "$DOC_BLOCKS_RUN" >"$SH_TMP/blocks.out"
+    cat "$SH_TMP/blocks.out"
     pass=0 failed=0
-    for f in "$SH_TMP/deb.out" "$SH_TMP/1.out" "$SH_TMP/2.out"; do
+    for f in "$SH_TMP/deb.out" "$SH_TMP/1.out" "$SH_TMP/2.out" \
+        "$SH_TMP/blocks.out"; do
         last=$(tail -n 1 "$f")
         case $last in
         *" passed, "*" failed")
@@ -105,6 +121,13 @@ VAR=$(mktemp -d "${TMPDIR:-/tmp}/ratelimit-it.XXXXXX")
 RUN_TMP=$(mktemp -d "${TMPDIR:-/tmp}/ratelimit-run.XXXXXX")
 RESULTS=$RUN_TMP/results
 : >"$RESULTS"
+# The doc blocks the tests run (lib.sh's doc_block), checked at the end of
+# a whole run; a shard notes them in its parent's file.
+if [ -z "${DOC_BLOCKS_RUN:-}" ]; then
+    DOC_BLOCKS_RUN=$RUN_TMP/doc-blocks-run
+    : >"$DOC_BLOCKS_RUN"
+fi
+export DOC_BLOCKS_RUN
 # Fault scenarios add one row each (see fault_row in lib.sh); the table is
 # printed at the end.
 FAULT_TABLE=${FAULT_TABLE:-$RUN_TMP/faults}
@@ -202,6 +225,16 @@ for t in t/integration/test_*.sh; do
     echo "$(($(date +%s) - started)) $name" >>"$RUN_TMP/times"
 done
 
+# A whole run in one shard checks the doc blocks itself (a sharded one
+# does it above, once both shards are done).
+if [ -z "${TESTS:-}" ]; then
+    doc_blocks_check "$DOC_BLOCKS_RUN" >"$RUN_TMP/blocks.out"
+    head -n 1 "$RUN_TMP/blocks.out"
+    tally 0 "$(wc -l <"$RESULTS" | tr -d ' ')" "$RUN_TMP/blocks.out" \
+        doc_blocks
+    total_pass=$((total_pass + T_PASS))
+    total_fail=$((total_fail + T_FAIL))
+fi
 if [ "$total_fail" -gt 0 ] && [ -f "$VAR/ratelimit-fcgi.log" ]; then
     echo "run.sh: tail of $VAR/ratelimit-fcgi.log"
     tail -n 30 "$VAR/ratelimit-fcgi.log"
