@@ -73,10 +73,18 @@ static const char sql_tenant[] =
     "WHERE name = $1";
 
 /* The keys served lately: a bookkeeping write, which notifies no worker
- * (schema/001_init.sql). */
+ * (schema/001_init.sql).  The self-test prepares sql_used; the worker
+ * sends the same UPDATE with the ids written in (whole numbers of its
+ * own) between a SET and a RESET of statement_timeout, as one simple
+ * query (pg_store_write_used): PostgreSQL then gives up a write that
+ * takes too long by itself, and the connection stays usable. */
 static const char sql_used[] =
     "UPDATE api_keys SET last_used_at = now() "
     "WHERE id = ANY ($1::bigint[]) RETURNING id";
+static const char sql_used_head[] =
+    "SET statement_timeout = %ld; "
+    "UPDATE api_keys SET last_used_at = now() WHERE id = ANY ('{";
+static const char sql_used_tail[] = "}'::bigint[]); RESET statement_timeout";
 
 /* The key filter's rows (keyfilter.c), read within PG_FILTER_BUILD_MS:
  * about 1 s a million keys here. */
@@ -433,7 +441,8 @@ pg_store_wait(PGconn *c, int for_write, int64_t deadline)
 }
 
 /*
- * Sends sql (with at most one parameter) and collects its result by the
+ * Sends sql (with at most one parameter; without one, as a simple query,
+ * which may hold several statements) and collects its result by the
  * deadline.  Returns the last result (the caller clears it), or NULL when
  * the connection broke or the deadline passed; then *broken says whether
  * the connection was found closed (and so the query never ran).
@@ -447,8 +456,8 @@ pg_store_run(PGconn *c, const char *sql, const char *param,
 
     *broken = 0;
     *why = "timed out";
-    if (!PQsendQueryParams(c, sql, param != NULL, NULL,
-        param != NULL ? &param : NULL, NULL, NULL, 0)) {
+    if (param != NULL ? !PQsendQueryParams(c, sql, 1, NULL, &param, NULL,
+        NULL, 0) : !PQsendQuery(c, sql)) {
         *broken = PQstatus(c) == CONNECTION_BAD;
         *why = PQerrorMessage(c);
         return NULL;
@@ -700,21 +709,43 @@ pg_store_used(struct pg_store *ps, long long key_id)
 static void
 pg_store_write_used(struct pg_store *ps)
 {
-    char ids[PG_USED_PENDING * 21 + 3];
-    size_t used = 0;
+    char sql[sizeof(sql_used_head) + 21 + PG_USED_PENDING * 21 +
+        sizeof(sql_used_tail)];
+    long limit = ps->cfg->pg_query_timeout_ms / 2;
+    const char *why, *state;
+    size_t used;
     PGresult *res;
-    int i;
+    int i, broken;
 
-    ids[used++] = '{';
+    /* PostgreSQL gives up at half the time the worker waits: a write
+     * slowed down (a loaded machine, a lock) is given up alone, where the
+     * worker's own deadline would drop the connection, and with it, once
+     * it is made again, the pool's key filter (see pg_store_advance). */
+    used = (size_t)snprintf(sql, sizeof(sql), sql_used_head,
+        limit > 10 ? limit : 10L);
     for (i = 0; i < ps->nused; i++)
-        used += (size_t)snprintf(ids + used, sizeof(ids) - used, "%s%lld",
+        used += (size_t)snprintf(sql + used, sizeof(sql) - used, "%s%lld",
             i > 0 ? "," : "", ps->used[i]);
-    snprintf(ids + used, sizeof(ids) - used, "}");
+    snprintf(sql + used, sizeof(sql) - used, "%s", sql_used_tail);
     ps->used_write_at_ms = util_now_ms() + PG_USED_WRITE_MS;
-    if ((res = pg_store_exec(ps, "last_used_at", sql_used, ids)) == NULL)
+    res = pg_store_run(ps->conn, sql, NULL,
+        util_now_ms() + ps->cfg->pg_query_timeout_ms, &broken, &why);
+    if (res == NULL) {
+        pg_store_fail(ps, "postgresql unreachable", "last_used_at", why);
         return;
+    }
+    state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+    if (PQresultStatus(res) == PGRES_COMMAND_OK)
+        ps->nused = 0;
+    else if (state != NULL && strcmp(state, "57014") == 0)
+        /* Cancelled by statement_timeout: the batch waits for the next
+         * write, a second later. */
+        log_info("postgresql last_used_at: not written within %ld ms; "
+            "tried again with the next batch", limit > 10 ? limit : 10L);
+    else
+        pg_store_fail_result(ps, "postgresql query failed", "last_used_at",
+            res);
     PQclear(res);
-    ps->nused = 0;
 }
 
 /* Whether process pid still runs (a builder of the key filter). */
