@@ -359,4 +359,34 @@ after=$(pg_log_files | xargs cat | grep -c 'UPDATE api_keys SET last_used_at' ||
 check "at most one write per worker for 40 checks ($((after - before)))" \
     le $((after - before)) "$WORKERS"
 
+# A write of last_used_at that PostgreSQL cannot do at once (the key's row
+# locked by another session for 2 s) is given up by PostgreSQL itself
+# (statement_timeout, half of pg_query_timeout_ms): the worker keeps its
+# connection, and so the pool keeps its key filter, and the key is written
+# once the lock is gone.  (Before, the worker's own deadline dropped the
+# connection, and its return marked the pool's filter incomplete: new keys
+# were asked to come back, 503, until it was read again.)
+tenant=$(uniq_name used-locked)
+new_tenant "$tenant"
+key=$(new_key "$tenant")
+kid=$(key_id "$key")
+log_from=$(($(wc -l <"$VAR/ratelimit-fcgi.log") + 1))
+psql_q "BEGIN; SELECT id FROM api_keys WHERE id = $kid FOR UPDATE;
+SELECT pg_sleep(2.5); COMMIT;" >/dev/null 2>&1 &
+LOCKER=$!
+sleep 0.3
+seq_checks 20 "$key" "$(check_body /api/orders/1 "$(uniq_name u)")"
+check "20 checks while the key's row is locked answer 200 or 429 ($(count_status 200) + $(count_status 429))" \
+    eq $(($(count_status 200) + $(count_status 429))) 20
+stack_touch
+wait "$LOCKER"
+retry 50 used_yet
+check "the key's last use is written once the lock is gone ($(used_at))" \
+    matches "$(used_at)" '^20[0-9][0-9]-'
+tail -n +"$log_from" "$VAR/ratelimit-fcgi.log" >"$T_TMP/locked.log"
+check "the log says the write was given up and tried again" \
+    grep -q 'last_used_at: not written within 250 ms' "$T_TMP/locked.log"
+check "no worker dropped its PostgreSQL connection ($(grep -c 'postgresql' "$T_TMP/locked.log") lines about postgresql)" \
+    eq "$(grep -c 'last_used_at: timed out\|postgresql: connected again\|key filter: ' "$T_TMP/locked.log")" 0
+
 finish
