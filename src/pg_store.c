@@ -78,12 +78,11 @@ static const char sql_tenant[] =
  * own) between a SET and a RESET of statement_timeout, as one simple
  * query (pg_store_write_used): PostgreSQL then gives up a write that
  * takes too long by itself, and the connection stays usable. */
-static const char sql_used[] =
-    "UPDATE api_keys SET last_used_at = now() "
-    "WHERE id = ANY ($1::bigint[]) RETURNING id";
+#define SQL_USED_UPDATE \
+    "UPDATE api_keys SET last_used_at = now() WHERE id = ANY "
+static const char sql_used[] = SQL_USED_UPDATE "($1::bigint[])";
 static const char sql_used_head[] =
-    "SET statement_timeout = %ld; "
-    "UPDATE api_keys SET last_used_at = now() WHERE id = ANY ('{";
+    "SET statement_timeout = %ld; " SQL_USED_UPDATE "('{";
 static const char sql_used_tail[] = "}'::bigint[]); RESET statement_timeout";
 
 /* The key filter's rows (keyfilter.c), read within PG_FILTER_BUILD_MS:
@@ -711,7 +710,8 @@ pg_store_write_used(struct pg_store *ps)
 {
     char sql[sizeof(sql_used_head) + 21 + PG_USED_PENDING * 21 +
         sizeof(sql_used_tail)];
-    long limit = ps->cfg->pg_query_timeout_ms / 2;
+    long limit = ps->cfg->pg_query_timeout_ms / 2 > 10 ?
+        ps->cfg->pg_query_timeout_ms / 2 : 10;
     const char *why, *state;
     size_t used;
     PGresult *res;
@@ -721,8 +721,7 @@ pg_store_write_used(struct pg_store *ps)
      * slowed down (a loaded machine, a lock) is given up alone, where the
      * worker's own deadline would drop the connection, and with it, once
      * it is made again, the pool's key filter (see pg_store_advance). */
-    used = (size_t)snprintf(sql, sizeof(sql), sql_used_head,
-        limit > 10 ? limit : 10L);
+    used = (size_t)snprintf(sql, sizeof(sql), sql_used_head, limit);
     for (i = 0; i < ps->nused; i++)
         used += (size_t)snprintf(sql + used, sizeof(sql) - used, "%s%lld",
             i > 0 ? "," : "", ps->used[i]);
@@ -741,7 +740,7 @@ pg_store_write_used(struct pg_store *ps)
         /* Cancelled by statement_timeout: the batch waits for the next
          * write, a second later. */
         log_info("postgresql last_used_at: not written within %ld ms; "
-            "tried again with the next batch", limit > 10 ? limit : 10L);
+            "tried again with the next batch", limit);
     else
         pg_store_fail_result(ps, "postgresql query failed", "last_used_at",
             res);
