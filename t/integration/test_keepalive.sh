@@ -131,18 +131,21 @@ not_200() {
         tr -s ' \n' ' '
 }
 
-# evicted: ratelimit_fcgi_evicted_total, the connections the pool closed
-# to make room for a new one.
-evicted() {
+# pool_metric NAME: the pool's series NAME (no labels), through nginx.
+pool_metric() {
     curl -s -m 5 "http://127.0.0.1:$P_NGX/metrics" |
-        awk '$1 == "ratelimit_fcgi_evicted_total" { print $2 }'
+        awk -v m="$1" '$1 == m { print $2 }'
 }
 
-# unpassed: ratelimit_fcgi_closed_leaving_total, the kept connections
-# workers on their way out closed because no other worker took them.
+# evicted: the connections the pool closed to make room for a new one.
+evicted() {
+    pool_metric ratelimit_fcgi_evicted_total
+}
+
+# unpassed: the kept connections workers on their way out closed because
+# no other worker took them.
 unpassed() {
-    curl -s -m 5 "http://127.0.0.1:$P_NGX/metrics" |
-        awk '$1 == "ratelimit_fcgi_closed_leaving_total" { print $2 }'
+    pool_metric ratelimit_fcgi_closed_leaving_total
 }
 
 # nginx_errors: what nginx logged at error level, and the pool at warn,
