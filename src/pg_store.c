@@ -8,6 +8,12 @@
  * connect included, whether PostgreSQL is stopped (refused at once),
  * unreachable or frozen (no answer at all): at the deadline the connection
  * is dropped and the caller answers from what the pool already knows.
+ * A server that answers, but slowly (a lock, a loaded machine), gives up
+ * a statement by itself first: every connection runs with
+ * statement_timeout at half of pg_query_timeout_ms (pg_store_statement_ms),
+ * and a statement it cancels fails alone while the connection stays, and
+ * with it the pool's key filter (a connection made again marks the filter
+ * incomplete, see pg_store_advance; doc/design.md, "libpq").
  *
  * On connect the worker also LISTENs on "ratelimit_changes"; the triggers
  * of schema/001 notify it when keys, tenants, rules or limits change, and
@@ -75,21 +81,24 @@ static const char sql_tenant[] =
 /* The keys served lately: a bookkeeping write, which notifies no worker
  * (schema/001_init.sql).  The self-test prepares sql_used; the worker
  * sends the same UPDATE with the ids written in (whole numbers of its
- * own) between a SET and a RESET of statement_timeout, as one simple
- * query (pg_store_write_used): PostgreSQL then gives up a write that
- * takes too long by itself, and the connection stays usable. */
+ * own) as a simple query (pg_store_write_used), which the connection's
+ * statement_timeout bounds like every other statement. */
 #define SQL_USED_UPDATE \
     "UPDATE api_keys SET last_used_at = now() WHERE id = ANY "
 static const char sql_used[] = SQL_USED_UPDATE "($1::bigint[])";
-static const char sql_used_head[] =
-    "SET statement_timeout = %ld; " SQL_USED_UPDATE "('{";
-static const char sql_used_tail[] = "}'::bigint[]); RESET statement_timeout";
+static const char sql_used_head[] = SQL_USED_UPDATE "('{";
+static const char sql_used_tail[] = "}'::bigint[])";
 
 /* The key filter's rows (keyfilter.c), read within PG_FILTER_BUILD_MS:
- * about 1 s a million keys here. */
-static const char sql_active_keys[] =
-    "SELECT key_hash FROM api_keys WHERE status = 'active'";
+ * about 1 s a million keys here.  The read may take longer than the
+ * connection's statement_timeout, so it lifts it for itself (and puts it
+ * back), in the same round trip. */
 #define PG_FILTER_BUILD_MS 10000
+#define SQL_ACTIVE_KEYS "SELECT key_hash FROM api_keys WHERE status = 'active'"
+static const char sql_active_keys[] = SQL_ACTIVE_KEYS;
+static const char sql_filter_read[] =
+    "SET statement_timeout = %d; " SQL_ACTIVE_KEYS "; "
+    "SET statement_timeout = %ld";
 
 /* last_used_at: each key at most once a minute, a batch at most once a
  * second. */
@@ -126,7 +135,7 @@ static const char sql_rules[] =
     "'SELECT'), false), current_user"
 
 static const char sql_listen_check[] =
-    "LISTEN ratelimit_changes; " PG_SQL_CHECK;
+    "SET statement_timeout = %ld; LISTEN ratelimit_changes; " PG_SQL_CHECK;
 
 static const char sql_version[] =
     "SELECT coalesce(max(version), 0) FROM schema_migrations";
@@ -310,6 +319,28 @@ pg_store_init(struct pg_store *ps, const struct rl_config *cfg)
 {
     memset(ps, 0, sizeof(*ps));
     ps->cfg = cfg;
+}
+
+/*
+ * The connection's statement_timeout: half the time a worker waits for an
+ * answer (at least 10 ms), so that a statement PostgreSQL is slow to run
+ * is given up by PostgreSQL, with the connection still usable, before the
+ * worker's own deadline would drop the connection.
+ */
+static long
+pg_store_statement_ms(const struct pg_store *ps)
+{
+    return ps->cfg->pg_query_timeout_ms / 2 > 10 ?
+        ps->cfg->pg_query_timeout_ms / 2 : 10;
+}
+
+/* Whether r is the error of a statement cancelled by statement_timeout. */
+static int
+pg_store_cancelled(const PGresult *r)
+{
+    const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+
+    return state != NULL && strcmp(state, "57014") == 0;
 }
 
 void
@@ -504,6 +535,7 @@ pg_store_advance(struct pg_store *ps, int64_t deadline)
 {
     const char *keys[] = { "dbname", "application_name", NULL };
     const char *vals[3];
+    char sql[sizeof(sql_listen_check) + 24];
     PGresult *r;
     int f;
 
@@ -535,8 +567,11 @@ pg_store_advance(struct pg_store *ps, int64_t deadline)
         if (ps->polling == PGRES_POLLING_OK) {
             PQsetnonblocking(ps->conn, 1);
             PQsetNoticeProcessor(ps->conn, pg_store_notice, NULL);
-            /* LISTEN and the schema check, in one round trip. */
-            if (!PQsendQuery(ps->conn, sql_listen_check))
+            /* statement_timeout, LISTEN and the schema check, in one
+             * round trip. */
+            snprintf(sql, sizeof(sql), sql_listen_check,
+                pg_store_statement_ms(ps));
+            if (!PQsendQuery(ps->conn, sql))
                 return pg_store_fail(ps, "postgresql unreachable", "LISTEN",
                     PQerrorMessage(ps->conn));
             ps->state = PGS_LISTENING;
@@ -625,6 +660,33 @@ pending:
     return PG_PENDING;
 }
 
+/*
+ * Logs a statement PostgreSQL gave up (what: which), at most once a second
+ * per worker, with the number of those not logged since: a lock held for
+ * a minute must not write a line for every request it slows.
+ */
+static void
+pg_store_slow(struct pg_store *ps, const char *what)
+{
+    int64_t now_ms = util_now_ms();
+
+    if (ps->slow_logged_ms != 0 && now_ms - ps->slow_logged_ms < 1000) {
+        ps->slow_quiet++;
+        return;
+    }
+    if (ps->slow_quiet > 0)
+        log_warn("postgresql %s: not answered within %ld ms "
+            "(statement_timeout), the connection kept; %lu more since the "
+            "last such line", what, pg_store_statement_ms(ps),
+            ps->slow_quiet);
+    else
+        log_warn("postgresql %s: not answered within %ld ms "
+            "(statement_timeout), the connection kept", what,
+            pg_store_statement_ms(ps));
+    ps->slow_logged_ms = now_ms;
+    ps->slow_quiet = 0;
+}
+
 static PGresult *
 pg_store_exec(struct pg_store *ps, const char *what, const char *sql,
     const char *param)
@@ -651,6 +713,13 @@ pg_store_exec(struct pg_store *ps, const char *what, const char *sql,
             log_info("postgresql: the connection was closed; reconnecting");
             pg_store_close(ps);
             continue;
+        }
+        if (res != NULL && pg_store_cancelled(res)) {
+            /* PostgreSQL gave up the statement (statement_timeout): this
+             * request goes without, the connection stays. */
+            pg_store_slow(ps, what);
+            PQclear(res);
+            return NULL;
         }
         if (res != NULL) {
             pg_store_fail_result(ps, "postgresql query failed", what, res);
@@ -708,20 +777,17 @@ pg_store_used(struct pg_store *ps, long long key_id)
 static void
 pg_store_write_used(struct pg_store *ps)
 {
-    char sql[sizeof(sql_used_head) + 21 + PG_USED_PENDING * 21 +
+    char sql[sizeof(sql_used_head) + PG_USED_PENDING * 21 +
         sizeof(sql_used_tail)];
-    long limit = ps->cfg->pg_query_timeout_ms / 2 > 10 ?
-        ps->cfg->pg_query_timeout_ms / 2 : 10;
-    const char *why, *state;
+    const char *why;
     size_t used;
     PGresult *res;
     int i, broken;
 
-    /* PostgreSQL gives up at half the time the worker waits: a write
-     * slowed down (a loaded machine, a lock) is given up alone, where the
-     * worker's own deadline would drop the connection, and with it, once
-     * it is made again, the pool's key filter (see pg_store_advance). */
-    used = (size_t)snprintf(sql, sizeof(sql), sql_used_head, limit);
+    /* A write slowed down (a loaded machine, a lock) is given up by
+     * PostgreSQL alone (statement_timeout), before the worker's own
+     * deadline would drop the connection. */
+    used = (size_t)snprintf(sql, sizeof(sql), "%s", sql_used_head);
     for (i = 0; i < ps->nused; i++)
         used += (size_t)snprintf(sql + used, sizeof(sql) - used, "%s%lld",
             i > 0 ? "," : "", ps->used[i]);
@@ -733,14 +799,13 @@ pg_store_write_used(struct pg_store *ps)
         pg_store_fail(ps, "postgresql unreachable", "last_used_at", why);
         return;
     }
-    state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
     if (PQresultStatus(res) == PGRES_COMMAND_OK)
         ps->nused = 0;
-    else if (state != NULL && strcmp(state, "57014") == 0)
+    else if (pg_store_cancelled(res))
         /* Cancelled by statement_timeout: the batch waits for the next
          * write, a second later. */
         log_info("postgresql last_used_at: not written within %ld ms; "
-            "tried again with the next batch", limit);
+            "tried again with the next batch", pg_store_statement_ms(ps));
     else
         pg_store_fail_result(ps, "postgresql query failed", "last_used_at",
             res);
@@ -765,12 +830,14 @@ static int
 pg_store_filter_read(struct pg_store *ps)
 {
     int64_t start = util_now_ms(), deadline = start + PG_FILTER_BUILD_MS;
+    char sql[sizeof(sql_filter_read) + 24];
     PGresult *r;
     long n = 0, bad = 0;
     int ok = 0, f;
 
-    if (!PQsendQuery(ps->conn, sql_active_keys) ||
-        !PQsetSingleRowMode(ps->conn))
+    snprintf(sql, sizeof(sql), sql_filter_read, PG_FILTER_BUILD_MS,
+        pg_store_statement_ms(ps));
+    if (!PQsendQuery(ps->conn, sql) || !PQsetSingleRowMode(ps->conn))
         goto fail;
     while ((f = PQflush(ps->conn)) == 1)
         if (!pg_store_wait(ps->conn, 1, deadline))
@@ -799,7 +866,8 @@ pg_store_filter_read(struct pg_store *ps)
                     bad++;
             } else if (PQresultStatus(r) == PGRES_TUPLES_OK)
                 ok = 1;
-            else {
+            else if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+                /* (COMMAND_OK: the two SETs around the SELECT.) */
                 pg_store_fail_result(ps, "postgresql unreachable",
                     "key filter", r);
                 PQclear(r);

@@ -46,6 +46,9 @@ struct pg_store {
     long long used[PG_USED_PENDING];
     int nused;
     int64_t used_write_at_ms;   /* no batch write before this */
+    int64_t slow_logged_ms;     /* when a statement PostgreSQL gave up was
+                                   last logged */
+    unsigned long slow_quiet;   /* such statements not logged since */
     struct pg_used_seen seen[PG_USED_SEEN];
 };
 

@@ -389,4 +389,32 @@ check "the log says the write was given up and tried again" \
 check "no worker dropped its PostgreSQL connection ($(grep -c 'postgresql' "$T_TMP/locked.log") lines about postgresql)" \
     eq "$(grep -c 'last_used_at: timed out\|postgresql: connected again\|key filter: ' "$T_TMP/locked.log")" 0
 
+# A key lookup that PostgreSQL cannot answer in time (api_keys locked by
+# another session for 1.5 s) is given up the same way: the check is
+# answered 503 at once, the worker keeps its connection and the pool its
+# key filter, and the key is served once the lock is gone.  (Before, the
+# worker's deadline dropped the connection: 500 ms of 503s for every key
+# it had not cached, then the filter read again by the whole pool.)
+tenant=$(uniq_name slow-lookup)
+new_tenant "$tenant"
+key=$(new_key "$tenant")
+body=$(check_body /api/orders/1 "$(uniq_name u)")
+log_from=$(($(wc -l <"$VAR/ratelimit-fcgi.log") + 1))
+psql_q "BEGIN; LOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE;
+SELECT pg_sleep(1.5); COMMIT;" >/dev/null 2>&1 &
+LOCKER=$!
+sleep 0.3
+seq_checks 4 "$key" "$body"
+check "4 checks of a new key while api_keys is locked answer 503 ($(tr '\n' ' ' <"$T_TMP/statuses"))" \
+    eq "$(count_status 503)" 4
+wait "$LOCKER"
+check_req "$key" "$body"
+check "the key is served once the lock is gone ($STATUS)" \
+    matches "$STATUS" '^(200|429)$'
+tail -n +"$log_from" "$VAR/ratelimit-fcgi.log" >"$T_TMP/slow.log"
+check "the log says PostgreSQL gave up the lookup and the connection was kept" \
+    grep -q 'key lookup: not answered within 250 ms (statement_timeout), the connection kept' "$T_TMP/slow.log"
+check "no worker dropped its PostgreSQL connection ($(grep -c 'postgresql' "$T_TMP/slow.log") lines about postgresql)" \
+    eq "$(grep -c 'key lookup: timed out\|postgresql: connected again\|key filter: ' "$T_TMP/slow.log")" 0
+
 finish
