@@ -19,7 +19,10 @@
 #   FUZZ_BUILD    where objects, harnesses and new corpus entries go
 #                 (build-fuzz)
 #   FUZZ_CC       the compiler (clang)
-#   FUZZ_ARGS     more libFuzzer arguments, e.g. "-jobs=2" or "-runs=1000"
+#   FUZZ_ARGS     more libFuzzer arguments, e.g. "-runs=1000"
+#   FUZZ_JOBS     targets fuzzed at once (the number of CPUs): each target
+#                 is one process on one CPU, so two CPUs fuzz two targets
+#                 in the time of one
 set -u
 
 cd "$(dirname "$0")/../.." || exit 1
@@ -28,6 +31,7 @@ FUZZ_SECONDS=${FUZZ_SECONDS:-15}
 FUZZ_BUILD=${FUZZ_BUILD:-build-fuzz}
 FUZZ_CC=${FUZZ_CC:-clang}
 FUZZ_ARGS=${FUZZ_ARGS:-}
+FUZZ_JOBS=${FUZZ_JOBS:-$(nproc 2>/dev/null || echo 1)}
 
 # makefile_var NAME: the value of "NAME = ..." in the Makefile.
 makefile_var() {
@@ -43,6 +47,12 @@ fi
 case $FUZZ_SECONDS in
 '' | *[!0-9]*)
     echo "fuzz: FUZZ_SECONDS must be a whole number of seconds" >&2
+    exit 1
+    ;;
+esac
+case $FUZZ_JOBS in
+'' | 0 | *[!0-9]*)
+    echo "fuzz: FUZZ_JOBS must be a number of processes (1 or more)" >&2
     exit 1
     ;;
 esac
@@ -83,47 +93,72 @@ else
     done)
 fi
 
-failed=0
+# fuzz_one T: runs the built harness of target T for FUZZ_SECONDS and
+# writes its line of the report to FUZZ_BUILD/T.result.
+fuzz_one() {
+    fo_t=$1
+    # New inputs go to the first (writable) directory, not to the seeds.
+    fo_work=$FUZZ_BUILD/corpus/$fo_t
+    fo_seeds=t/fuzz/corpus/$fo_t
+    mkdir -p "$fo_work" "$fo_seeds"
+    fo_log=$FUZZ_BUILD/fuzz_$fo_t.log
+    rm -f "$FUZZ_BUILD/$fo_t"-crash-* "$FUZZ_BUILD/$fo_t"-leak-* \
+        "$FUZZ_BUILD/$fo_t"-timeout-* "$FUZZ_BUILD/$fo_t"-oom-*
+    fo_dict=
+    if [ -f "t/fuzz/$fo_t.dict" ]; then
+        fo_dict=-dict=t/fuzz/$fo_t.dict
+    fi
+    # shellcheck disable=SC2086
+    "$FUZZ_BUILD/fuzz_$fo_t" -max_total_time="$FUZZ_SECONDS" -timeout=10 \
+        -rss_limit_mb=2048 -print_final_stats=1 \
+        -artifact_prefix="$FUZZ_BUILD/$fo_t-" $fo_dict $FUZZ_ARGS \
+        "$fo_work" "$fo_seeds" >"$fo_log" 2>&1
+    fo_rc=$?
+    fo_runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$fo_log" |
+        tail -n 1)
+    fo_cov=$(grep -o 'cov: [0-9]*' "$fo_log" | tail -n 1)
+    if [ "$fo_rc" -eq 0 ]; then
+        echo "ok - fuzz $fo_t: ${fo_runs:-?} inputs in ${FUZZ_SECONDS}s, ${fo_cov:-cov: ?}"
+    else
+        echo "not ok - fuzz $fo_t: exit $fo_rc after ${fo_runs:-?} inputs; see $fo_log"
+        grep -E 'ERROR|SUMMARY|broken promise|runtime error|Test unit written' \
+            "$fo_log" | head -n 12 | sed 's/^/    /'
+    fi >"$FUZZ_BUILD/$fo_t.result"
+}
+
+# Every harness is built first; then FUZZ_JOBS of them run at a time, and
+# the report lists the targets in their order.
+built=
 for t in $targets; do
     src=t/fuzz/fuzz_$t.c
-    bin=$FUZZ_BUILD/fuzz_$t
+    rm -f "$FUZZ_BUILD/$t.result"
     if [ ! -f "$src" ]; then
-        echo "fuzz: no harness $src" >&2
-        failed=$((failed + 1))
+        echo "fuzz: no harness $src" >"$FUZZ_BUILD/$t.result"
         continue
     fi
     # shellcheck disable=SC2086
-    if ! "$FUZZ_CC" $CFLAGS $SAN -fsanitize=fuzzer -It/fuzz -o "$bin" \
-        "$src" $objs $LIBS; then
-        echo "not ok - fuzz $t: does not build"
-        failed=$((failed + 1))
+    if ! "$FUZZ_CC" $CFLAGS $SAN -fsanitize=fuzzer -It/fuzz \
+        -o "$FUZZ_BUILD/fuzz_$t" "$src" $objs $LIBS; then
+        echo "not ok - fuzz $t: does not build" >"$FUZZ_BUILD/$t.result"
         continue
     fi
-    # New inputs go to the first (writable) directory, not to the seeds.
-    work=$FUZZ_BUILD/corpus/$t
-    seeds=t/fuzz/corpus/$t
-    mkdir -p "$work" "$seeds"
-    log=$FUZZ_BUILD/fuzz_$t.log
-    rm -f "$FUZZ_BUILD/$t"-crash-* "$FUZZ_BUILD/$t"-leak-* \
-        "$FUZZ_BUILD/$t"-timeout-* "$FUZZ_BUILD/$t"-oom-*
-    dict=
-    if [ -f "t/fuzz/$t.dict" ]; then
-        dict=-dict=t/fuzz/$t.dict
-    fi
-    # shellcheck disable=SC2086
-    "$bin" -max_total_time="$FUZZ_SECONDS" -timeout=10 -rss_limit_mb=2048 \
-        -print_final_stats=1 -artifact_prefix="$FUZZ_BUILD/$t-" $dict \
-        $FUZZ_ARGS "$work" "$seeds" >"$log" 2>&1
-    rc=$?
-    runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" |
-        tail -n 1)
-    cov=$(grep -o 'cov: [0-9]*' "$log" | tail -n 1)
-    if [ "$rc" -eq 0 ]; then
-        echo "ok - fuzz $t: ${runs:-?} inputs in ${FUZZ_SECONDS}s, ${cov:-cov: ?}"
+    built="$built $t"
+done
+n=0
+for t in $built; do
+    fuzz_one "$t" &
+    n=$((n + 1))
+    [ $((n % FUZZ_JOBS)) -ne 0 ] || wait
+done
+wait
+
+failed=0
+for t in $targets; do
+    if [ -f "$FUZZ_BUILD/$t.result" ]; then
+        cat "$FUZZ_BUILD/$t.result"
+        grep -q '^ok - ' "$FUZZ_BUILD/$t.result" || failed=$((failed + 1))
     else
-        echo "not ok - fuzz $t: exit $rc after ${runs:-?} inputs; see $log"
-        grep -E 'ERROR|SUMMARY|broken promise|runtime error|Test unit written' \
-            "$log" | head -n 12 | sed 's/^/    /'
+        echo "not ok - fuzz $t: no result"
         failed=$((failed + 1))
     fi
 done
