@@ -9,7 +9,10 @@ selector loop, and writes one line per request to a file:
 
 (start_ms is Unix time in milliseconds; status 0 means no answer).  Every
 run is bounded twice: by --requests and by --duration; requests still in
-flight when the duration is over get --timeout more seconds.
+flight when the duration is over get --timeout more seconds.  A connection
+left idle for IDLE_REOPEN_S is closed and a new one opened in its place
+before it carries a request: lighttpd closes a kept-alive connection
+after 5 s idle, and a request sent just as it does would get no answer.
 
     loadgen.py run --port P --out FILE [--key K]... [--keys-file F]
                    [--random-keys] [--requests N] [--duration S] [--rate R]
@@ -65,6 +68,10 @@ def loopback(host):
     return addr.is_loopback
 
 
+# Seconds a connection may idle before loadgen replaces it (see the top).
+IDLE_REOPEN_S = 2.0
+
+
 class Conn:
     """One kept-alive connection with at most one request in flight."""
 
@@ -76,6 +83,7 @@ class Conn:
         self.out = b""
         self.key = None
         self.start = 0.0
+        self.idle_since = time.time()
 
     def close(self):
         try:
@@ -188,7 +196,19 @@ def cmd_run(args):
             if args.rate > 0 and sent >= (now - t0) * args.rate:
                 break
             conn = idle.pop()
-            conn.key = random_key() if args.random_keys else keys[sent % len(keys)]
+            key = random_key() if args.random_keys else keys[sent % len(keys)]
+            if now - conn.idle_since >= IDLE_REOPEN_S:
+                sel.unregister(conn.sock)
+                conn.close()
+                fresh = open_conn()
+                if fresh is None:
+                    # The server is gone: this request gets no answer.
+                    conn.key, conn.start = key, now
+                    record(conn, 0)
+                    sent += 1
+                    continue
+                conn = fresh
+            conn.key = key
             conn.start = now
             if base is not None:
                 base["subject"] = "%s-%d" % (args.new_subjects, sent)
@@ -257,6 +277,7 @@ def cmd_run(args):
                     conn.close()
                     conn = open_conn()
                 if conn is not None:
+                    conn.idle_since = time.time()
                     idle.append(conn)
         if len(lines) >= 1000:
             out.writelines(lines)
