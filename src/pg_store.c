@@ -670,6 +670,8 @@ pg_store_slow(struct pg_store *ps, const char *what)
 {
     int64_t now_ms = util_now_ms();
 
+    if (ps->counters != NULL)
+        COUNT(ps, pg_statement_timeouts);
     if (ps->slow_logged_ms != 0 && now_ms - ps->slow_logged_ms < 1000) {
         ps->slow_quiet++;
         return;
@@ -801,11 +803,14 @@ pg_store_write_used(struct pg_store *ps)
     }
     if (PQresultStatus(res) == PGRES_COMMAND_OK)
         ps->nused = 0;
-    else if (pg_store_cancelled(res))
+    else if (pg_store_cancelled(res)) {
         /* Cancelled by statement_timeout: the batch waits for the next
          * write, a second later. */
+        if (ps->counters != NULL)
+            COUNT(ps, pg_statement_timeouts);
         log_info("postgresql last_used_at: not written within %ld ms; "
             "tried again with the next batch", pg_store_statement_ms(ps));
+    }
     else
         pg_store_fail_result(ps, "postgresql query failed", "last_used_at",
             res);

@@ -35,6 +35,7 @@ struct pg_store {
     int readable;               /* the watcher saw its socket readable */
     struct keyfilter *filter;   /* the pool's filter of active keys, or
                                    NULL */
+    struct rl_counters *counters; /* the pool's counters, or NULL */
     char error[160];            /* short reason, for /health/ready */
     int misconfigured;          /* the last failure was a misconfiguration
                                    (error says which): /health/ready 503 */

@@ -960,6 +960,8 @@ struct rl_counters {
     unsigned long key_lookups_deferred; /* of those, answered 503: the key
                                            filter could not vouch either
                                            way */
+    unsigned long pg_statement_timeouts; /* statements PostgreSQL gave up
+                                            (statement_timeout) */
     unsigned long redis_redirects;  /* MOVED and ASK followed */
     unsigned long redis_lookups;    /* slot maps read, sentinels asked */
     unsigned long overlimit_hits;   /* denials answered from the cache */

@@ -76,6 +76,7 @@ service_init(struct service *svc, const struct rl_config *cfg,
     redis_store_init(&svc->redis, cfg, svc->counters);
     pg_store_init(&svc->pg, cfg);
     svc->pg.filter = shm->keyfilter;
+    svc->pg.counters = svc->counters;
     store.ctx = svc;
     store.key = service_key;
     store.tenant = service_tenant;

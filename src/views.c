@@ -362,6 +362,11 @@ views_metrics(struct service *svc, const struct key_info *viewer,
     views_metric(b, "ratelimit_key_lookups_deferred_total", "Of those, the "
         "ones answered 503 key_lookup_deferred (the key filter was not "
         "complete).", "counter", "", c->key_lookups_deferred);
+    views_metric(b, "ratelimit_postgresql_statement_timeouts_total",
+        "PostgreSQL statements given up by PostgreSQL at the connection's "
+        "statement_timeout (half pg_query_timeout_ms), the connection kept: "
+        "lookups answered from what the pool knew, last_used_at writes "
+        "tried again.", "counter", "", c->pg_statement_timeouts);
     keyfilter_stats(svc->shm->keyfilter, &kst);
     views_metric(b, "ratelimit_key_filter_complete", "1 when the filter of "
         "active keys holds every active key (key_filter_mb).", "gauge", "",

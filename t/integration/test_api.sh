@@ -395,11 +395,18 @@ check "no worker dropped its PostgreSQL connection ($(grep -c 'postgresql' "$T_T
 # key filter, and the key is served once the lock is gone.  (Before, the
 # worker's deadline dropped the connection: 500 ms of 503s for every key
 # it had not cached, then the filter read again by the whole pool.)
+# statement_timeouts: the pool's ratelimit_postgresql_statement_timeouts_total.
+statement_timeouts() {
+    fetch "$BASE_URL/metrics"
+    printf '%s\n' "$BODY" |
+        awk '$1 == "ratelimit_postgresql_statement_timeouts_total" { print $2 }'
+}
 tenant=$(uniq_name slow-lookup)
 new_tenant "$tenant"
 key=$(new_key "$tenant")
 body=$(check_body /api/orders/1 "$(uniq_name u)")
 log_from=$(($(wc -l <"$VAR/ratelimit-fcgi.log") + 1))
+timeouts_before=$(statement_timeouts)
 psql_q "BEGIN; LOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE;
 SELECT pg_sleep(1.5); COMMIT;" >/dev/null 2>&1 &
 LOCKER=$!
@@ -416,5 +423,8 @@ check "the log says PostgreSQL gave up the lookup and the connection was kept" \
     grep -q 'key lookup: not answered within 250 ms (statement_timeout), the connection kept' "$T_TMP/slow.log"
 check "no worker dropped its PostgreSQL connection ($(grep -c 'postgresql' "$T_TMP/slow.log") lines about postgresql)" \
     eq "$(grep -c 'key lookup: timed out\|postgresql: connected again\|key filter: ' "$T_TMP/slow.log")" 0
+timeouts_after=$(statement_timeouts)
+check "/metrics counts the 4 lookups PostgreSQL gave up ($timeouts_before -> $timeouts_after)" \
+    ge $((timeouts_after - timeouts_before)) 4
 
 finish
