@@ -669,6 +669,7 @@ static void
 pg_store_slow(struct pg_store *ps, const char *what)
 {
     int64_t now_ms = util_now_ms();
+    char more[64];
 
     if (ps->counters != NULL)
         COUNT(ps, pg_statement_timeouts);
@@ -676,15 +677,12 @@ pg_store_slow(struct pg_store *ps, const char *what)
         ps->slow_quiet++;
         return;
     }
+    more[0] = '\0';
     if (ps->slow_quiet > 0)
-        log_warn("postgresql %s: not answered within %ld ms "
-            "(statement_timeout), the connection kept; %lu more since the "
-            "last such line", what, pg_store_statement_ms(ps),
+        snprintf(more, sizeof(more), "; %lu more since the last such line",
             ps->slow_quiet);
-    else
-        log_warn("postgresql %s: not answered within %ld ms "
-            "(statement_timeout), the connection kept", what,
-            pg_store_statement_ms(ps));
+    log_warn("postgresql %s: not answered within %ld ms (statement_timeout), "
+        "the connection kept%s", what, pg_store_statement_ms(ps), more);
     ps->slow_logged_ms = now_ms;
     ps->slow_quiet = 0;
 }

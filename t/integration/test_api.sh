@@ -359,6 +359,29 @@ after=$(pg_log_files | xargs cat | grep -c 'UPDATE api_keys SET last_used_at' ||
 check "at most one write per worker for 40 checks ($((after - before)))" \
     le $((after - before)) "$WORKERS"
 
+# pg_locked SQL: notes where the service's log ends (LOG_FROM), runs SQL
+# (a lock taken, then held while it sleeps) in a session of its own in the
+# background (LOCKER) and gives it 0.3 s to take the lock.
+pg_locked() {
+    LOG_FROM=$(($(wc -l <"$VAR/ratelimit-fcgi.log") + 1))
+    psql_q "$1" >/dev/null 2>&1 &
+    LOCKER=$!
+    sleep 0.3
+}
+
+# log_since_locked FILE: the service's log since pg_locked, into FILE.
+log_since_locked() {
+    tail -n +"$LOG_FROM" "$VAR/ratelimit-fcgi.log" >"$1"
+}
+
+# connection_kept WHAT FILE: FILE (log_since_locked) shows no worker
+# dropping its PostgreSQL connection: no "WHAT: timed out", no reconnect
+# and no new read of the key filter.
+connection_kept() {
+    check "no worker dropped its PostgreSQL connection ($(grep -c 'postgresql' "$2") lines about postgresql)" \
+        eq "$(grep -c "$1: timed out\|postgresql: connected again\|key filter: " "$2")" 0
+}
+
 # A write of last_used_at that PostgreSQL cannot do at once (the key's row
 # locked by another session for 2 s) is given up by PostgreSQL itself
 # (statement_timeout, half of pg_query_timeout_ms): the worker keeps its
@@ -370,11 +393,8 @@ tenant=$(uniq_name used-locked)
 new_tenant "$tenant"
 key=$(new_key "$tenant")
 kid=$(key_id "$key")
-log_from=$(($(wc -l <"$VAR/ratelimit-fcgi.log") + 1))
-psql_q "BEGIN; SELECT id FROM api_keys WHERE id = $kid FOR UPDATE;
-SELECT pg_sleep(2.5); COMMIT;" >/dev/null 2>&1 &
-LOCKER=$!
-sleep 0.3
+pg_locked "BEGIN; SELECT id FROM api_keys WHERE id = $kid FOR UPDATE;
+SELECT pg_sleep(2.5); COMMIT;"
 seq_checks 20 "$key" "$(check_body /api/orders/1 "$(uniq_name u)")"
 check "20 checks while the key's row is locked answer 200 or 429 ($(count_status 200) + $(count_status 429))" \
     eq $(($(count_status 200) + $(count_status 429))) 20
@@ -383,11 +403,17 @@ wait "$LOCKER"
 retry 50 used_yet
 check "the key's last use is written once the lock is gone ($(used_at))" \
     matches "$(used_at)" '^20[0-9][0-9]-'
-tail -n +"$log_from" "$VAR/ratelimit-fcgi.log" >"$T_TMP/locked.log"
+log_since_locked "$T_TMP/locked.log"
 check "the log says the write was given up and tried again" \
     grep -q 'last_used_at: not written within 250 ms' "$T_TMP/locked.log"
-check "no worker dropped its PostgreSQL connection ($(grep -c 'postgresql' "$T_TMP/locked.log") lines about postgresql)" \
-    eq "$(grep -c 'last_used_at: timed out\|postgresql: connected again\|key filter: ' "$T_TMP/locked.log")" 0
+connection_kept last_used_at "$T_TMP/locked.log"
+
+# statement_timeouts: the pool's ratelimit_postgresql_statement_timeouts_total.
+statement_timeouts() {
+    fetch "$BASE_URL/metrics"
+    printf '%s\n' "$BODY" |
+        awk '$1 == "ratelimit_postgresql_statement_timeouts_total" { print $2 }'
+}
 
 # A key lookup that PostgreSQL cannot answer in time (api_keys locked by
 # another session for 1.5 s) is given up the same way: the check is
@@ -395,22 +421,13 @@ check "no worker dropped its PostgreSQL connection ($(grep -c 'postgresql' "$T_T
 # key filter, and the key is served once the lock is gone.  (Before, the
 # worker's deadline dropped the connection: 500 ms of 503s for every key
 # it had not cached, then the filter read again by the whole pool.)
-# statement_timeouts: the pool's ratelimit_postgresql_statement_timeouts_total.
-statement_timeouts() {
-    fetch "$BASE_URL/metrics"
-    printf '%s\n' "$BODY" |
-        awk '$1 == "ratelimit_postgresql_statement_timeouts_total" { print $2 }'
-}
 tenant=$(uniq_name slow-lookup)
 new_tenant "$tenant"
 key=$(new_key "$tenant")
 body=$(check_body /api/orders/1 "$(uniq_name u)")
-log_from=$(($(wc -l <"$VAR/ratelimit-fcgi.log") + 1))
 timeouts_before=$(statement_timeouts)
-psql_q "BEGIN; LOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE;
-SELECT pg_sleep(1.5); COMMIT;" >/dev/null 2>&1 &
-LOCKER=$!
-sleep 0.3
+pg_locked "BEGIN; LOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE;
+SELECT pg_sleep(1.5); COMMIT;"
 seq_checks 4 "$key" "$body"
 check "4 checks of a new key while api_keys is locked answer 503 ($(tr '\n' ' ' <"$T_TMP/statuses"))" \
     eq "$(count_status 503)" 4
@@ -418,11 +435,10 @@ wait "$LOCKER"
 check_req "$key" "$body"
 check "the key is served once the lock is gone ($STATUS)" \
     matches "$STATUS" '^(200|429)$'
-tail -n +"$log_from" "$VAR/ratelimit-fcgi.log" >"$T_TMP/slow.log"
+log_since_locked "$T_TMP/slow.log"
 check "the log says PostgreSQL gave up the lookup and the connection was kept" \
     grep -q 'key lookup: not answered within 250 ms (statement_timeout), the connection kept' "$T_TMP/slow.log"
-check "no worker dropped its PostgreSQL connection ($(grep -c 'postgresql' "$T_TMP/slow.log") lines about postgresql)" \
-    eq "$(grep -c 'key lookup: timed out\|postgresql: connected again\|key filter: ' "$T_TMP/slow.log")" 0
+connection_kept 'key lookup' "$T_TMP/slow.log"
 timeouts_after=$(statement_timeouts)
 check "/metrics counts the 4 lookups PostgreSQL gave up ($timeouts_before -> $timeouts_after)" \
     ge $((timeouts_after - timeouts_before)) 4
